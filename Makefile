@@ -1,0 +1,44 @@
+# The verbs a contributor, the README and CI share. Every target installs what it needs first.
+SHELL := /bin/bash
+PYTHON ?= python3
+UV_VERSION := 0.13.9
+UV := .uv/bin/uv
+VENV := .venv
+export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
+
+.PHONY: demo test lint typecheck bench schemas install clean
+
+$(UV):
+	$(PYTHON) -m venv .uv
+	.uv/bin/pip install --quiet "uv==$(UV_VERSION)"
+
+$(VENV)/.synced: $(UV) uv.lock pyproject.toml
+	$(UV) sync --frozen --quiet
+	touch $@
+
+install: $(VENV)/.synced
+
+demo: install
+	$(VENV)/bin/tokenwire demo
+
+test: install
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest
+
+lint: install
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+bench: install
+	$(VENV)/bin/python -m bench
+
+schemas: install
+	$(VENV)/bin/python -m tokenwire.schemas.jsonschema schemas/
+
+clean:
+	rm -rf $(VENV) .uv .tokenwire .pytest_cache .mypy_cache .ruff_cache

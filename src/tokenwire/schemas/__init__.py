@@ -1,0 +1,90 @@
+"""The wire contract: stream chunks, content blocks, messages and the events around them.
+
+This package imports only msgspec and the standard library; everything else imports it.
+Decoders are built once here and shared.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from tokenwire.schemas._blocks import (
+    BlockType,
+    ContentBlock,
+    ImageBlock,
+    ReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
+from tokenwire.schemas._chunks import (
+    FINISH_REASONS,
+    BlockEnd,
+    BlockStart,
+    Finish,
+    FinishReason,
+    ReasoningDelta,
+    StepError,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from tokenwire.schemas._envelope import (
+    SCHEMA_VERSION,
+    ChunkEnvelope,
+    StepPersisted,
+    StreamStarted,
+)
+from tokenwire.schemas._events import ChunkEvent, ErrorEvent, MessageEvent, SessionEvent
+from tokenwire.schemas._message import Message, RecordedError, StepErrorKind
+from tokenwire.schemas._usage import TokenUsage
+
+__all__ = [
+    "FINISH_REASONS",
+    "SCHEMA_VERSION",
+    "BlockEnd",
+    "BlockStart",
+    "BlockType",
+    "ChunkEnvelope",
+    "ChunkEvent",
+    "ContentBlock",
+    "ErrorEvent",
+    "Finish",
+    "FinishReason",
+    "ImageBlock",
+    "Message",
+    "MessageEvent",
+    "ReasoningBlock",
+    "ReasoningDelta",
+    "RecordedError",
+    "SessionEvent",
+    "StepError",
+    "StepErrorKind",
+    "StepPersisted",
+    "StreamChunk",
+    "StreamStarted",
+    "TextBlock",
+    "TextDelta",
+    "TokenUsage",
+    "ToolCallBlock",
+    "ToolCallDelta",
+    "ToolResultBlock",
+    "Usage",
+    "chunk_decoder",
+    "envelope_decoder",
+    "event_decoder",
+    "json_encoder",
+]
+
+json_encoder = msgspec.json.Encoder()
+"""The one JSON encoder for every wire type."""
+
+chunk_decoder: msgspec.json.Decoder[StreamChunk] = msgspec.json.Decoder(StreamChunk)
+"""Decodes one stream chunk (the ``tokenwire fold`` JSONL format)."""
+
+envelope_decoder: msgspec.json.Decoder[ChunkEnvelope] = msgspec.json.Decoder(ChunkEnvelope)
+"""Decodes one broker payload on a chunk subject."""
+
+event_decoder: msgspec.json.Decoder[SessionEvent] = msgspec.json.Decoder(SessionEvent)
+"""Decodes one stored session event."""

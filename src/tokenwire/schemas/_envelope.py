@@ -1,0 +1,63 @@
+"""What travels on the broker: the chunk envelope and the small events around it."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from tokenwire.schemas._blocks import BlockType
+from tokenwire.schemas._chunks import StreamChunk
+
+SCHEMA_VERSION = 1
+"""The version of the wire contract this code writes. Readers accept every version up to it."""
+
+
+class ChunkEnvelope(msgspec.Struct, frozen=True):
+    """One stream chunk with the identity and timing it travels with.
+
+    ``ordinal`` numbers the chunks of one (session, turn, step) from 0 with no gaps;
+    consumers detect missing, duplicated and out-of-order chunks from it. ``time_ns`` is the
+    gateway's wall clock (Unix ns) when it normalised the chunk; ``request_time_ns`` is when
+    the gateway received the request, set on ordinal 0 so that time to first chunk can be read
+    off the first chunk alone.
+    """
+
+    session: str
+    turn: int
+    step: int
+    ordinal: int
+    time_ns: int
+    provider: str
+    model: str
+    chunk: StreamChunk
+    v: int = SCHEMA_VERSION
+    request_time_ns: int | None = None
+
+
+class StepPersisted(msgspec.Struct, frozen=True):
+    """Published by the assembler after the store committed a step: it is durable now."""
+
+    session: str
+    turn: int
+    step: int
+    outcome: Literal["message", "error"]
+    seq_start: int
+    seq_end: int
+    v: int = SCHEMA_VERSION
+
+
+class StreamStarted(msgspec.Struct, frozen=True):
+    """The telemetry signal: a step's stream started. Never carries content."""
+
+    session: str
+    turn: int
+    step: int
+    provider: str
+    model: str
+    first_chunk_time_ns: int
+    first_block_type: BlockType | None
+    request_time_ns: int | None = None
+    time_to_first_chunk_s: float | None = None
+    traceparent: str | None = None
+    v: int = SCHEMA_VERSION

@@ -1,0 +1,7 @@
+"""Root fixtures: each fixture module is one chain of real parts (see PRINCIPLES.md, 8)."""
+
+pytest_plugins = [
+    "tests.fixtures.recordings",
+    "tests.fixtures.broker",
+    "tests.fixtures.stores",
+]
