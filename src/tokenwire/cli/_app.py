@@ -1,0 +1,61 @@
+"""The command group, its global flags and the one place errors become exit codes.
+
+Exit codes: 0 success, 1 check failed or not found, 2 usage or configuration error.
+Errors are one line on stderr; ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+
+from tokenwire.cli._errors import CheckFailed, NotFound, UsageError
+from tokenwire.config import ConfigError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """tokenwire: a durable, replayable pipeline for LLM token streams."""
+    ctx.obj = {"debug": debug}
+
+
+def _register() -> None:
+    # Imported here so that `tokenwire --help` stays fast and each command module is optional
+    # reading for the others.
+    from tokenwire.cli import _fold
+
+    cli.add_command(_fold.fold)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (the console script exits with it)."""
+    _register()
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        cli.main(args=argv, prog_name="tokenwire", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return EXIT_FAILED
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_USAGE
+    except (UsageError, ConfigError) as exc:
+        return _fail(exc, EXIT_USAGE, debug)
+    except (CheckFailed, NotFound) as exc:
+        return _fail(exc, EXIT_FAILED, debug)
+    except Exception as exc:
+        return _fail(exc, EXIT_FAILED, debug)
+    return EXIT_OK
+
+
+def _fail(exc: BaseException, code: int, debug: bool) -> int:
+    if debug:
+        traceback.print_exception(exc)
+    click.echo(f"tokenwire: {exc}", err=True)
+    return code

@@ -1,0 +1,23 @@
+"""The CLI's own errors, mapped to exit codes in one place (``_app.main``).
+
+CliError
+ ├── UsageError   exit 2: bad arguments or configuration
+ ├── NotFound     exit 1: the session (or other thing) does not exist
+ └── CheckFailed  exit 1: a verification found differences
+"""
+
+
+class CliError(Exception):
+    """Base of the CLI's errors."""
+
+
+class UsageError(CliError):
+    """The command line or configuration is wrong."""
+
+
+class NotFound(CliError):
+    """What the command was asked about does not exist."""
+
+
+class CheckFailed(CliError):
+    """A check ran and found differences."""

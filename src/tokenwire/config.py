@@ -1,0 +1,99 @@
+"""Settings shared by every command, from the environment (each also a flag of the CLI).
+
+| variable | default |
+| --- | --- |
+| ``TOKENWIRE_NATS_URL`` | absent: ``demo``/``up`` start the embedded server |
+| ``TOKENWIRE_STORE`` | ``sqlite:///<data dir>/store.db`` |
+| ``TOKENWIRE_DATA_DIR`` | ``./.tokenwire`` |
+| ``TOKENWIRE_GATEWAY_KEYS`` | absent: the gateway listens on loopback only |
+| ``TOKENWIRE_GATEWAY_ADDR`` | ``127.0.0.1:8080`` |
+| ``TOKENWIRE_PARTITIONS`` | ``16`` |
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_DATA_DIR = "./.tokenwire"
+DEFAULT_GATEWAY_ADDR = "127.0.0.1:8080"
+NATS_URL_FILE = "nats.url"
+
+
+class ConfigError(ValueError):
+    """A setting is malformed. ``name`` is the variable or flag, ``value`` what was given."""
+
+    def __init__(self, name: str, value: str, why: str) -> None:
+        super().__init__(f"{name}={value!r}: {why}")
+        self.name = name
+        self.value = value
+        self.why = why
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved settings. Build with :func:`load`; override fields with ``dataclasses.replace``."""
+
+    data_dir: Path
+    nats_urls: tuple[str, ...]
+    store_url: str
+    gateway_host: str
+    gateway_port: int
+    gateway_keys: frozenset[str]
+    partitions: int
+
+    @property
+    def nats_url(self) -> str | None:
+        """The server URLs joined as nats-py accepts them, or None when none is configured."""
+        return ",".join(self.nats_urls) or None
+
+    def recorded_nats_url(self) -> str | None:
+        """The URL that ``demo``/``up`` recorded in the data directory, if any."""
+        path = self.data_dir / NATS_URL_FILE
+        return path.read_text().strip() or None if path.is_file() else None
+
+
+def load(env: Mapping[str, str] | None = None) -> Settings:
+    """Read the settings from ``env`` (default: the process environment)."""
+    env = os.environ if env is None else env
+    data_dir = Path(env.get("TOKENWIRE_DATA_DIR", DEFAULT_DATA_DIR))
+    host, port = parse_addr(env.get("TOKENWIRE_GATEWAY_ADDR", DEFAULT_GATEWAY_ADDR))
+    return Settings(
+        data_dir=data_dir,
+        nats_urls=parse_urls(env.get("TOKENWIRE_NATS_URL", "")),
+        store_url=env.get("TOKENWIRE_STORE") or f"sqlite:///{data_dir / 'store.db'}",
+        gateway_host=host,
+        gateway_port=port,
+        gateway_keys=frozenset(k for k in env.get("TOKENWIRE_GATEWAY_KEYS", "").split(",") if k),
+        partitions=parse_int("TOKENWIRE_PARTITIONS", env.get("TOKENWIRE_PARTITIONS", "16"), 1),
+    )
+
+
+def parse_urls(value: str) -> tuple[str, ...]:
+    """Comma-separated NATS URLs; each must be ``nats://``, ``tls://``, ``ws://`` or ``wss://``."""
+    urls = tuple(u.strip() for u in value.split(",") if u.strip())
+    for url in urls:
+        if not url.startswith(("nats://", "tls://", "ws://", "wss://")):
+            raise ConfigError("TOKENWIRE_NATS_URL", url, "expected nats://HOST:PORT")
+    return urls
+
+
+def parse_addr(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        raise ConfigError("TOKENWIRE_GATEWAY_ADDR", value, "expected HOST:PORT")
+    return host.strip("[]"), parse_int("TOKENWIRE_GATEWAY_ADDR", port, 0, 65535)
+
+
+def parse_int(name: str, value: str, low: int, high: int | None = None) -> int:
+    """An integer within ``[low, high]``."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(name, value, "expected an integer") from None
+    if number < low or (high is not None and number > high):
+        raise ConfigError(name, value, f"expected {low}..{high if high is not None else ''}")
+    return number

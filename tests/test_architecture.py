@@ -1,0 +1,106 @@
+"""Dependencies point one way (PRINCIPLES.md, 2): a test fails when an arrow points back."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "tokenwire"
+
+# Which tokenwire packages each layer may import (besides itself). Services may import every
+# library layer but never another service; only the CLI sees everything.
+LIBRARIES = {"schemas", "fold", "sse", "providers", "broker", "store", "config", "telemetry_names"}
+ALLOWED: dict[str, set[str]] = {
+    "schemas": set(),
+    "fold": {"schemas"},
+    "sse": set(),
+    "config": set(),
+    "providers": {"schemas", "sse"},
+    "broker": {"schemas", "config"},
+    "store": {"schemas"},
+}
+# Third-party packages a layer may import; the wire contract stays importable from anywhere.
+THIRD_PARTY: dict[str, set[str]] = {"schemas": {"msgspec"}, "fold": {"msgspec"}}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    if parts[1] == "services":
+        return f"services.{parts[2]}" if len(parts) > 2 else "services"
+    return parts[1].removesuffix(".py")
+
+
+def _modules() -> list[tuple[str, Path]]:
+    out = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC.parent).with_suffix("")
+        parts = [p for p in rel.parts if p != "__init__"]
+        if len(parts) > 1:
+            out.append((".".join(parts), path))
+    return out
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def _violations(module: str, imports: set[str]) -> list[str]:
+    layer = _layer(module)
+    bad = []
+    for name in imports:
+        top = name.split(".")[0]
+        if top == "tokenwire" and name.count(".") >= 1:
+            target = _layer(name)
+            if target == layer or layer == "cli":
+                continue
+            if layer.startswith("services"):
+                if target.startswith("services") or target == "cli":
+                    bad.append(name)
+            elif layer in ALLOWED and target not in ALLOWED[layer]:
+                bad.append(name)
+        elif layer in THIRD_PARTY and top not in sys.stdlib_module_names:
+            if top not in THIRD_PARTY[layer] | {"tokenwire", "__future__"}:
+                bad.append(name)
+    return bad
+
+
+@pytest.mark.parametrize(("module", "path"), _modules(), ids=lambda v: str(v))
+def test_imports_point_one_way(module: str, path: Path) -> None:
+    assert _violations(module, _imports(path)) == [], f"{module} imports against the layering"
+
+
+def test_the_checker_catches_a_back_arrow() -> None:
+    assert _violations("tokenwire.schemas._chunks", {"tokenwire.fold"}) == ["tokenwire.fold"]
+    assert _violations("tokenwire.schemas._chunks", {"httpx"}) == ["httpx"]
+    assert _violations("tokenwire.services.gateway._app", {"tokenwire.services.assembler"}) == [
+        "tokenwire.services.assembler"
+    ]
+    assert _violations("tokenwire.cli._app", {"tokenwire.services.gateway"}) == []
+
+
+def _packages_with_all() -> list[str]:
+    return [m for m, p in _modules() if p.name == "__init__.py" and "__all__" in p.read_text()]
+
+
+@pytest.mark.parametrize("package", _packages_with_all())
+def test_public_surface_is_listed_once(package: str) -> None:
+    mod = importlib.import_module(package)
+    exported = mod.__all__
+    assert len(exported) == len(set(exported)), "duplicate names in __all__"
+    for name in exported:
+        assert hasattr(mod, name), f"{package}.__all__ names {name!r}, which does not exist"
+    public = {n for n in vars(mod) if not n.startswith("_")}
+    defined_here = {
+        n for n in public if getattr(getattr(mod, n), "__module__", "").startswith(package)
+    }
+    assert defined_here <= set(exported), f"public names missing from __all__: {defined_here - set(exported)}"
