@@ -9,13 +9,15 @@ import msgspec
 BlockType = Literal["text", "reasoning", "tool-call", "tool-result", "image"]
 
 
-class TextBlock(msgspec.Struct, tag="text", tag_field="type", frozen=True):
+class TextBlock(msgspec.Struct, tag="text", tag_field="type", frozen=True, omit_defaults=True):
     """Visible text."""
 
     text: str
 
 
-class ReasoningBlock(msgspec.Struct, tag="reasoning", tag_field="type", frozen=True):
+class ReasoningBlock(
+    msgspec.Struct, tag="reasoning", tag_field="type", frozen=True, omit_defaults=True
+):
     """Reasoning (thinking) text.
 
     ``signature`` is the provider's integrity token for the text (Anthropic's thinking
@@ -28,7 +30,9 @@ class ReasoningBlock(msgspec.Struct, tag="reasoning", tag_field="type", frozen=T
     redacted: str | None = None
 
 
-class ToolCallBlock(msgspec.Struct, tag="tool-call", tag_field="type", frozen=True):
+class ToolCallBlock(
+    msgspec.Struct, tag="tool-call", tag_field="type", frozen=True, omit_defaults=True
+):
     """A complete tool call. ``arguments`` is the raw JSON string, parsed once at dispatch."""
 
     id: str
@@ -36,7 +40,9 @@ class ToolCallBlock(msgspec.Struct, tag="tool-call", tag_field="type", frozen=Tr
     arguments: str
 
 
-class ToolResultBlock(msgspec.Struct, tag="tool-result", tag_field="type", frozen=True):
+class ToolResultBlock(
+    msgspec.Struct, tag="tool-result", tag_field="type", frozen=True, omit_defaults=True
+):
     """The result of a tool call, as sent back to the model."""
 
     tool_call_id: str
@@ -44,7 +50,7 @@ class ToolResultBlock(msgspec.Struct, tag="tool-result", tag_field="type", froze
     is_error: bool = False
 
 
-class ImageBlock(msgspec.Struct, tag="image", tag_field="type", frozen=True):
+class ImageBlock(msgspec.Struct, tag="image", tag_field="type", frozen=True, omit_defaults=True):
     """An image, inline (base64 ``data``) or by ``url``."""
 
     media_type: str

@@ -41,28 +41,36 @@ class StepError(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     code: str | None = None
 
 
-class BlockStart(msgspec.Struct, tag="block-start", tag_field="type", frozen=True):
+class BlockStart(
+    msgspec.Struct, tag="block-start", tag_field="type", frozen=True, omit_defaults=True
+):
     """A content block opens at ``index``. Optional: delta-only protocols never send it."""
 
     index: int
     block_type: BlockType
 
 
-class TextDelta(msgspec.Struct, tag="text-delta", tag_field="type", frozen=True):
+class TextDelta(
+    msgspec.Struct, tag="text-delta", tag_field="type", frozen=True, omit_defaults=True
+):
     """A fragment of visible text for the block at ``index``."""
 
     index: int
     text: str
 
 
-class ReasoningDelta(msgspec.Struct, tag="reasoning-delta", tag_field="type", frozen=True):
+class ReasoningDelta(
+    msgspec.Struct, tag="reasoning-delta", tag_field="type", frozen=True, omit_defaults=True
+):
     """A fragment of reasoning (thinking) text for the block at ``index``."""
 
     index: int
     text: str
 
 
-class ToolCallDelta(msgspec.Struct, tag="tool-call-delta", tag_field="type", frozen=True):
+class ToolCallDelta(
+    msgspec.Struct, tag="tool-call-delta", tag_field="type", frozen=True, omit_defaults=True
+):
     """A fragment of a tool call. ``name`` usually arrives only on the first fragment.
 
     ``arguments_delta`` is a piece of a raw JSON string: never parse it on its own.
@@ -74,20 +82,20 @@ class ToolCallDelta(msgspec.Struct, tag="tool-call-delta", tag_field="type", fro
     arguments_delta: str = ""
 
 
-class BlockEnd(msgspec.Struct, tag="block-end", tag_field="type", frozen=True):
+class BlockEnd(msgspec.Struct, tag="block-end", tag_field="type", frozen=True, omit_defaults=True):
     """The block at ``index`` is complete; ``block`` is its fully assembled content."""
 
     index: int
     block: ContentBlock
 
 
-class Usage(msgspec.Struct, tag="usage", tag_field="type", frozen=True):
+class Usage(msgspec.Struct, tag="usage", tag_field="type", frozen=True, omit_defaults=True):
     """Token usage of the step. Comes before ``finish``."""
 
     usage: TokenUsage
 
 
-class Finish(msgspec.Struct, tag="finish", tag_field="type", frozen=True):
+class Finish(msgspec.Struct, tag="finish", tag_field="type", frozen=True, omit_defaults=True):
     """The step is over. Nothing may follow it.
 
     ``replay_state`` is opaque provider state needed to send the conversation back to that
