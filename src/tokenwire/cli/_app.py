@@ -11,8 +11,9 @@ import traceback
 
 import click
 
-from tokenwire.cli._errors import CheckFailed, NotFound, UsageError
+from tokenwire.cli._errors import CheckFailedError, NotFoundError, UsageError
 from tokenwire.config import ConfigError
+from tokenwire.providers import ProviderError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -46,9 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         exc.show()
         return EXIT_USAGE
-    except (UsageError, ConfigError) as exc:
+    except (UsageError, ConfigError, ProviderError) as exc:
         return _fail(exc, EXIT_USAGE, debug)
-    except (CheckFailed, NotFound) as exc:
+    except (CheckFailedError, NotFoundError) as exc:
         return _fail(exc, EXIT_FAILED, debug)
     except Exception as exc:
         return _fail(exc, EXIT_FAILED, debug)

@@ -2,8 +2,8 @@
 
 CliError
  ├── UsageError   exit 2: bad arguments or configuration
- ├── NotFound     exit 1: the session (or other thing) does not exist
- └── CheckFailed  exit 1: a verification found differences
+ ├── NotFoundError     exit 1: the session (or other thing) does not exist
+ └── CheckFailedError  exit 1: a verification found differences
 """
 
 
@@ -15,9 +15,9 @@ class UsageError(CliError):
     """The command line or configuration is wrong."""
 
 
-class NotFound(CliError):
+class NotFoundError(CliError):
     """What the command was asked about does not exist."""
 
 
-class CheckFailed(CliError):
+class CheckFailedError(CliError):
     """A check ran and found differences."""

@@ -1,0 +1,122 @@
+"""The broker package's exceptions, drawn once.
+
+::
+
+    BrokerError
+    ├── BrokerUnavailable(url)            no server answered, or the connection closed
+    ├── ServerStartError(binary, reason)  the embedded nats-server did not come up
+    ├── TopologyError(what, detail)       a stream, consumer or bucket could not be provisioned
+    ├── PublishError
+    │   ├── PublishTimeout(subject, msg_id, waited_s)  no positive ack within the retry horizon
+    │   ├── PublishRejected(subject, msg_id, code, description)  a permanent error ack
+    │   └── FlushTimeout(in_flight, waited_s)          flush() gave up with acks outstanding
+    ├── ReaderStalled(session, waited_s, last_seq)     a replay saw nothing while more was due
+    └── StepRegistryError
+        ├── StepClaimConflict(session, turn, step)     the triple is already claimed
+        └── StepAssignmentContention(session, attempts)  compare-and-set kept losing
+
+Every leaf carries its fields as attributes; foreign (nats-py) errors are translated at the
+boundary with ``raise ... from exc`` so the cause stays attached.
+"""
+
+from __future__ import annotations
+
+
+class BrokerError(Exception):
+    """Base of every error raised by :mod:`tokenwire.broker`."""
+
+
+class BrokerUnavailable(BrokerError):  # noqa: N818 - names fixed by the interface
+    """No NATS server answered at ``url`` (or the connection is closed for good)."""
+
+    def __init__(self, url: str, reason: str = "") -> None:
+        self.url = url
+        self.reason = reason
+        super().__init__(f"NATS unavailable at {url}" + (f": {reason}" if reason else ""))
+
+
+class ServerStartError(BrokerError):
+    """The embedded ``nats-server`` binary could not be found or did not accept connections."""
+
+    def __init__(self, binary: str, reason: str) -> None:
+        self.binary = binary
+        self.reason = reason
+        super().__init__(f"nats-server ({binary}) did not start: {reason}")
+
+
+class TopologyError(BrokerError):
+    """The server refused to create or update a stream, consumer or KV bucket."""
+
+    def __init__(self, what: str, detail: str) -> None:
+        self.what = what
+        self.detail = detail
+        super().__init__(f"cannot provision {what}: {detail}")
+
+
+class PublishError(BrokerError):
+    """A chunk could not be made durable; the step it belongs to failed."""
+
+
+class PublishTimeout(PublishError):  # noqa: N818 - names fixed by the interface
+    """No positive ack for ``msg_id`` after retrying for ``waited_s`` seconds."""
+
+    def __init__(self, subject: str, msg_id: str, waited_s: float) -> None:
+        self.subject = subject
+        self.msg_id = msg_id
+        self.waited_s = waited_s
+        super().__init__(f"publish of {msg_id} to {subject} not acked after {waited_s:.1f} s")
+
+
+class PublishRejected(PublishError):  # noqa: N818 - names fixed by the interface
+    """The server answered with an error that retrying cannot fix (e.g. no such stream)."""
+
+    def __init__(self, subject: str, msg_id: str, code: int, description: str) -> None:
+        self.subject = subject
+        self.msg_id = msg_id
+        self.code = code
+        self.description = description
+        super().__init__(f"publish of {msg_id} to {subject} rejected ({code}): {description}")
+
+
+class FlushTimeout(PublishError):  # noqa: N818 - names fixed by the interface
+    """``flush()`` returned with ``in_flight`` messages still unacknowledged."""
+
+    def __init__(self, in_flight: int, waited_s: float) -> None:
+        self.in_flight = in_flight
+        self.waited_s = waited_s
+        super().__init__(f"{in_flight} messages still in flight after {waited_s:.1f} s")
+
+
+class ReaderStalled(BrokerError):  # noqa: N818 - names fixed by the interface
+    """A replay expected more messages of ``session`` but none came for ``waited_s``."""
+
+    def __init__(self, session: str, waited_s: float, last_seq: int) -> None:
+        self.session = session
+        self.waited_s = waited_s
+        self.last_seq = last_seq
+        super().__init__(
+            f"replay of {session} stalled after stream seq {last_seq} ({waited_s:.1f} s idle)"
+        )
+
+
+class StepRegistryError(BrokerError):
+    """Base of the step identity errors (KV bucket ``tokenwire-steps``)."""
+
+
+class StepClaimConflict(StepRegistryError):  # noqa: N818 - names fixed by the interface
+    """(session, turn, step) was already claimed by some gateway instance."""
+
+    def __init__(self, session: str, turn: int, step: int) -> None:
+        self.session = session
+        self.turn = turn
+        self.step = step
+        super().__init__(f"step {session}/{turn}/{step} is already claimed")
+
+
+class StepAssignmentContention(StepRegistryError):  # noqa: N818 - names fixed by the interface
+    """``next_step`` lost the compare-and-set race ``attempts`` times in a row."""
+
+    def __init__(self, session: str, attempts: int) -> None:
+        self.session = session
+        self.attempts = attempts
+        super().__init__(f"could not assign a step for {session} after {attempts} attempts")

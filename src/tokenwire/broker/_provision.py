@@ -1,0 +1,147 @@
+"""``ensure_topology``: create or update the streams, KV bucket and consumers (idempotent)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nats.aio.client import Client
+from nats.js.errors import Error as JsError
+
+from tokenwire.broker._api import NS, STREAM_NAME_IN_USE, ApiError, api_request
+from tokenwire.broker._errors import TopologyError
+from tokenwire.broker._topology import Topology
+
+DEFAULT_ACK_WAIT_S = 300.0
+DEFAULT_MAX_DELIVER = 10
+DEFAULT_PRIORITY_TIMEOUT_S = 5.0
+ASSEMBLER_MAX_ACK_PENDING = 200_000
+
+
+def chunks_stream_config(t: Topology) -> dict[str, Any]:
+    """The chunk stream: ``<prefix>.in.*.*`` stored as ``<prefix>.chunks.<p>.<session>.<kind>``.
+
+    The partition is computed by the server's ``{{partition(n,1)}}`` transform (FNV-1a mod n),
+    so no client can file a session under the wrong partition.
+    """
+    return {
+        "name": t.stream,
+        "subjects": [t.input_subjects],
+        "subject_transform": {"src": t.input_subjects, "dest": t.stored_pattern},
+        **_limits(t, t.max_bytes),
+    }
+
+
+def _limits(t: Topology, max_bytes: int) -> dict[str, Any]:
+    return {
+        "retention": "limits",
+        "storage": "file",
+        "discard": "old",
+        "max_age": int(t.max_age_s * NS),
+        "max_bytes": max_bytes,
+        "duplicate_window": int(t.duplicate_window_s * NS),
+        "num_replicas": t.replicas,
+    }
+
+
+def side_stream_config(t: Topology, name: str, subjects: str) -> dict[str, Any]:
+    """The events and DLQ streams: same limits, no transform."""
+    return {"name": name, "subjects": [subjects], **_limits(t, t.max_bytes // 8)}
+
+
+def assembler_consumer_config(
+    t: Topology, partition: int, ack_wait_s: float, max_deliver: int, priority_timeout_s: float
+) -> dict[str, Any]:
+    """Durable pull consumer of one partition, pinned to one client of the assembler group."""
+    name = t.assembler_consumer(partition)
+    return {
+        "durable_name": name,
+        "name": name,
+        "filter_subject": t.partition_filter(partition),
+        "deliver_policy": "all",
+        "ack_policy": "explicit",
+        "ack_wait": int(ack_wait_s * NS),
+        "max_deliver": max_deliver,
+        "max_ack_pending": ASSEMBLER_MAX_ACK_PENDING,
+        "max_waiting": 512,
+        "priority_groups": [t.assembler_group],
+        "priority_policy": "pinned_client",
+        "priority_timeout": int(priority_timeout_s * NS),
+    }
+
+
+def telemetry_consumer_config(t: Topology, ack_wait_s: float, max_deliver: int) -> dict[str, Any]:
+    """Durable pull consumer of first chunks only (selection by subject, on the server)."""
+    return {
+        "durable_name": t.telemetry_consumer,
+        "name": t.telemetry_consumer,
+        "filter_subject": t.first_chunks_filter,
+        "deliver_policy": "all",
+        "ack_policy": "explicit",
+        "ack_wait": int(ack_wait_s * NS),
+        "max_deliver": max_deliver,
+        "max_ack_pending": 20_000,
+    }
+
+
+async def ensure_stream(nc: Client, config: dict[str, Any]) -> None:
+    """Create the stream, or update it when it exists with other settings."""
+    name = config["name"]
+    try:
+        await api_request(nc, f"$JS.API.STREAM.CREATE.{name}", config)
+    except ApiError as exc:
+        if exc.err_code != STREAM_NAME_IN_USE:
+            raise TopologyError(f"stream {name}", exc.description) from exc
+        await _update_stream(nc, config)
+
+
+async def _update_stream(nc: Client, config: dict[str, Any]) -> None:
+    name = config["name"]
+    try:
+        await api_request(nc, f"$JS.API.STREAM.UPDATE.{name}", config)
+    except ApiError as exc:
+        raise TopologyError(f"stream {name}", exc.description) from exc
+
+
+async def ensure_consumer(nc: Client, stream: str, config: dict[str, Any]) -> None:
+    """Create or update a durable consumer with a raw ``$JS.API.CONSUMER.CREATE`` request."""
+    name = config["name"]
+    body = {"stream_name": stream, "config": config, "action": ""}
+    try:
+        await api_request(nc, f"$JS.API.CONSUMER.CREATE.{stream}.{name}", body)
+    except ApiError as exc:
+        raise TopologyError(f"consumer {stream}/{name}", exc.description) from exc
+
+
+async def ensure_steps_bucket(nc: Client, t: Topology) -> None:
+    """The KV bucket of claimed steps; its entries live as long as the chunks do."""
+    js = nc.jetstream()
+    try:
+        await js.create_key_value(
+            bucket=t.steps_bucket, history=1, ttl=t.max_age_s, replicas=t.replicas
+        )
+    except JsError as exc:
+        raise TopologyError(f"bucket {t.steps_bucket}", str(exc)) from exc
+
+
+async def ensure_topology(
+    nc: Client,
+    topology: Topology,
+    *,
+    ack_wait_s: float = DEFAULT_ACK_WAIT_S,
+    max_deliver: int = DEFAULT_MAX_DELIVER,
+    priority_timeout_s: float = DEFAULT_PRIORITY_TIMEOUT_S,
+) -> None:
+    """Create or update everything tokenwire needs on the broker; safe to call from every process.
+
+    Raises TopologyError when the server refuses a setting (e.g. switching an existing
+    consumer's priority policy, which JetStream does not allow).
+    """
+    t = topology
+    await ensure_stream(nc, chunks_stream_config(t))
+    await ensure_stream(nc, side_stream_config(t, t.events_stream, f"{t.prefix}.events.>"))
+    await ensure_stream(nc, side_stream_config(t, t.dlq_stream, f"{t.prefix}.dlq.>"))
+    await ensure_steps_bucket(nc, t)
+    for p in range(t.partitions):
+        config = assembler_consumer_config(t, p, ack_wait_s, max_deliver, priority_timeout_s)
+        await ensure_consumer(nc, t.stream, config)
+    await ensure_consumer(nc, t.stream, telemetry_consumer_config(t, ack_wait_s, max_deliver))

@@ -1,0 +1,343 @@
+"""``ChunkPublisher``: the gateway's pipelined, deduplicated, bounded JetStream publisher.
+
+Why not ``js.publish``: awaiting each ack costs a round trip per chunk (~4k msg/s here), and
+``publish_async`` futures whose ack is an error never resolve. This publisher writes core NATS
+publishes with a per-message reply subject under one wildcard inbox subscription, counts the
+acks in a callback (~85k msg/s), and bounds everything:
+
+* the window: at most ``window`` messages in flight; ``publish`` waits for a slot (back-pressure)
+  and gives up after the retry horizon with :class:`PublishTimeout`;
+* each ack: a message without a positive ack after ``ack_timeout_s`` is resent with the *same*
+  ``Nats-Msg-Id`` (the stream's duplicate window drops the copy if the first one landed), with
+  backoff after error acks, until ``retry_horizon_s`` after its first send; then its step fails
+  with :class:`PublishTimeout` (never silent loss);
+* permanent error acks (anything but 503) fail the step at once with :class:`PublishRejected`.
+
+Order: messages go out in call order on one connection, so a session's chunks are stored in
+order on the normal path; retries are resent in original publish order. A retry can land after
+a later chunk of its session that was acked first; readers restore order by ordinal
+(see docs/broker.md, "Ordering").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgspec
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import ConnectionClosedError
+from nats.errors import Error as NatsError
+
+from tokenwire.broker._errors import (
+    BrokerError,
+    BrokerUnavailable,
+    FlushTimeout,
+    PublishRejected,
+    PublishTimeout,
+)
+from tokenwire.broker._topology import Topology, chunk_subject, msg_id
+
+StepKey = tuple[str, int, int]
+_RETRYABLE_CODES = frozenset({408, 503})
+_MAX_REMEMBERED_FAILURES = 10_000
+
+
+class _ApiErr(msgspec.Struct):
+    code: int = 0
+    err_code: int = 0
+    description: str = ""
+
+
+class _PubAck(msgspec.Struct):
+    stream: str = ""
+    seq: int = 0
+    duplicate: bool = False
+    error: _ApiErr | None = None
+
+
+_ack_decoder = msgspec.json.Decoder(_PubAck)
+
+
+@dataclass(frozen=True, slots=True)
+class PublisherStats:
+    """Counters for Prometheus: totals since start, and the current in-flight gauge."""
+
+    published: int
+    acked: int
+    duplicates: int
+    retried: int
+    failed: int
+    in_flight: int
+
+
+@dataclass(slots=True)
+class _Pending:
+    subject: str
+    payload: bytes
+    headers: dict[str, str]
+    msg_id: str
+    step: StepKey
+    first_sent: float
+    due: float
+    attempts: int = 0
+
+
+@dataclass(slots=True)
+class _StepState:
+    outstanding: int = 0
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ChunkPublisher:
+    """Publishes chunk envelopes to ``<prefix>.in.<session>.first|next`` with a Msg-Id each.
+
+    Use::
+
+        publisher = await ChunkPublisher(nc, topology).start()
+        await publisher.publish(envelope_bytes, session, turn, step, ordinal, first=ordinal == 0)
+        await publisher.wait_acked(session, turn, step)   # the step is durable (or raises)
+        await publisher.close()
+    """
+
+    def __init__(
+        self,
+        nc: Client,
+        topology: Topology,
+        *,
+        window: int = 1024,
+        ack_timeout_s: float = 2.0,
+        retry_horizon_s: float = 30.0,
+        tick_s: float = 0.05,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._nc = nc
+        self._topology = topology
+        self._window = asyncio.Semaphore(window)
+        self._ack_timeout = ack_timeout_s
+        self._horizon = retry_horizon_s
+        self._tick = tick_s
+        self._clock = clock
+        self._prefix = ""
+        self._serial = 0
+        self._pending: dict[str, _Pending] = {}
+        self._steps: dict[StepKey, _StepState] = {}
+        self._failed: OrderedDict[StepKey, BrokerError] = OrderedDict()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._sub: Subscription | None = None
+        self._reaper: asyncio.Task[None] | None = None
+        self._published = self._acked = self._duplicates = self._retried = self._failures = 0
+
+    async def start(self) -> ChunkPublisher:
+        """Subscribe the ack inbox and start the retry loop; returns self."""
+        self._prefix = self._nc.new_inbox() + "."
+        self._sub = await self._nc.subscribe(self._prefix + "*", cb=self._on_ack)
+        self._reaper = asyncio.create_task(self._reap_forever(), name="publisher-reaper")
+        return self
+
+    async def close(self, timeout_s: float = 5.0) -> None:
+        """Wait (bounded) for in-flight acks, then stop; whatever is left fails its step."""
+        with contextlib.suppress(FlushTimeout):
+            await self.flush(timeout_s)
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        for token in list(self._pending):
+            entry = self._pending[token]
+            self._fail(token, PublishTimeout(entry.subject, entry.msg_id, timeout_s))
+        if self._sub is not None and not self._nc.is_closed:
+            with contextlib.suppress(NatsError):
+                await self._sub.unsubscribe()
+
+    async def publish(
+        self,
+        envelope_bytes: bytes,
+        session: str,
+        turn: int,
+        step: int,
+        ordinal: int,
+        *,
+        first: bool,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Send one chunk; returns once it is on the wire, not once it is acked.
+
+        Waits for a window slot when ``window`` messages are in flight; raises PublishTimeout
+        if none frees up within the retry horizon, BrokerUnavailable if the connection is
+        closed. Acks are tracked per (session, turn, step): see :meth:`wait_acked`.
+        """
+        subject = chunk_subject(self._topology, session, first)
+        mid = msg_id(session, turn, step, ordinal)
+        await self._acquire_slot(subject, mid)
+        now = self._clock()
+        entry = _Pending(
+            subject, envelope_bytes, {**(headers or {}), "Nats-Msg-Id": mid}, mid,
+            (session, turn, step), now, now + self._ack_timeout,
+        )  # fmt: skip
+        self._serial += 1
+        token = str(self._serial)
+        self._pending[token] = entry
+        self._idle.clear()
+        self._step_state(entry.step).outstanding += 1
+        self._published += 1
+        await self._send(token, entry)
+
+    async def _acquire_slot(self, subject: str, mid: str) -> None:
+        if not self._window.locked():
+            await self._window.acquire()
+            return
+        started = self._clock()
+        try:
+            await asyncio.wait_for(self._window.acquire(), self._resolution_bound())
+        except TimeoutError:
+            raise PublishTimeout(subject, mid, self._clock() - started) from None
+
+    def _step_state(self, key: StepKey) -> _StepState:
+        state = self._steps.get(key)
+        if state is None:
+            state = self._steps[key] = _StepState()
+        return state
+
+    async def _send(self, token: str, entry: _Pending) -> None:
+        try:
+            await self._nc.publish(
+                entry.subject, entry.payload, reply=self._prefix + token, headers=entry.headers
+            )
+        except ConnectionClosedError as exc:
+            self._fail(token, BrokerUnavailable(_url(self._nc), "connection closed"))
+            raise BrokerUnavailable(_url(self._nc), "connection closed") from exc
+        except NatsError:
+            # Disconnected with a full outbound buffer: the reaper resends when due.
+            entry.due = self._clock() + self._backoff(entry.attempts)
+
+    async def _on_ack(self, msg: Msg) -> None:
+        token = msg.subject[len(self._prefix) :]
+        entry = self._pending.get(token)
+        if entry is None:
+            return  # a late ack of a message already resolved
+        status = msg.headers.get("Status") if msg.headers else None
+        if status is not None:
+            self._retry_later(entry, int(status) if status.isdigit() else 503)
+            return
+        ack = _ack_decoder.decode(msg.data)
+        if ack.error is None:
+            self._resolve(token, ack.duplicate)
+        elif ack.error.code in _RETRYABLE_CODES:
+            self._retry_later(entry, ack.error.code)
+        else:
+            err = PublishRejected(
+                entry.subject, entry.msg_id, ack.error.code, ack.error.description
+            )
+            self._fail(token, err)
+
+    def _retry_later(self, entry: _Pending, code: int) -> None:
+        entry.due = self._clock() + self._backoff(entry.attempts)
+
+    def _backoff(self, attempts: int) -> float:
+        return float(min(0.05 * 2**attempts, 2.0))
+
+    def _resolve(self, token: str, duplicate: bool) -> None:
+        entry = self._pending.pop(token)
+        self._acked += 1
+        self._duplicates += duplicate
+        self._finish(entry)
+
+    def _fail(self, token: str, error: BrokerError) -> None:
+        entry = self._pending.pop(token, None)
+        if entry is None:
+            return
+        self._failures += 1
+        if entry.step not in self._failed:
+            self._failed[entry.step] = error
+            while len(self._failed) > _MAX_REMEMBERED_FAILURES:
+                self._failed.popitem(last=False)
+        self._finish(entry)
+
+    def _finish(self, entry: _Pending) -> None:
+        self._window.release()
+        state = self._steps[entry.step]
+        state.outstanding -= 1
+        if state.outstanding == 0:
+            state.done.set()
+            del self._steps[entry.step]
+        if not self._pending:
+            self._idle.set()
+
+    async def _reap_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._tick)
+            if self._pending:
+                await self._reap(self._clock())
+
+    async def _reap(self, now: float) -> None:
+        """Resend (in publish order) what is due; fail what outlived the horizon."""
+        for token, entry in list(self._pending.items()):
+            if token not in self._pending:
+                continue  # resolved while an earlier resend was being written
+            waited = now - entry.first_sent
+            if waited >= self._horizon:
+                self._fail(token, PublishTimeout(entry.subject, entry.msg_id, waited))
+                continue
+            if entry.due > now:
+                continue
+            entry.attempts += 1
+            entry.due = now + self._ack_timeout
+            self._retried += 1
+            with contextlib.suppress(BrokerUnavailable):
+                await self._send(token, entry)
+
+    async def wait_acked(
+        self, session: str, turn: int, step: int, timeout_s: float | None = None
+    ) -> None:
+        """Return once every chunk published so far for the step is acked.
+
+        Raises the step's first error (PublishTimeout, PublishRejected, BrokerUnavailable) if
+        any of its chunks failed. The wait is bounded by ``timeout_s`` (default: the retry
+        horizon plus a margin, by which every chunk has resolved); FlushTimeout past it.
+        """
+        key = (session, turn, step)
+        state = self._steps.get(key)
+        if state is not None:
+            bound = timeout_s if timeout_s is not None else self._resolution_bound()
+            try:
+                await asyncio.wait_for(state.done.wait(), bound)
+            except TimeoutError:
+                raise FlushTimeout(state.outstanding, bound) from None
+        error = self._failed.get(key)
+        if error is not None:
+            raise error
+
+    def _resolution_bound(self) -> float:
+        """How long after its first send a message is sure to be acked or failed."""
+        return self._horizon + 2 * self._tick + 1.0
+
+    async def flush(self, timeout_s: float = 35.0) -> None:
+        """Wait until every in-flight message is resolved (acked or failed); FlushTimeout past."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            raise FlushTimeout(len(self._pending), timeout_s) from None
+
+    def step_error(self, session: str, turn: int, step: int) -> BrokerError | None:
+        """The first error of a step, if one of its chunks failed (the last 10,000 failed steps)."""
+        return self._failed.get((session, turn, step))
+
+    def stats(self) -> PublisherStats:
+        """Counters since start plus the in-flight gauge."""
+        return PublisherStats(
+            self._published, self._acked, self._duplicates, self._retried, self._failures,
+            len(self._pending),
+        )  # fmt: skip
+
+
+def _url(nc: Client) -> str:
+    server = nc.connected_url
+    return server.geturl() if server is not None else "nats://?"

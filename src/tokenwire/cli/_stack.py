@@ -1,0 +1,171 @@
+"""The embedded stack behind ``demo`` and ``up``: nats-server and every service as processes.
+
+Each service runs as ``python -m tokenwire <service>`` configured by environment, exactly as
+compose or Kubernetes would run it, with its log under ``<data dir>/logs/``. ``start`` returns
+once every part answers its readiness probe (bounded); ``stop`` sends SIGTERM to every child,
+then SIGKILL to any still alive after the bound, so no process is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import nats
+
+from tokenwire.broker import EmbeddedServer, Topology, ensure_topology, free_port
+from tokenwire.cli._errors import CliError
+from tokenwire.config import Settings
+
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+
+
+class StackError(CliError):
+    """A part of the stack failed to start; ``log`` is where its output went."""
+
+    def __init__(self, part: str, why: str, log: Path | None = None) -> None:
+        where = f" (log: {log})" if log else ""
+        super().__init__(f"{part}: {why}{where}")
+        self.part = part
+        self.log = log
+
+
+@dataclass
+class Child:
+    """One service process and the URL that answers 200 once it is ready."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    ready_url: str
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tokenwire", *self.argv],
+                env={**os.environ, **self.env},
+                stdout=out,
+                stderr=out,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C reaches us, and we stop the children in order
+            )
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@dataclass
+class Stack:
+    """nats-server, scripted provider, gateway, assembler and telemetry on loopback."""
+
+    settings: Settings
+    topology: Topology = field(default_factory=Topology)
+    gateway_port: int | None = None
+    server: EmbeddedServer | None = None
+    children: list[Child] = field(default_factory=list)
+    addresses: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def nats_url(self) -> str:
+        assert self.server is not None
+        return self.server.url
+
+    async def start(self) -> None:
+        """Start every part and wait until each is ready; on failure stop what started."""
+        try:
+            await self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    async def _start(self) -> None:
+        data = self.settings.data_dir
+        self.server = EmbeddedServer(data, write_url_file=True).start()
+        self.addresses["nats"] = self.server.url
+        nc = await nats.connect(self.server.url)
+        try:
+            await ensure_topology(nc, self.topology)
+        finally:
+            await nc.close()
+        self.children = self._children(data)
+        for child in self.children:
+            child.start()
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            await asyncio.gather(*(self._wait_ready(client, c) for c in self.children))
+
+    def _children(self, data: Path) -> list[Child]:
+        logs = data / "logs"
+        scripted, gateway = free_port(), self.gateway_port or self.settings.gateway_port
+        assembler_metrics, telemetry_metrics = free_port(), free_port()
+        common = {
+            "TOKENWIRE_NATS_URL": self.server.url if self.server else "",
+            "TOKENWIRE_STORE": self.settings.store_url,
+            "TOKENWIRE_DATA_DIR": str(data),
+            "TOKENWIRE_PARTITIONS": str(self.topology.partitions),
+        }
+        self.addresses.update(
+            {
+                "gateway": f"http://127.0.0.1:{gateway}",
+                "scripted-provider": f"http://127.0.0.1:{scripted}",
+                "assembler metrics": f"http://127.0.0.1:{assembler_metrics}/metrics",
+                "telemetry metrics": f"http://127.0.0.1:{telemetry_metrics}/metrics",
+                "store": self.settings.store_url,
+            }
+        )
+        scripted_argv = ["scripted-provider", "--host", "127.0.0.1", "--port", str(scripted)]
+        local = "http://127.0.0.1"
+        return [
+            Child("scripted-provider", scripted_argv, common,
+                  f"{local}:{scripted}/healthz", logs / "scripted-provider.log"),
+            Child("assembler", ["assembler"],
+                  {**common, "TOKENWIRE_ASSEMBLER_METRICS_ADDR": f"127.0.0.1:{assembler_metrics}"},
+                  f"{local}:{assembler_metrics}/metrics", logs / "assembler.log"),
+            Child("telemetry", ["telemetry"],
+                  {**common, "TOKENWIRE_TELEMETRY_METRICS_ADDR": f"127.0.0.1:{telemetry_metrics}"},
+                  f"{local}:{telemetry_metrics}/metrics", logs / "telemetry.log"),
+            Child("gateway", ["gateway"],
+                  {**common, "TOKENWIRE_GATEWAY_ADDR": f"127.0.0.1:{gateway}",
+                   "TOKENWIRE_SCRIPTED_BASE_URL": f"{local}:{scripted}/v1"},
+                  f"{local}:{gateway}/readyz", logs / "gateway.log"),
+        ]  # fmt: skip
+
+    async def _wait_ready(self, client: httpx.AsyncClient, child: Child) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if not child.alive():
+                raise StackError(child.name, "exited during start-up", child.log)
+            try:
+                if (await client.get(child.ready_url)).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+        raise StackError(child.name, f"not ready after {READY_TIMEOUT_S:.0f} s", child.log)
+
+    def stop(self) -> None:
+        """SIGTERM every child (gateway first), SIGKILL what outlives the bound, stop NATS."""
+        for child in reversed(self.children):
+            if child.alive() and child.proc is not None:
+                child.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for child in self.children:
+            if child.proc is None:
+                continue
+            try:
+                child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.proc.kill()
+                child.proc.wait()
+        if self.server is not None:
+            self.server.stop()

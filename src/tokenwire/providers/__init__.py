@@ -1,0 +1,63 @@
+"""Provider adapters: a provider's SSE stream in, tokenwire stream chunks out.
+
+- :func:`get_provider` looks a provider up by its routing name (``openai``, ``deepseek``, ...)
+  and says how to reach it and which :class:`Normaliser` reads its stream.
+- A normaliser (:class:`OpenAIChatNormaliser`, :class:`OpenAIResponsesNormaliser`, ...) turns
+  one response's :class:`~tokenwire.sse.SseEvent` s into chunks that obey the adapter contract.
+- :func:`stream_chunks` does the HTTP part: send, parse, normalise, map failures.
+
+Example::
+
+    spec = get_provider("deepseek")
+    request = client.build_request("POST", spec.stream_url(), json=body,
+                                   headers=spec.auth_headers(spec.api_key()))
+    async for chunk in stream_chunks(client, request, spec.normaliser()):
+        ...
+
+Exceptions: see ``_errors.py`` (``ProviderError`` and its leaves).
+"""
+
+from __future__ import annotations
+
+from tokenwire.providers._anthropic import AnthropicNormaliser
+from tokenwire.providers._base import Normaliser
+from tokenwire.providers._body import normalise_body
+from tokenwire.providers._errors import (
+    ProviderConfigError,
+    ProviderError,
+    ProviderHTTPError,
+    UnknownProviderError,
+    is_retryable,
+)
+from tokenwire.providers._gemini import GeminiNormaliser
+from tokenwire.providers._openai_chat import OpenAIChatNormaliser
+from tokenwire.providers._openai_responses import OpenAIResponsesNormaliser
+from tokenwire.providers._registry import (
+    AuthStyle,
+    Dialect,
+    ProviderSpec,
+    get_provider,
+    provider_names,
+)
+from tokenwire.providers._stream import DEFAULT_TIMEOUT, stream_chunks
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "AnthropicNormaliser",
+    "AuthStyle",
+    "Dialect",
+    "GeminiNormaliser",
+    "Normaliser",
+    "OpenAIChatNormaliser",
+    "OpenAIResponsesNormaliser",
+    "ProviderConfigError",
+    "ProviderError",
+    "ProviderHTTPError",
+    "ProviderSpec",
+    "UnknownProviderError",
+    "get_provider",
+    "is_retryable",
+    "normalise_body",
+    "provider_names",
+    "stream_chunks",
+]

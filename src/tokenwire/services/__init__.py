@@ -1,0 +1,1 @@
+"""The services: gateway, assembler, telemetry, scripted provider (never importing each other)."""

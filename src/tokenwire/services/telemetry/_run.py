@@ -1,0 +1,59 @@
+"""``tokenwire telemetry``: one telemetry consumer process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+import nats
+from prometheus_client import start_http_server
+
+from tokenwire.broker import Topology, ensure_topology
+from tokenwire.services.telemetry._otel import OtelSignals, otel_providers
+from tokenwire.services.telemetry._prometheus import TelemetryMetrics
+from tokenwire.services.telemetry._service import TelemetryConsumer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TelemetrySettings:
+    """Where to consume from and where to serve ``/metrics``."""
+
+    nats_url: str
+    topology: Topology = field(default_factory=Topology)
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9466
+
+
+async def run(
+    settings: TelemetrySettings, stop: asyncio.Event | None = None, burst: bool = False
+) -> None:
+    """Consume first chunks until ``stop`` is set (or until caught up, with ``burst``)."""
+    stop = stop or asyncio.Event()
+    metrics = TelemetryMetrics()
+    server, thread = start_http_server(
+        settings.metrics_port, settings.metrics_host, metrics.registry
+    )
+    meter_provider, tracer_provider = otel_providers()
+    nc = await nats.connect(settings.nats_url, name="tokenwire-telemetry")
+    try:
+        await ensure_topology(nc, settings.topology)
+        consumer = TelemetryConsumer(
+            nc=nc,
+            topology=settings.topology,
+            metrics=metrics,
+            otel=OtelSignals(meter_provider, tracer_provider),
+            live=lambda subject, payload: asyncio.ensure_future(
+                nc.publish(subject, payload)
+            ),
+        )
+        log.info("telemetry consuming %s", settings.topology.first_chunks_filter)
+        await consumer.run(stop, burst=burst)
+    finally:
+        await nc.drain()
+        meter_provider.shutdown()
+        tracer_provider.shutdown()
+        server.shutdown()
+        thread.join(timeout=5)

@@ -1,0 +1,118 @@
+"""The telemetry consumer: the first chunk of every step in, a stream-started signal out.
+
+The broker does the selection: the durable consumer's filter is the first-chunk subject
+(``<prefix>.chunks.*.*.first``), so deliveries equal steps, whatever the number of tokens.
+Each signal is published to ``<prefix>.events.<session>.started`` with the dedupe id
+``started:<session>:<turn>:<step>``; the PubAck's ``duplicate`` flag tells a redelivery (after
+a crash between publish and ack, or a restart) from a new start, so metrics count each step
+once without any state of our own surviving the restart. Sequence gaps on this path are normal.
+
+Control flow per message (PRINCIPLES.md, 6): the handler returns (ack), raises ``Reject``
+(undecodable: terminated and dead-lettered by the consumer loop) or ``Retry`` (the signal
+could not be published: nak with a delay).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgspec
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.js.errors import Error as JsError
+
+from tokenwire.broker import ConsumedMessage, PullConsumer, PullSettings, Reject, Retry, Topology
+from tokenwire.schemas import StreamStarted, envelope_decoder, json_encoder
+from tokenwire.services.telemetry._otel import OtelSignals
+from tokenwire.services.telemetry._prometheus import TelemetryMetrics
+from tokenwire.services.telemetry._signal import stream_started
+
+log = logging.getLogger(__name__)
+
+PUBLISH_TIMEOUT_S = 5.0
+RETRY_DELAY_S = 1.0
+LAG_POLL_S = 2.0
+
+
+@dataclass
+class TelemetryConsumer:
+    """Turns first chunks into signals; one instance per process.
+
+    ``publish_timeout_s`` bounds each wait on the broker; the pull loop's ``batch`` bounds how
+    many first chunks are held at once.
+    """
+
+    nc: Client
+    topology: Topology
+    metrics: TelemetryMetrics
+    otel: OtelSignals | None = None
+    live: Callable[[str, bytes], object] | None = None
+    publish_timeout_s: float = PUBLISH_TIMEOUT_S
+    pull: PullSettings = field(default_factory=PullSettings)
+
+    async def handle(self, msg: ConsumedMessage) -> None:
+        """Signal one first chunk (see the module docstring for the outcomes)."""
+        try:
+            envelope = envelope_decoder.decode(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            self.metrics.dead_lettered.inc()
+            raise Reject(f"undecodable chunk envelope: {exc}") from exc
+        signal = stream_started(envelope, msg.headers.get("traceparent"))
+        payload = json_encoder.encode(signal)
+        try:
+            ack = await self.nc.jetstream().publish(
+                self.topology.event_subject(signal.session, "started"),
+                payload,
+                timeout=self.publish_timeout_s,
+                headers={"Nats-Msg-Id": f"started:{signal.session}:{signal.turn}:{signal.step}"},
+            )
+        except (TimeoutError, NatsError, JsError) as exc:
+            log.warning("telemetry publish failed, will retry: %s", type(exc).__name__)
+            raise Retry(RETRY_DELAY_S) from exc
+        if ack.duplicate:
+            self.metrics.duplicates.inc()
+        else:
+            self._record(signal, payload)
+
+    def _record(self, signal: StreamStarted, payload: bytes) -> None:
+        self.metrics.record(signal)
+        if self.otel is not None:
+            self.otel.record(signal)
+        if self.live is not None:
+            self.live(self.topology.telemetry_live_subject, payload)
+
+    def consumer(self) -> PullConsumer:
+        """The callback-driven pull loop over the durable ``telemetry`` consumer."""
+        t = self.topology
+        return PullConsumer(
+            self.nc, t.stream, t.telemetry_consumer, self.handle,
+            settings=self.pull, dlq_subject=t.dlq_subject(t.telemetry_consumer),
+        )  # fmt: skip
+
+    async def run(self, stop: asyncio.Event, burst: bool = False) -> None:
+        """Consume until ``stop`` is set (or, with ``burst``, until nothing is pending)."""
+        consumer = await self.consumer().start()
+        try:
+            while not stop.is_set():
+                pending = await self._pending()
+                if pending is not None:
+                    self.metrics.lag.set(pending[0])
+                    if burst and pending == (0, 0) and consumer.buffered == 0:
+                        return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.2 if burst else LAG_POLL_S)
+        finally:
+            await consumer.stop()
+
+    async def _pending(self) -> tuple[int, int] | None:
+        """(not yet delivered, delivered but unacked), or None when the broker did not answer."""
+        t = self.topology
+        try:
+            info = await self.nc.jetstream().consumer_info(t.stream, t.telemetry_consumer)
+        except (TimeoutError, NatsError, JsError):
+            return None
+        return int(info.num_pending or 0), int(info.num_ack_pending or 0)

@@ -1,0 +1,118 @@
+"""MemoryStore: the in-memory Store for fast unit tests of other pieces.
+
+Same contract as the databases (the contract tests run against all three) and the same
+planner and packing, so what it returns is what a database would return.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from tokenwire.schemas import ErrorEvent, MessageEvent, SessionEvent
+from tokenwire.store._errors import StoreUnavailable
+from tokenwire.store._plan import StepKey, plan_commit, step_key, validate
+from tokenwire.store._records import CommittedStep, SessionSummary, StepRecord, StoreStats
+from tokenwire.store._rows import SessionState, StepRow, outcome_event, rows_events
+
+
+class MemoryStore:
+    """A Store in process memory. Nothing survives ``close()``; not shared between objects.
+
+    Every method runs without awaiting, so each call is atomic on the event loop.
+    """
+
+    def __init__(self, *, clock: Callable[[], int] = time.time_ns) -> None:
+        self._clock = clock
+        self._sessions: dict[str, SessionState] = {}
+        self._rows: dict[str, list[StepRow]] = {}
+        self._index: dict[StepKey, StepRow] = {}
+        self._closed = False
+
+    @property
+    def url(self) -> str:
+        """``memory://``."""
+        return "memory://"
+
+    async def commit(self, records: Sequence[StepRecord]) -> list[CommittedStep]:
+        """See :meth:`Store.commit`."""
+        self._check_open()
+        for record in records:
+            validate(record)
+        keys = {step_key(r) for r in records}
+        stored = {k: self._index[k].committed(False) for k in keys if k in self._index}
+        states = {
+            r.session: self._sessions.get(r.session) or SessionState(r.session) for r in records
+        }
+        plan = plan_commit(records, stored, states, self._clock())
+        for row in plan.rows:
+            self._rows.setdefault(row.session, []).append(row)
+            self._index[(row.session, row.turn, row.step)] = row
+        self._sessions.update((s.session, s) for s in plan.sessions)
+        return plan.results
+
+    async def session_events(
+        self, session: str, from_seq: int = 1, to_seq: int | None = None
+    ) -> list[SessionEvent]:
+        """See :meth:`Store.session_events`."""
+        self._check_open()
+        return rows_events(self._rows.get(session, []), from_seq, to_seq)
+
+    async def messages(self, session: str) -> list[MessageEvent | ErrorEvent]:
+        """See :meth:`Store.messages`."""
+        self._check_open()
+        return [outcome_event(row) for row in self._rows.get(session, [])]
+
+    async def step_outcome(
+        self, session: str, turn: int, step: int
+    ) -> MessageEvent | ErrorEvent | None:
+        """See :meth:`Store.step_outcome`."""
+        self._check_open()
+        row = self._index.get((session, turn, step))
+        return None if row is None else outcome_event(row)
+
+    async def sessions(self, limit: int = 100, offset: int = 0) -> list[SessionSummary]:
+        """See :meth:`Store.sessions`."""
+        self._check_open()
+        ordered = sorted(self._sessions.values(), key=lambda s: (-(s.last_ns or 0), s.session))
+        return [s.summary() for s in ordered[offset : offset + limit]]
+
+    async def stats(self) -> StoreStats:
+        """See :meth:`Store.stats`."""
+        self._check_open()
+        states = self._sessions.values()
+        return StoreStats(
+            sessions=len(states),
+            steps=sum(s.steps for s in states),
+            messages=sum(s.messages for s in states),
+            errors=sum(s.errors for s in states),
+            chunks=sum(s.chunks for s in states),
+        )
+
+    async def delete_session(self, session: str) -> int:
+        """See :meth:`Store.delete_session`."""
+        self._check_open()
+        rows = self._rows.pop(session, [])
+        self._sessions.pop(session, None)
+        for row in rows:
+            del self._index[(row.session, row.turn, row.step)]
+        return len(rows)
+
+    async def truncate(self) -> None:
+        """See :meth:`Store.truncate`."""
+        self._check_open()
+        self._sessions.clear()
+        self._rows.clear()
+        self._index.clear()
+
+    async def ping(self) -> None:
+        """See :meth:`Store.ping`."""
+        self._check_open()
+
+    async def close(self) -> None:
+        """See :meth:`Store.close`."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreUnavailable("memory", "the store is closed")

@@ -1,0 +1,117 @@
+"""The commit planner: which records to write and which seq range each one gets.
+
+Pure and shared by every backend. A backend opens its transaction, locks and loads the
+session rows and the already stored ranges of the batch's steps, calls :func:`plan_commit`,
+writes ``plan.rows`` and ``plan.sessions``, and commits. Doing the idempotency check inside
+the transaction, after the session rows are locked, is what makes it exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from tokenwire.store._errors import StoreIntegrityError
+from tokenwire.store._packing import PACKING_ZLIB_JSON, encode_outcome, pack_chunks
+from tokenwire.store._records import CommittedStep, StepRecord
+from tokenwire.store._rows import SessionState, StepRow
+
+StepKey = tuple[str, int, int]
+"""(session, turn, step): the identity of one model call."""
+
+
+class CommitPlan(msgspec.Struct, frozen=True):
+    """What one commit writes: new ``rows``, updated ``sessions``, and the ``results`` to
+    return (one per record, in record order)."""
+
+    rows: list[StepRow]
+    sessions: list[SessionState]
+    results: list[CommittedStep]
+
+
+def step_key(record: StepRecord) -> StepKey:
+    """The (session, turn, step) of a record."""
+    return (record.session, record.turn, record.step)
+
+
+def validate(record: StepRecord) -> None:
+    """Reject a record whose chunks belong to another step or are not in ordinal order."""
+    where = step_key(record)
+    previous = -1
+    for envelope in record.chunks:
+        if (envelope.session, envelope.turn, envelope.step) != where:
+            raise StoreIntegrityError("a chunk of another step", *where)
+        if envelope.ordinal <= previous:
+            raise StoreIntegrityError("chunks not in increasing ordinal order", *where)
+        previous = envelope.ordinal
+
+
+def plan_commit(
+    records: Sequence[StepRecord],
+    stored: Mapping[StepKey, CommittedStep],
+    sessions: Mapping[str, SessionState],
+    committed_ns: int,
+) -> CommitPlan:
+    """Assign seq ranges in batch order; a step already in ``stored`` (or earlier in the
+    batch) is not written again and returns its range with ``inserted=False``.
+
+    ``sessions`` must hold the current row of every session in the batch (a fresh
+    ``SessionState`` for a new one); it is not modified.
+    """
+    states = {name: msgspec.structs.replace(state) for name, state in sessions.items()}
+    known = dict(stored)
+    rows: list[StepRow] = []
+    results: list[CommittedStep] = []
+    touched: dict[str, SessionState] = {}
+    for record in records:
+        key = step_key(record)
+        if (prior := known.get(key)) is not None:
+            results.append(msgspec.structs.replace(prior, inserted=False))
+            continue
+        row = _new_row(record, states[record.session], committed_ns)
+        rows.append(row)
+        results.append(row.committed(inserted=True))
+        known[key] = results[-1]
+        touched[record.session] = states[record.session]
+    return CommitPlan(rows=rows, sessions=list(touched.values()), results=results)
+
+
+def _new_row(record: StepRecord, state: SessionState, committed_ns: int) -> StepRow:
+    """The row of a new step, advancing the session's state past it."""
+    count = len(record.chunks)
+    first_ns = record.chunks[0].time_ns if record.chunks else record.completed_ns
+    row = StepRow(
+        session=record.session,
+        turn=record.turn,
+        step=record.step,
+        position=state.steps + 1,
+        seq_start=state.last_seq + 1,
+        seq_end=state.last_seq + count,
+        chunk_count=count,
+        provider=record.provider,
+        model=record.model,
+        outcome_kind=record.outcome_kind,
+        outcome=encode_outcome(record.outcome),
+        packing=PACKING_ZLIB_JSON,
+        chunks=pack_chunks(record.chunks),
+        first_ns=first_ns,
+        completed_ns=record.completed_ns,
+        committed_ns=committed_ns,
+    )
+    _advance(state, row)
+    return row
+
+
+def _advance(state: SessionState, row: StepRow) -> None:
+    state.last_seq = row.seq_end
+    state.steps += 1
+    state.chunks += row.chunk_count
+    if row.outcome_kind == "message":
+        state.messages += 1
+    else:
+        state.errors += 1
+    state.first_ns = row.first_ns if state.first_ns is None else min(state.first_ns, row.first_ns)
+    state.last_ns = (
+        row.completed_ns if state.last_ns is None else max(state.last_ns, row.completed_ns)
+    )

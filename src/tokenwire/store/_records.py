@@ -1,0 +1,75 @@
+"""What goes into the store and what comes back from it (besides the session events)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from tokenwire.schemas import ChunkEnvelope, Message, RecordedError
+
+OutcomeKind = Literal["message", "error"]
+"""How a step ended: an assembled :class:`Message` or a :class:`RecordedError`."""
+
+
+class StepRecord(msgspec.Struct, frozen=True):
+    """One closed step, as the assembler hands it to :meth:`Store.commit`.
+
+    ``chunks`` are the step's envelopes in ordinal order (possibly empty, possibly with a gap
+    when ``outcome`` is a ``gap`` error); every envelope belongs to this (session, turn, step).
+    ``completed_ns`` is when the assembler closed the step (Unix ns).
+    """
+
+    session: str
+    turn: int
+    step: int
+    provider: str
+    model: str
+    chunks: list[ChunkEnvelope]
+    outcome: Message | RecordedError
+    completed_ns: int
+
+    @property
+    def outcome_kind(self) -> OutcomeKind:
+        """``"message"`` or ``"error"``."""
+        return "message" if isinstance(self.outcome, Message) else "error"
+
+
+class CommittedStep(msgspec.Struct, frozen=True):
+    """Where a committed step sits in its session: chunks ``seq_start..seq_end``.
+
+    A step without chunks has ``seq_end == seq_start - 1``. ``inserted`` is False when the
+    step was already stored (an idempotent replay); the range and kind are then the stored ones.
+    """
+
+    session: str
+    turn: int
+    step: int
+    seq_start: int
+    seq_end: int
+    outcome_kind: OutcomeKind
+    inserted: bool
+
+
+class SessionSummary(msgspec.Struct, frozen=True):
+    """One session's counters. ``first_ns`` is its earliest chunk time (or step completion
+    when it has no chunk), ``last_ns`` its latest step completion (Unix ns)."""
+
+    session: str
+    steps: int
+    messages: int
+    errors: int
+    chunks: int
+    last_seq: int
+    first_ns: int
+    last_ns: int
+
+
+class StoreStats(msgspec.Struct, frozen=True):
+    """Counts over the whole store."""
+
+    sessions: int
+    steps: int
+    messages: int
+    errors: int
+    chunks: int

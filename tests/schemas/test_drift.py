@@ -1,0 +1,23 @@
+"""The committed JSON Schema files are exactly what the Structs generate.
+
+On failure: ``.venv/bin/python -m tokenwire.schemas.jsonschema schemas/`` (``make schemas``),
+then review and commit the diff.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenwire.schemas.jsonschema import render
+
+COMMITTED = Path(__file__).resolve().parents[2] / "schemas"
+
+
+def test_committed_schema_files_match_the_structs() -> None:
+    rendered = render()
+    committed = {
+        p.relative_to(COMMITTED).as_posix(): p.read_bytes() for p in COMMITTED.rglob("*.json")
+    }
+    assert sorted(committed) == sorted(rendered)
+    for name, body in rendered.items():
+        assert committed[name] == body, f"schemas/{name} drifted: run make schemas"

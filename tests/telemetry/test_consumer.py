@@ -1,0 +1,169 @@
+"""The telemetry consumer against a real nats-server: deliveries equal steps, not tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from nats.aio.client import Client
+
+from tokenwire.broker import ChunkPublisher, Topology
+from tokenwire.schemas import (
+    ChunkEnvelope,
+    Finish,
+    StreamChunk,
+    StreamStarted,
+    TextDelta,
+    json_encoder,
+)
+from tokenwire.services.telemetry import TelemetryConsumer, TelemetryMetrics
+
+SENTINEL = "SENTINEL-c0ffee"
+SEED = 20261129
+
+
+def _chunks(n: int) -> list[StreamChunk]:
+    texts: list[StreamChunk] = [TextDelta(index=0, text=f"{SENTINEL} {i}") for i in range(n - 1)]
+    return [*texts, Finish(reason="stop")]
+
+
+async def _publish_steps(
+    nc: Client, topology: Topology, lengths: list[int]
+) -> list[tuple[str, int, int]]:
+    publisher = await ChunkPublisher(nc, topology).start()
+    steps = []
+    for k, n in enumerate(lengths):
+        session, turn, step = f"sess-{k % 37}", k // 37, k % 3
+        for ordinal, chunk in enumerate(_chunks(n)):
+            env = ChunkEnvelope(
+                session=session, turn=turn, step=step, ordinal=ordinal,
+                time_ns=2_000_000 + ordinal, provider="scripted", model=f"m-{k % 2}",
+                chunk=chunk, request_time_ns=1_000_000 if ordinal == 0 else None,
+            )  # fmt: skip
+            await publisher.publish(
+                json_encoder.encode(env), session, turn, step, ordinal, first=ordinal == 0
+            )
+        steps.append((session, turn, step))
+    await publisher.flush(30)
+    await publisher.close()
+    return steps
+
+
+async def _signals(nc: Client, topology: Topology) -> list[StreamStarted]:
+    import msgspec
+
+    js = nc.jetstream()
+    sub = await js.subscribe(
+        f"{topology.prefix}.events.*.started", stream=topology.events_stream, ordered_consumer=True
+    )
+    info = await js.stream_info(topology.events_stream)
+    out: list[StreamStarted] = []
+    try:
+        while len(out) < info.state.messages:
+            msg = await sub.next_msg(timeout=5)
+            assert SENTINEL.encode() not in msg.data
+            if msg.subject.endswith(".started"):
+                out.append(msgspec.json.decode(msg.data, type=StreamStarted))
+    except TimeoutError:
+        pass
+    finally:
+        await sub.unsubscribe()
+    return out
+
+
+def _delivered(consumer_info: object) -> int:
+    return int(consumer_info.delivered.consumer_seq)  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+async def test_two_hundred_steps_give_two_hundred_deliveries_and_signals(
+    nc: Client, topology: Topology
+) -> None:
+    rng = random.Random(SEED)
+    print(f"seed={SEED}")
+    lengths = [1, 2000] + [rng.randint(1, 2000) for _ in range(198)]
+    steps = await _publish_steps(nc, topology, lengths)
+    metrics = TelemetryMetrics()
+    consumer = TelemetryConsumer(nc=nc, topology=topology, metrics=metrics)
+
+    await asyncio.wait_for(consumer.run(asyncio.Event(), burst=True), 60)
+
+    info = await nc.jetstream().consumer_info(topology.stream, topology.telemetry_consumer)
+    assert _delivered(info) == 200
+    signals = await _signals(nc, topology)
+    assert sorted((s.session, s.turn, s.step) for s in signals) == sorted(steps)
+    assert all(s.time_to_first_chunk_s == pytest.approx(0.001) for s in signals)
+    total = sum(
+        metrics.registry.get_sample_value(
+            "tokenwire_stream_starts_total", {"provider": "scripted", "model": m}
+        )
+        or 0
+        for m in ("m-0", "m-1")
+    )
+    assert total == 200
+    exposition = "\n".join(
+        f"{s.name}{s.labels}" for metric in metrics.registry.collect() for s in metric.samples
+    )
+    assert SENTINEL not in exposition
+
+
+async def test_a_restart_in_the_middle_sends_no_signal_twice(
+    nc: Client, topology: Topology
+) -> None:
+    steps = await _publish_steps(nc, topology, [3] * 40)
+    first = TelemetryMetrics()
+    seen = 0
+    crashed = asyncio.Event()
+
+    class CrashAfter(TelemetryConsumer):
+        async def handle(self, msg):  # type: ignore[no-untyped-def]
+            nonlocal seen
+            await super().handle(msg)
+            seen += 1
+            if seen == 20:
+                # The signal went out but the process dies before its ack: the broker
+                # redelivers this first chunk to the next instance.
+                crashed.set()
+                await asyncio.Event().wait()
+
+    crashing = CrashAfter(nc=nc, topology=topology, metrics=first)
+    pull = await crashing.consumer().start()
+    await asyncio.wait_for(crashed.wait(), 30)
+    await pull.stop(timeout_s=0.1, release=True)
+
+    second = TelemetryMetrics()
+    restarted = TelemetryConsumer(nc=nc, topology=topology, metrics=second)
+    # ack_wait of the test topology is 30 s; nak-free redelivery of the unacked message comes
+    # sooner because stop() naks what it held.
+    await asyncio.wait_for(restarted.run(asyncio.Event(), burst=True), 60)
+
+    signals = await _signals(nc, topology)
+    assert sorted((s.session, s.turn, s.step) for s in signals) == sorted(steps)
+    assert len(signals) == 40
+    starts = lambda m: sum(  # noqa: E731
+        m.registry.get_sample_value(
+            "tokenwire_stream_starts_total", {"provider": "scripted", "model": x}
+        )
+        or 0
+        for x in ("m-0", "m-1")
+    )
+    assert starts(first) + starts(second) == 40
+    assert second.registry.get_sample_value("tokenwire_telemetry_duplicates_total") >= 1
+
+
+async def test_an_undecodable_first_chunk_is_dead_lettered_and_the_rest_continue(
+    nc: Client, topology: Topology
+) -> None:
+    js = nc.jetstream()
+    await js.publish(
+        f"{topology.prefix}.in.bad-session.first", b"{not json", headers={"Nats-Msg-Id": "bad"}
+    )
+    await _publish_steps(nc, topology, [2, 2])
+    metrics = TelemetryMetrics()
+    consumer = TelemetryConsumer(nc=nc, topology=topology, metrics=metrics)
+    await asyncio.wait_for(consumer.run(asyncio.Event(), burst=True), 30)
+    assert metrics.registry.get_sample_value("tokenwire_telemetry_dead_lettered_total") == 1
+    dlq = await js.stream_info(topology.dlq_stream)
+    assert dlq.state.messages == 1
+    assert len(await _signals(nc, topology)) == 2
