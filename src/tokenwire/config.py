@@ -8,6 +8,7 @@
 | ``TOKENWIRE_GATEWAY_KEYS`` | absent: the gateway listens on loopback only |
 | ``TOKENWIRE_GATEWAY_ADDR`` | ``127.0.0.1:8080`` |
 | ``TOKENWIRE_PARTITIONS`` | ``16`` |
+| ``TOKENWIRE_REPLICAS`` | ``1`` (3 in a three-node cluster) |
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Settings:
     gateway_port: int
     gateway_keys: frozenset[str]
     partitions: int
+    replicas: int = 1
 
     @property
     def nats_url(self) -> str | None:
@@ -68,6 +70,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         gateway_port=port,
         gateway_keys=frozenset(k for k in env.get("TOKENWIRE_GATEWAY_KEYS", "").split(",") if k),
         partitions=parse_int("TOKENWIRE_PARTITIONS", env.get("TOKENWIRE_PARTITIONS", "16"), 1),
+        replicas=parse_int("TOKENWIRE_REPLICAS", env.get("TOKENWIRE_REPLICAS", "1"), 1, 5),
     )
 
 

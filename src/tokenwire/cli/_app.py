@@ -29,10 +29,12 @@ def cli(ctx: click.Context, debug: bool) -> None:
 def _register() -> None:
     # Imported here so that `tokenwire --help` stays fast and each command module is optional
     # reading for the others.
-    from tokenwire.cli import _demo, _fold
+    from tokenwire.cli import _demo, _fold, _services
 
     cli.add_command(_fold.fold)
     cli.add_command(_demo.demo)
+    cli.add_command(_services.telemetry)
+    cli.add_command(_services.scripted_provider)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,37 @@
+"""``serve`` (the CLI's entry) on a real socket: ready callback, health, clean cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from tokenwire.services.scripted_provider import (
+    ScriptedServer,
+    ScriptedSettings,
+    ServerStartError,
+    serve,
+)
+
+
+async def test_serve_announces_its_url_and_stops_on_cancel() -> None:
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(serve("127.0.0.1", 0, ScriptedSettings(), on_ready=ready.set_result))
+    url = await asyncio.wait_for(ready, timeout=10)
+    async with httpx.AsyncClient(base_url=url) as http:
+        assert (await http.get("/healthz")).status_code == 200
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with httpx.AsyncClient(base_url=url) as http:
+        with pytest.raises(httpx.ConnectError):
+            await http.get("/healthz")
+
+
+async def test_a_busy_port_is_a_start_error() -> None:
+    async with ScriptedServer() as first:
+        with pytest.raises(ServerStartError) as info:
+            async with ScriptedServer(port=first.port):
+                pass
+    assert info.value.port == first.port
