@@ -33,6 +33,7 @@ def _register() -> None:
 
     cli.add_command(_fold.fold)
     cli.add_command(_demo.demo)
+    cli.add_command(_demo.up)
     cli.add_command(_services.telemetry)
     cli.add_command(_services.scripted_provider)
 

@@ -1,11 +1,233 @@
-"""``tokenwire demo``: the embedded stack and a demo fleet."""
+"""``tokenwire demo`` and ``tokenwire up``: the embedded stack, and a fleet driven through it."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import statistics
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+
 import click
+import msgspec
+import nats
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tokenwire.broker import Topology, free_port
+from tokenwire.cli._common import run_until_signal, settings, topology
+from tokenwire.cli._errors import CheckFailedError
+from tokenwire.cli._fleet import ExpectedTotals, FleetPlan, FleetResult, expected_totals, run_fleet
+from tokenwire.cli._stack import Stack
+from tokenwire.schemas import ErrorEvent, MessageEvent, StreamStarted
+from tokenwire.store import Store, open_store
+
+PERSIST_TIMEOUT_S = 60.0
+console = Console(highlight=False)
+
+
+@dataclass
+class Observed:
+    """What the store and the telemetry path hold for the fleet's sessions."""
+
+    steps: int = 0
+    messages: int = 0
+    max_tokens_messages: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    chunks: int = 0
+    ttfc_s: list[float] = field(default_factory=list)
+    differences: list[str] = field(default_factory=list)
 
 
 @click.command()
-def demo() -> None:
-    """Run the embedded stack and a demo fleet of agent sessions."""
-    click.echo("tokenwire is installed; the demo fleet arrives with the gateway and assembler.")
+@click.option("--sessions", default=20, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--turns", default=2, show_default=True, type=click.IntRange(1, 100))
+@click.option("--steps", default=2, show_default=True, type=click.IntRange(2, 100),
+              help="Steps per turn: a tool step, reasoning steps, an answer.")  # fmt: skip
+@click.option("--keep", is_flag=True, help="Keep the stack running after the summary (Ctrl-C stops).")
+@click.pass_context
+def demo(ctx: click.Context, sessions: int, turns: int, steps: int, keep: bool) -> None:
+    """Start the embedded stack, drive a fleet of agent sessions through it, summarise."""
+    s = settings(ctx)
+    plan = FleetPlan(sessions, turns, steps, run_id=uuid.uuid4().hex[:6])
+    stack = Stack(s, topology(s), gateway_port=free_port())
+    ok = True
+
+    async def main(stop: asyncio.Event) -> None:
+        nonlocal ok
+        try:
+            with console.status("starting nats-server, scripted provider, gateway, assembler, telemetry"):
+                await stack.start()
+            ok = await _demo(stack, plan)
+            if keep:
+                _print_addresses(stack)
+                console.print("stack running; Ctrl-C stops it")
+                await stop.wait()
+        finally:
+            stack.stop()
+
+    run_until_signal(main)
+    if not ok:
+        raise CheckFailedError("the demo's checks failed (see the summary above)")
+
+
+@click.command()
+@click.pass_context
+def up(ctx: click.Context) -> None:
+    """Run the embedded stack in the foreground until Ctrl-C, printing the addresses."""
+    s = settings(ctx)
+
+    async def main(stop: asyncio.Event) -> None:
+        stack = Stack(s, topology(s))
+        try:
+            await stack.start()
+            _print_addresses(stack)
+            await stop.wait()
+        finally:
+            stack.stop()
+
+    run_until_signal(main)
+
+
+def _print_addresses(stack: Stack) -> None:
+    for part, address in stack.addresses.items():
+        click.echo(f"{part}: {address}", nl=True)
+
+
+async def _demo(stack: Stack, plan: FleetPlan) -> bool:
+    expected = expected_totals(plan)
+    result = await _drive(stack, plan, expected.steps)
+    store = open_store(stack.settings.store_url)
+    nc = await nats.connect(stack.nats_url)
+    try:
+        observed = await _observe(nc, stack.topology, store, result.sessions, expected)
+    finally:
+        await nc.close()
+        await store.close()
+    _summary(stack, plan, expected, result, observed)
+    return _checks_pass(expected, observed)
+
+
+async def _drive(stack: Stack, plan: FleetPlan, total: int) -> FleetResult:
+    columns = (TextColumn("fleet"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("steps", total=total)
+        return await run_fleet(plan, stack.addresses["gateway"], lambda: progress.advance(task))
+
+
+async def _observe(
+    nc: nats.NATS, t: Topology, store: Store, sessions: list[str], expected: ExpectedTotals
+) -> Observed:
+    observed = Observed()
+    with console.status("waiting for the assembler to persist every step"):
+        outcomes = await _wait_persisted(store, sessions, expected.steps)
+    for event in outcomes:
+        observed.steps += 1
+        observed.chunks += event.seq_end - event.seq_start + 1
+        if isinstance(event, MessageEvent):
+            observed.messages += 1
+            observed.max_tokens_messages += event.message.finish_reason == "max-tokens"
+        else:
+            observed.errors[event.error.kind] += 1
+    with console.status("reading stream-started signals from the telemetry path"):
+        observed.ttfc_s = await _ttfc(nc, t, set(sessions), expected.steps)
+    with console.status("replaying every session from the broker and verifying the store"):
+        observed.differences = await _verify(nc, t, store, sessions)
+    return observed
+
+
+async def _wait_persisted(store: Store, sessions: list[str], steps: int) -> list[MessageEvent | ErrorEvent]:
+    deadline = time.monotonic() + PERSIST_TIMEOUT_S
+    while True:
+        outcomes = [e for s in sessions for e in await store.messages(s)]
+        if len(outcomes) >= steps or time.monotonic() > deadline:
+            return outcomes
+        await asyncio.sleep(0.2)
+
+
+async def _ttfc(nc: nats.NATS, t: Topology, sessions: set[str], steps: int) -> list[float]:
+    """Time to first chunk of each of the fleet's steps, as the telemetry consumer signalled."""
+    js = nc.jetstream()
+    sub = await js.subscribe(f"{t.prefix}.events.*.started", stream=t.events_stream, ordered_consumer=True)
+    found: dict[tuple[str, int, int], float] = {}
+    deadline = time.monotonic() + PERSIST_TIMEOUT_S
+    try:
+        while len(found) < steps and time.monotonic() < deadline:
+            with contextlib.suppress(TimeoutError, nats.errors.TimeoutError):
+                msg = await sub.next_msg(timeout=1.0)
+                signal = msgspec.json.decode(msg.data, type=StreamStarted)
+                if signal.session in sessions and signal.time_to_first_chunk_s is not None:
+                    found[(signal.session, signal.turn, signal.step)] = signal.time_to_first_chunk_s
+    finally:
+        await sub.unsubscribe()
+    return list(found.values())
+
+
+async def _verify(nc: nats.NATS, t: Topology, store: Store, sessions: list[str]) -> list[str]:
+    from tokenwire.replay import verify
+
+    differences: list[str] = []
+    for session in sessions:
+        differences += [f"{session}: {d}" for d in await verify(nc, t, store, session)]
+    return differences
+
+
+def _checks_pass(expected: ExpectedTotals, observed: Observed) -> bool:
+    return (
+        observed.steps == expected.steps
+        and observed.messages == expected.messages
+        and sum(observed.errors.values()) == expected.errors
+        and observed.max_tokens_messages == expected.max_tokens_messages
+        and not observed.differences
+    )
+
+
+def _percentile(values: list[float], q: float) -> str:
+    if not values:
+        return "n/a"
+    if len(values) == 1:
+        return f"{values[0] * 1000:.1f} ms"
+    return f"{statistics.quantiles(values, n=100, method='inclusive')[q - 1] * 1000:.1f} ms"
+
+
+def _summary(
+    stack: Stack, plan: FleetPlan, expected: ExpectedTotals, result: FleetResult, observed: Observed
+) -> None:
+    table = Table(title=f"tokenwire demo: {plan.sessions} sessions x {plan.turns} turns x {plan.steps} steps")
+    table.add_column("")
+    table.add_column("observed", justify="right")
+    table.add_column("expected", justify="right")
+    errors = ", ".join(f"{k} {v}" for k, v in sorted(observed.errors.items())) or "none"
+    rows = [
+        ("sessions", str(len(result.sessions)), str(plan.sessions)),
+        ("steps persisted", str(observed.steps), str(expected.steps)),
+        ("chunks persisted", str(observed.chunks), ""),
+        ("messages", str(observed.messages), str(expected.messages)),
+        ("  of which cut by max-tokens", str(observed.max_tokens_messages), str(expected.max_tokens_messages)),
+        ("recorded errors", f"{sum(observed.errors.values())} ({errors})", str(expected.errors)),
+        ("tool calls dispatched by agents", str(result.tool_calls), ""),
+        ("time to first chunk p50 (telemetry)", _percentile(observed.ttfc_s, 50), ""),
+        ("time to first chunk p99 (telemetry)", _percentile(observed.ttfc_s, 99), ""),
+        ("fleet wall time", f"{result.wall_s:.1f} s", ""),
+        ("replay --verify", "passed" if not observed.differences else f"{len(observed.differences)} differences", "passed"),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    for difference in observed.differences[:20]:
+        console.print(f"[red]difference[/red] {difference}")
+    session = result.sessions[min(1, len(result.sessions) - 1)]
+    data = stack.settings.data_dir
+    console.print(f"data: {data} (broker under {data / 'jetstream'}, store {stack.settings.store_url})")
+    console.print("look at a session (start the stack again with `tokenwire up` if it is stopped):")
+    for command in (
+        f"tokenwire replay {session}",
+        f"tokenwire replay {session} --verify",
+        f"tokenwire tail {session}",
+        f"tokenwire messages {session}",
+        f"open {stack.addresses['gateway']}/viewer?session={session}",
+    ):
+        console.print(f"  {command}")
