@@ -35,6 +35,7 @@ def _register() -> None:
     cli.add_command(_demo.demo)
     cli.add_command(_demo.up)
     cli.add_command(_services.telemetry)
+    cli.add_command(_services.gateway)
     cli.add_command(_services.scripted_provider)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import click
 import msgspec
 import nats
+from nats.aio.client import Client
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -47,7 +48,9 @@ class Observed:
 @click.option("--turns", default=2, show_default=True, type=click.IntRange(1, 100))
 @click.option("--steps", default=2, show_default=True, type=click.IntRange(2, 100),
               help="Steps per turn: a tool step, reasoning steps, an answer.")  # fmt: skip
-@click.option("--keep", is_flag=True, help="Keep the stack running after the summary (Ctrl-C stops).")
+@click.option(
+    "--keep", is_flag=True, help="Keep the stack running after the summary (Ctrl-C stops)."
+)
 @click.pass_context
 def demo(ctx: click.Context, sessions: int, turns: int, steps: int, keep: bool) -> None:
     """Start the embedded stack, drive a fleet of agent sessions through it, summarise."""
@@ -59,7 +62,9 @@ def demo(ctx: click.Context, sessions: int, turns: int, steps: int, keep: bool) 
     async def main(stop: asyncio.Event) -> None:
         nonlocal ok
         try:
-            with console.status("starting nats-server, scripted provider, gateway, assembler, telemetry"):
+            with console.status(
+                "starting nats-server, scripted provider, gateway, assembler, telemetry"
+            ):
                 await stack.start()
             ok = await _demo(stack, plan)
             if keep:
@@ -119,7 +124,7 @@ async def _drive(stack: Stack, plan: FleetPlan, total: int) -> FleetResult:
 
 
 async def _observe(
-    nc: nats.NATS, t: Topology, store: Store, sessions: list[str], expected: ExpectedTotals
+    nc: Client, t: Topology, store: Store, sessions: list[str], expected: ExpectedTotals
 ) -> Observed:
     observed = Observed()
     with console.status("waiting for the assembler to persist every step"):
@@ -139,7 +144,9 @@ async def _observe(
     return observed
 
 
-async def _wait_persisted(store: Store, sessions: list[str], steps: int) -> list[MessageEvent | ErrorEvent]:
+async def _wait_persisted(
+    store: Store, sessions: list[str], steps: int
+) -> list[MessageEvent | ErrorEvent]:
     deadline = time.monotonic() + PERSIST_TIMEOUT_S
     while True:
         outcomes = [e for s in sessions for e in await store.messages(s)]
@@ -148,10 +155,12 @@ async def _wait_persisted(store: Store, sessions: list[str], steps: int) -> list
         await asyncio.sleep(0.2)
 
 
-async def _ttfc(nc: nats.NATS, t: Topology, sessions: set[str], steps: int) -> list[float]:
+async def _ttfc(nc: Client, t: Topology, sessions: set[str], steps: int) -> list[float]:
     """Time to first chunk of each of the fleet's steps, as the telemetry consumer signalled."""
     js = nc.jetstream()
-    sub = await js.subscribe(f"{t.prefix}.events.*.started", stream=t.events_stream, ordered_consumer=True)
+    sub = await js.subscribe(
+        f"{t.prefix}.events.*.started", stream=t.events_stream, ordered_consumer=True
+    )
     found: dict[tuple[str, int, int], float] = {}
     deadline = time.monotonic() + PERSIST_TIMEOUT_S
     try:
@@ -166,7 +175,7 @@ async def _ttfc(nc: nats.NATS, t: Topology, sessions: set[str], steps: int) -> l
     return list(found.values())
 
 
-async def _verify(nc: nats.NATS, t: Topology, store: Store, sessions: list[str]) -> list[str]:
+async def _verify(nc: Client, t: Topology, store: Store, sessions: list[str]) -> list[str]:
     from tokenwire.replay import verify
 
     differences: list[str] = []
@@ -185,7 +194,7 @@ def _checks_pass(expected: ExpectedTotals, observed: Observed) -> bool:
     )
 
 
-def _percentile(values: list[float], q: float) -> str:
+def _percentile(values: list[float], q: int) -> str:
     if not values:
         return "n/a"
     if len(values) == 1:
@@ -196,7 +205,9 @@ def _percentile(values: list[float], q: float) -> str:
 def _summary(
     stack: Stack, plan: FleetPlan, expected: ExpectedTotals, result: FleetResult, observed: Observed
 ) -> None:
-    table = Table(title=f"tokenwire demo: {plan.sessions} sessions x {plan.turns} turns x {plan.steps} steps")
+    table = Table(
+        title=f"tokenwire demo: {plan.sessions} sessions x {plan.turns} turns x {plan.steps} steps"
+    )
     table.add_column("")
     table.add_column("observed", justify="right")
     table.add_column("expected", justify="right")
@@ -206,13 +217,21 @@ def _summary(
         ("steps persisted", str(observed.steps), str(expected.steps)),
         ("chunks persisted", str(observed.chunks), ""),
         ("messages", str(observed.messages), str(expected.messages)),
-        ("  of which cut by max-tokens", str(observed.max_tokens_messages), str(expected.max_tokens_messages)),
+        (
+            "  of which cut by max-tokens",
+            str(observed.max_tokens_messages),
+            str(expected.max_tokens_messages),
+        ),
         ("recorded errors", f"{sum(observed.errors.values())} ({errors})", str(expected.errors)),
         ("tool calls dispatched by agents", str(result.tool_calls), ""),
         ("time to first chunk p50 (telemetry)", _percentile(observed.ttfc_s, 50), ""),
         ("time to first chunk p99 (telemetry)", _percentile(observed.ttfc_s, 99), ""),
         ("fleet wall time", f"{result.wall_s:.1f} s", ""),
-        ("replay --verify", "passed" if not observed.differences else f"{len(observed.differences)} differences", "passed"),
+        (
+            "replay --verify",
+            "passed" if not observed.differences else f"{len(observed.differences)} differences",
+            "passed",
+        ),
     ]
     for row in rows:
         table.add_row(*row)
@@ -221,7 +240,9 @@ def _summary(
         console.print(f"[red]difference[/red] {difference}")
     session = result.sessions[min(1, len(result.sessions) - 1)]
     data = stack.settings.data_dir
-    console.print(f"data: {data} (broker under {data / 'jetstream'}, store {stack.settings.store_url})")
+    console.print(
+        f"data: {data} (broker under {data / 'jetstream'}, store {stack.settings.store_url})"
+    )
     console.print("look at a session (start the stack again with `tokenwire up` if it is stopped):")
     for command in (
         f"tokenwire replay {session}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import click
 
@@ -68,3 +69,12 @@ def scripted_provider(
         await asyncio.gather(task, waiter, return_exceptions=True)
 
     run_until_signal(main)
+
+
+@click.command()
+def gateway() -> None:
+    """Run the provider gateway (configured by TOKENWIRE_GATEWAY_* and TOKENWIRE_NATS_URL)."""
+    from tokenwire.services import gateway as service
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    asyncio.run(service.run(service.GatewaySettings.from_env()))

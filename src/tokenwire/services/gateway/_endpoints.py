@@ -1,0 +1,177 @@
+"""The two caller dialects: how a request is read, forwarded or translated, and answered.
+
+Same dialect as the provider: the body is forwarded with only ``model`` replaced (plus
+``stream: true``, and for OpenAI ``stream_options.include_usage: true`` so usage is captured).
+Another dialect: the request goes through the neutral request and the chunks through the
+caller's stream encoder. Non-streaming callers are served from a streamed provider call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import msgspec
+
+from tokenwire.schemas import Message
+from tokenwire.services.gateway._dialect_anthropic import (
+    AnthropicRequest,
+    anthropic_to_neutral,
+    neutral_to_anthropic,
+    validate_anthropic,
+)
+from tokenwire.services.gateway._dialect_openai import (
+    OpenAIChatRequest,
+    neutral_to_openai,
+    openai_to_neutral,
+    validate_openai,
+)
+from tokenwire.services.gateway._encode_anthropic import (
+    AnthropicStreamEncoder,
+    anthropic_error_body,
+    anthropic_message,
+)
+from tokenwire.services.gateway._encode_openai import (
+    OpenAIStreamEncoder,
+    openai_completion,
+    openai_error_body,
+)
+from tokenwire.services.gateway._errors import GatewayError, TranslationUnsupportedError
+from tokenwire.services.gateway._neutral import NeutralRequest
+from tokenwire.services.gateway._output import CallerOutput, EncodingOutput, ForwardingOutput
+from tokenwire.services.gateway._routing import CallerDialect, Route
+
+_encode = msgspec.json.encode
+
+
+@dataclass(frozen=True)
+class Reply:
+    """Ids and names of one response: ``response_id`` is ``chatcmpl-...`` or ``msg_...``."""
+
+    response_id: str
+    model: str
+    created: int
+
+
+class Endpoint(Protocol):
+    """One caller dialect."""
+
+    dialect: CallerDialect
+
+    def parse(self, body: dict[str, Any]) -> OpenAIChatRequest | AnthropicRequest: ...
+
+    def provider_body(
+        self, body: dict[str, Any], req: Any, route: Route, default_max_tokens: int
+    ) -> bytes: ...
+
+    def stream_output(self, req: Any, route: Route, reply: Reply) -> CallerOutput: ...
+
+    def reply_id(self, raw_id: str) -> str: ...
+
+    def message_body(self, message: Message, reply: Reply) -> bytes: ...
+
+    def error_body(self, exc: GatewayError) -> bytes: ...
+
+
+def translated_body(neutral: NeutralRequest, route: Route, default_max_tokens: int) -> bytes:
+    """The provider body for a request from another dialect; 400 if there is no translation."""
+    if route.dialect == "openai-chat":
+        body = neutral_to_openai(neutral, route.model, legacy_max_tokens=route.legacy_max_tokens)
+    elif route.dialect == "anthropic-messages":
+        body = neutral_to_anthropic(neutral, route.model, default_max_tokens=default_max_tokens)
+    else:
+        raise TranslationUnsupportedError("the caller's dialect", route.dialect)
+    return _encode(body)
+
+
+class OpenAIEndpoint:
+    """``POST /v1/chat/completions``."""
+
+    dialect: CallerDialect = "openai-chat"
+
+    def parse(self, body: dict[str, Any]) -> OpenAIChatRequest:
+        return validate_openai(body)
+
+    def provider_body(
+        self, body: dict[str, Any], req: OpenAIChatRequest, route: Route, default_max_tokens: int
+    ) -> bytes:
+        if route.dialect != self.dialect:
+            try:
+                return translated_body(openai_to_neutral(req), route, default_max_tokens)
+            except TranslationUnsupportedError as exc:
+                raise TranslationUnsupportedError(self.dialect, exc.target) from None
+        options = {**(body.get("stream_options") or {}), "include_usage": True}
+        return _encode({**body, "model": route.model, "stream": True, "stream_options": options})
+
+    def stream_output(self, req: OpenAIChatRequest, route: Route, reply: Reply) -> CallerOutput:
+        if route.dialect == self.dialect:
+            return ForwardingOutput(self.dialect, strip_usage=not req.include_usage)
+        encoder = OpenAIStreamEncoder(
+            completion_id=reply.response_id, model=reply.model, created=reply.created,
+            include_usage=req.include_usage,
+        )  # fmt: skip
+        return EncodingOutput(encoder)
+
+    def reply_id(self, raw_id: str) -> str:
+        return f"chatcmpl-{raw_id}"
+
+    def message_body(self, message: Message, reply: Reply) -> bytes:
+        return openai_completion(
+            message, completion_id=reply.response_id, model=reply.model, created=reply.created
+        )
+
+    def error_body(self, exc: GatewayError) -> bytes:
+        return openai_error_body(exc.message, _openai_type(exc), param=exc.param, code=exc.code)
+
+
+def _openai_type(exc: GatewayError) -> str:
+    return {401: "authentication_error", 404: "invalid_request_error", 429: "rate_limit_error"}.get(
+        exc.status, "invalid_request_error" if exc.status < 500 else "api_error"
+    )
+
+
+class AnthropicEndpoint:
+    """``POST /v1/messages``."""
+
+    dialect: CallerDialect = "anthropic-messages"
+
+    def parse(self, body: dict[str, Any]) -> AnthropicRequest:
+        return validate_anthropic(body)
+
+    def provider_body(
+        self, body: dict[str, Any], req: AnthropicRequest, route: Route, default_max_tokens: int
+    ) -> bytes:
+        if route.dialect != self.dialect:
+            try:
+                return translated_body(anthropic_to_neutral(req), route, default_max_tokens)
+            except TranslationUnsupportedError as exc:
+                raise TranslationUnsupportedError(self.dialect, exc.target) from None
+        return _encode({**body, "model": route.model, "stream": True})
+
+    def stream_output(self, req: AnthropicRequest, route: Route, reply: Reply) -> CallerOutput:
+        if route.dialect == self.dialect:
+            return ForwardingOutput(self.dialect, strip_usage=False)
+        return EncodingOutput(
+            AnthropicStreamEncoder(message_id=reply.response_id, model=reply.model)
+        )
+
+    def reply_id(self, raw_id: str) -> str:
+        return f"msg_{raw_id}"
+
+    def message_body(self, message: Message, reply: Reply) -> bytes:
+        return anthropic_message(message, message_id=reply.response_id, model=reply.model)
+
+    def error_body(self, exc: GatewayError) -> bytes:
+        return anthropic_error_body(exc.message, _anthropic_type(exc.status))
+
+
+def _anthropic_type(status: int) -> str:
+    """Anthropic's error types by status (its documented table)."""
+    return {
+        401: "authentication_error",
+        403: "permission_error",
+        404: "not_found_error",
+        413: "request_too_large",
+        429: "rate_limit_error",
+        503: "overloaded_error",
+    }.get(status, "invalid_request_error" if status < 500 else "api_error")

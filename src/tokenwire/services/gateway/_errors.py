@@ -1,0 +1,135 @@
+"""The gateway's exception tree. Every leaf knows its HTTP status and its error code.
+
+```
+GatewayError                        status, code, message, param
+├── RequestError                    4xx: the caller got something wrong; nothing is published
+│   ├── InvalidRequestError         400: malformed JSON, wrong types, bad header values
+│   ├── AuthenticationError         401: missing or wrong gateway key
+│   ├── UnknownModelError           404: unknown provider or malformed `provider/model`
+│   ├── StepConflictError           409: an explicit (session, turn, step) was already used
+│   ├── BodyTooLargeError           413: body above the configured maximum
+│   └── TranslationUnsupportedError 400: no translation between the two dialects (yet)
+└── StepFailureError                the request was valid but the step could not complete
+    ├── BrokerUnavailableError      503: the broker did not acknowledge; step not captured
+    └── UpstreamError               502 (or the provider's 4xx/429): the provider call failed
+```
+
+Messages never contain credentials: they are built from fixed text and caller-supplied values,
+never from outgoing request headers.
+"""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    """Base of the gateway's errors; ``status`` is the HTTP status the caller receives."""
+
+    status: int = 500
+    code: str = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class RequestError(GatewayError):
+    """The caller's request is wrong; it is refused before anything is claimed or published."""
+
+    status = 400
+    code = "invalid_request_error"
+
+
+class InvalidRequestError(RequestError):
+    """Malformed JSON, a wrong type or value, or a malformed tokenwire header."""
+
+
+class AuthenticationError(RequestError):
+    """No gateway key, or one the gateway does not accept."""
+
+    status = 401
+    code = "authentication_error"
+
+
+class UnknownModelError(RequestError):
+    """``model`` is not ``provider/model`` with a provider the gateway knows."""
+
+    status = 404
+    code = "not_found_error"
+
+    def __init__(self, message: str, *, model: str) -> None:
+        super().__init__(message, param="model")
+        self.model = model
+
+
+class StepConflictError(RequestError):
+    """The explicit (session, turn, step) was already claimed by an earlier request."""
+
+    status = 409
+    code = "conflict_error"
+
+    def __init__(self, session: str, turn: int, step: int) -> None:
+        super().__init__(f"step {session}/{turn}/{step} was already used")
+        self.session, self.turn, self.step = session, turn, step
+
+
+class BodyTooLargeError(RequestError):
+    """The request body exceeds ``GatewaySettings.max_body_bytes``."""
+
+    status = 413
+    code = "request_too_large"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request body larger than {limit} bytes")
+        self.limit = limit
+
+
+class TranslationUnsupportedError(RequestError):
+    """The caller's dialect cannot be translated to the provider's yet."""
+
+    def __init__(self, source: str, target: str) -> None:
+        super().__init__(
+            f"dialect translation from {source} to {target} not supported yet", param="model"
+        )
+        self.source, self.target = source, target
+
+
+class StepFailureError(GatewayError):
+    """A valid request whose step could not complete; the failure is recorded when possible."""
+
+    status = 502
+    code = "api_error"
+
+
+class BrokerUnavailableError(StepFailureError):
+    """The broker did not acknowledge: the step is not captured, so it is not answered."""
+
+    status = 503
+    code = "overloaded_error"
+
+
+class UpstreamError(StepFailureError):
+    """The provider answered with an error status or the transport to it failed.
+
+    ``upstream_status`` is the provider's HTTP status (``None`` for a transport failure);
+    ``status`` relays the provider's 400/404/413/422/429 and maps everything else to 502
+    (503 for the provider's 503/529 overload), because a provider 401 means the gateway's
+    credentials are wrong, not the caller's.
+    """
+
+    _RELAYED = frozenset({400, 404, 413, 422, 429})
+
+    def __init__(self, message: str, *, upstream_status: int | None, retryable: bool) -> None:
+        super().__init__(message)
+        self.upstream_status = upstream_status
+        self.retryable = retryable
+        self.status = _relay_status(upstream_status)
+        self.code = "rate_limit_error" if self.status == 429 else "api_error"
+
+
+def _relay_status(upstream: int | None) -> int:
+    if upstream is not None and upstream in UpstreamError._RELAYED:
+        return upstream
+    if upstream in (503, 529):
+        return 503
+    return 502

@@ -1,0 +1,115 @@
+"""Session identity: the (session, turn, step) of a request, from headers or assigned.
+
+Headers: ``X-Tokenwire-Session`` (letters, digits, ``-``, ``_``; 1-128), ``X-Tokenwire-Turn``
+and ``X-Tokenwire-Step`` (integers >= 0, given together or not at all). An explicit triple is
+claimed (409 if used before); a missing one is assigned by the step allocator, consistently
+across gateway instances: a new turn when the request's last message is the user's, the next
+step of the same turn when it returns tool results.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from tokenwire.services.gateway._errors import InvalidRequestError, StepConflictError
+
+SESSION_HEADER = "x-tokenwire-session"
+TURN_HEADER = "x-tokenwire-turn"
+STEP_HEADER = "x-tokenwire-step"
+_SESSION = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_COUNT = re.compile(r"[0-9]{1,15}")
+
+
+class StepAllocator(Protocol):
+    """Unique steps across gateway instances (``tokenwire.broker.StepRegistry``'s surface).
+
+    ``claim`` raises :class:`StepTaken` (or the registry's own conflict, translated by the
+    adapter) when the triple was claimed before; ``next_step`` assigns and claims the next one.
+    """
+
+    async def claim(self, session: str, turn: int, step: int) -> None: ...
+
+    async def next_step(self, session: str, new_turn: bool) -> tuple[int, int]: ...
+
+
+class StepTaken(Exception):  # noqa: N818 (a condition, not a failure, of the allocator seam)
+    """The triple was claimed before (the fake's signal; the real adapter maps its own)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepIdentity:
+    """One model call."""
+
+    session: str
+    turn: int
+    step: int
+
+    def headers(self) -> dict[str, str]:
+        """The three response headers echoing the identity."""
+        return {
+            "X-Tokenwire-Session": self.session,
+            "X-Tokenwire-Turn": str(self.turn),
+            "X-Tokenwire-Step": str(self.step),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RequestedIdentity:
+    """What the headers asked for; ``None`` where absent."""
+
+    session: str | None
+    turn: int | None
+    step: int | None
+
+
+def read_identity(headers: Mapping[str, str]) -> RequestedIdentity:
+    """Validate the tokenwire headers (400 on a malformed one) without claiming anything."""
+    session = headers.get(SESSION_HEADER)
+    if session is not None and not _SESSION.fullmatch(session):
+        raise InvalidRequestError(
+            "X-Tokenwire-Session must be 1-128 letters, digits, '-' or '_'", param=SESSION_HEADER
+        )
+    turn = _count(headers, TURN_HEADER)
+    step = _count(headers, STEP_HEADER)
+    if (turn is None) != (step is None):
+        raise InvalidRequestError(
+            "X-Tokenwire-Turn and X-Tokenwire-Step must be given together", param=TURN_HEADER
+        )
+    if turn is not None and session is None:
+        raise InvalidRequestError("an explicit turn and step need X-Tokenwire-Session")
+    return RequestedIdentity(session, turn, step)
+
+
+def _count(headers: Mapping[str, str], name: str) -> int | None:
+    value = headers.get(name)
+    if value is None:
+        return None
+    if not _COUNT.fullmatch(value):
+        raise InvalidRequestError(f"{name} must be an integer >= 0", param=name)
+    return int(value)
+
+
+async def assign_identity(
+    wanted: RequestedIdentity,
+    steps: StepAllocator,
+    new_session: Callable[[], str],
+    *,
+    new_turn: bool,
+    conflict: tuple[type[Exception], ...] = (StepTaken,),
+) -> StepIdentity:
+    """Claim the explicit triple (409 when taken) or assign the next one of the session.
+
+    ``conflict`` names the allocator's "already claimed" exceptions.
+    """
+    session = wanted.session or new_session()
+    if wanted.turn is None or wanted.step is None:
+        turn, step = await steps.next_step(session, new_turn)
+        return StepIdentity(session, turn, step)
+    try:
+        await steps.claim(session, wanted.turn, wanted.step)
+    except conflict as exc:
+        raise StepConflictError(session, wanted.turn, wanted.step) from exc
+    return StepIdentity(session, wanted.turn, wanted.step)

@@ -1,0 +1,52 @@
+"""Prometheus metrics of one gateway app, in a registry of its own (several apps per process
+in tests never collide). Labels never carry content, session ids or credentials."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class GatewayMetrics:
+    """The gateway's counters, gauges and histograms."""
+
+    def __init__(self, window_in_use: Callable[[], float]) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "tokenwire_gateway_requests", "HTTP requests by route and status.",
+            ["route", "status"], registry=r,
+        )  # fmt: skip
+        self.chunks = Counter(
+            "tokenwire_gateway_chunks_published", "Chunks handed to the broker publisher.",
+            ["provider"], registry=r,
+        )  # fmt: skip
+        self.ack_latency = Histogram(
+            "tokenwire_gateway_publish_ack_seconds",
+            "From a step's last publish until every chunk of it was acknowledged.",
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.steps = Counter(
+            "tokenwire_gateway_steps", "Steps by finish reason.", ["finish_reason"], registry=r
+        )
+        self.in_flight = Gauge(
+            "tokenwire_gateway_streams_in_flight", "Steps reading a provider now.", registry=r
+        )
+        self.ttfc = Histogram(
+            "tokenwire_gateway_time_to_first_chunk_seconds",
+            "From receiving the request to the first normalised chunk.",
+            ["provider"], buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        window = Gauge(
+            "tokenwire_gateway_publisher_window_in_use",
+            "Chunks published and not yet acknowledged.", registry=r,
+        )  # fmt: skip
+        window.set_function(window_in_use)
+
+    def render(self) -> bytes:
+        """The text exposition format."""
+        return generate_latest(self.registry)

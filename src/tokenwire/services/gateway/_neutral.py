@@ -1,0 +1,60 @@
+"""The neutral request: what the gateway translates between provider dialects.
+
+Only what means the same in every dialect is here: messages made of the wire contract's content
+blocks, a system prompt, tools with a JSON schema, and the common sampling settings. A request
+using anything else is forwarded untouched to a provider of its own dialect, or refused with a
+400 when it would have to be translated.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from tokenwire.schemas import ContentBlock
+
+Role = Literal["user", "assistant", "tool"]
+"""``tool`` messages carry only tool results; Anthropic puts them in a user message."""
+
+
+class NeutralMessage(msgspec.Struct, frozen=True):
+    """One conversation message made of wire-contract content blocks."""
+
+    role: Role
+    content: list[ContentBlock]
+
+
+class NeutralTool(msgspec.Struct, frozen=True):
+    """A tool the model may call; ``parameters`` is its JSON schema."""
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object"})
+
+
+class ToolChoice(msgspec.Struct, frozen=True):
+    """``auto``, ``none``, ``required`` (any tool), or ``tool`` with ``name``."""
+
+    mode: Literal["auto", "none", "required", "tool"]
+    name: str | None = None
+
+
+class NeutralRequest(msgspec.Struct, frozen=True):
+    """A chat request independent of dialect. ``include_usage`` is the caller's own wish."""
+
+    messages: list[NeutralMessage]
+    system: str | None = None
+    tools: list[NeutralTool] = msgspec.field(default_factory=list)
+    tool_choice: ToolChoice | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: list[str] = msgspec.field(default_factory=list)
+    stream: bool = False
+    include_usage: bool = False
+
+    @property
+    def ends_with_tool_result(self) -> bool:
+        """Whether the last message returns tool results (a next step of the same turn)."""
+        return bool(self.messages) and self.messages[-1].role == "tool"

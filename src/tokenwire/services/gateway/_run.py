@@ -1,0 +1,158 @@
+"""Running the gateway for real: broker connection, publisher, step registry, uvicorn.
+
+:func:`run` is what ``tokenwire gateway`` calls; :class:`GatewayServer` runs the same app on a
+real socket inside the caller's event loop (tests, ``tokenwire up``, benchmarks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import uvicorn
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+
+from tokenwire.broker import (
+    ChunkPublisher,
+    StepRegistry,
+    Topology,
+    connect,
+    ensure_topology,
+)
+from tokenwire.config import ConfigError
+from tokenwire.services.gateway._app import create_app
+from tokenwire.services.gateway._seams import GatewayDeps, HttpUpstream
+from tokenwire.services.gateway._settings import GatewaySettings
+
+
+def check_bind(settings: GatewaySettings) -> None:
+    """Without gateway keys the gateway must not listen beyond loopback."""
+    if not settings.keys and not settings.loopback_only:
+        raise ConfigError(
+            "TOKENWIRE_GATEWAY_ADDR",
+            f"{settings.host}:{settings.port}",
+            "without TOKENWIRE_GATEWAY_KEYS the gateway listens on loopback only",
+        )
+
+
+@dataclass
+class BrokerDeps:
+    """The real dependencies and what must be closed with them."""
+
+    deps: GatewayDeps
+    publisher: ChunkPublisher
+    upstream: HttpUpstream
+
+    async def aclose(self) -> None:
+        """Flush the publisher (bounded) and close the provider connections."""
+        await self.publisher.close()
+        await self.upstream.aclose()
+
+
+async def broker_deps(nc: Client, topology: Topology) -> BrokerDeps:
+    """Publisher, step registry and readiness probe on an open connection."""
+    publisher = await ChunkPublisher(nc, topology).start()
+    steps = await StepRegistry.open(nc, topology)
+    upstream = HttpUpstream()
+
+    async def ready() -> bool:
+        if not nc.is_connected:
+            return False
+        try:
+            await nc.jetstream(timeout=1.0).stream_info(topology.stream)
+        except (NatsError, TimeoutError):
+            return False
+        return True
+
+    deps = GatewayDeps(upstream=upstream, sink=publisher, steps=steps, ready=ready)
+    return BrokerDeps(deps, publisher, upstream)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+class GatewayServer:
+    """The app served by uvicorn on ``host:port`` (port 0: a free one) in this event loop.
+
+    ::
+
+        async with GatewayServer(settings, deps) as server:
+            httpx.post(server.url + "/v1/chat/completions", ...)
+    """
+
+    def __init__(self, settings: GatewaySettings, deps: GatewayDeps) -> None:
+        check_bind(settings)
+        self.app = create_app(settings, deps)
+        self._sock = _listen(settings.host, settings.port)
+        config = uvicorn.Config(
+            self.app, log_level="warning", lifespan="on", access_log=False,
+            timeout_graceful_shutdown=int(settings.ack_timeout_s),
+        )  # fmt: skip
+        self._server = uvicorn.Server(config)
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` actually bound."""
+        host, port = self._sock.getsockname()[:2]
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+    async def __aenter__(self) -> GatewayServer:
+        self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]))
+        while not self._server.started:
+            if self._task.done():
+                await self._task  # raises why it could not start
+                raise RuntimeError("the gateway server stopped while starting")
+            await asyncio.sleep(0.01)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        if self._task is not None:
+            await self._task
+        self._sock.close()
+
+
+@contextlib.asynccontextmanager
+async def _connected(settings: GatewaySettings) -> AsyncIterator[tuple[Client, Topology]]:
+    if not settings.nats_url:
+        raise ConfigError("TOKENWIRE_NATS_URL", "", "the gateway needs a NATS server URL")
+    nc = await connect(settings.nats_url, name="tokenwire-gateway")
+    try:
+        topology = Topology(partitions=settings.partitions, replicas=settings.replicas)
+        await ensure_topology(nc, topology)
+        yield nc, topology
+    finally:
+        await nc.close()
+
+
+async def run(settings: GatewaySettings) -> None:
+    """Serve the gateway until cancelled or signalled (``tokenwire gateway``).
+
+    Raises :class:`tokenwire.config.ConfigError` for a non-loopback address without gateway
+    keys or a missing NATS URL, and ``tokenwire.broker.BrokerUnavailable`` when NATS does
+    not answer.
+    """
+    check_bind(settings)
+    async with _connected(settings) as (nc, topology):
+        real = await broker_deps(nc, topology)
+        try:
+            config = uvicorn.Config(
+                create_app(settings, real.deps), host=settings.host, port=settings.port,
+                log_level="info", lifespan="on", access_log=False,
+                timeout_graceful_shutdown=int(settings.ack_timeout_s),
+            )  # fmt: skip
+            await uvicorn.Server(config).serve()
+        finally:
+            await real.aclose()

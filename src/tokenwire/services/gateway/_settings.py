@@ -1,0 +1,94 @@
+"""The gateway's settings: everything it reads from the environment, injected as one value.
+
+Tests build :class:`GatewaySettings` directly and never touch the process environment;
+``tokenwire gateway`` builds it with :meth:`GatewaySettings.from_env`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tokenwire.config import ConfigError, parse_addr, parse_int, parse_urls
+
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+_PROVIDER_VAR = re.compile(r"^(TOKENWIRE_[A-Z0-9_]+_BASE_URL|[A-Z0-9_]+_API_KEY)$")
+_LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """How the gateway listens, whom it accepts, where providers are, and its bounds.
+
+    - ``keys``: accepted gateway keys (``Authorization: Bearer`` or ``x-api-key``); empty means
+      no authentication, and then :func:`run` refuses any non-loopback ``host``.
+    - ``provider_env``: the provider base URLs (``TOKENWIRE_<PROVIDER>_BASE_URL``) and
+      credentials (``OPENAI_API_KEY``, ...) as environment-style variables.
+    - ``max_body_bytes``: larger request bodies get a 413 without being read further.
+    - ``continue_on_disconnect``: keep reading the provider to the end after the caller left,
+      so the durable log is complete (else the step ends ``finish {aborted}``).
+    - ``caller_buffer_bytes``: output held for a slow caller before the provider read waits.
+    - ``default_max_tokens``: sent to Anthropic when a translated request named none.
+    - ``ack_timeout_s``: how long the end of a step waits for the broker's acks.
+    - ``partitions``, ``replicas``: the broker topology (session partitions, stream replicas).
+
+    Secrets (``keys``, ``provider_env``) are left out of ``repr``.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    nats_url: str | None = None
+    keys: frozenset[str] = field(default=frozenset(), repr=False)
+    provider_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    continue_on_disconnect: bool = True
+    caller_buffer_bytes: int = 1024 * 1024
+    default_max_tokens: int = 4096
+    ack_timeout_s: float = 35.0
+    partitions: int = 16
+    replicas: int = 1
+
+    @property
+    def loopback_only(self) -> bool:
+        """Whether ``host`` is a loopback address."""
+        return self.host in _LOOPBACK or self.host.startswith("127.")
+
+    def secrets(self) -> tuple[str, ...]:
+        """Every credential value, to scrub from anything the gateway reports."""
+        creds = [v for k, v in self.provider_env.items() if k.endswith("_API_KEY")]
+        return tuple(s for s in (*self.keys, *creds) if len(s) >= 4)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> GatewaySettings:
+        """Read ``TOKENWIRE_GATEWAY_*``, ``TOKENWIRE_NATS_URL`` and the provider variables.
+
+        Raises :class:`tokenwire.config.ConfigError` on a malformed value.
+        """
+        env = os.environ if env is None else env
+        host, port = parse_addr(env.get("TOKENWIRE_GATEWAY_ADDR", "127.0.0.1:8080"))
+        keys = frozenset(k.strip() for k in env.get("TOKENWIRE_GATEWAY_KEYS", "").split(","))
+        max_body = env.get("TOKENWIRE_GATEWAY_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES))
+        return cls(
+            host=host,
+            port=port,
+            nats_url=",".join(parse_urls(env.get("TOKENWIRE_NATS_URL", ""))) or None,
+            keys=keys - {""},
+            provider_env={k: v for k, v in env.items() if _PROVIDER_VAR.match(k)},
+            max_body_bytes=parse_int("TOKENWIRE_GATEWAY_MAX_BODY_BYTES", max_body, 1024),
+            continue_on_disconnect=_flag(env, "TOKENWIRE_GATEWAY_CONTINUE_ON_DISCONNECT", True),
+            partitions=parse_int("TOKENWIRE_PARTITIONS", env.get("TOKENWIRE_PARTITIONS", "16"), 1),
+            replicas=parse_int("TOKENWIRE_REPLICAS", env.get("TOKENWIRE_REPLICAS", "1"), 1, 5),
+        )
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    value = env.get(name)
+    if value is None:
+        return default
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(name, value, "expected true or false")

@@ -1,0 +1,225 @@
+"""One step through the gateway: read the provider to the end, publish every chunk, feed the
+caller.
+
+Semantics (docs/gateway.md, "Publishing"):
+
+- every chunk is published in order as a :class:`ChunkEnvelope` (ordinal from 0, ``first`` on
+  ordinal 0, ``request_time_ns`` on ordinal 0, the step's trace headers on every message);
+  publishing waits only when the publisher's bounded window is full;
+- a provider failure before any chunk (HTTP error, transport failure, an immediate error
+  event) is still published as a one-chunk step ``finish {error}``, so the assembler records
+  the error; the caller then gets the error status in its dialect;
+- the caller's stream is completed (terminator) only after the broker acknowledged every
+  chunk of the step; a broker failure ends the step at once with a 503 (before the stream
+  began) or the dialect's in-stream error (after);
+- when the caller leaves, the step keeps reading the provider to the end (default) or, with
+  ``continue_on_disconnect=False``, publishes ``finish {aborted}`` and stops.
+
+:meth:`StepRun.execute` never raises (except cancellation): ``started`` resolves once the
+provider stream began, or with the :class:`GatewayError` that prevented it; ``error`` holds a
+failure after that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+
+import msgspec
+
+from tokenwire.broker import BrokerError
+from tokenwire.providers import ProviderHTTPError
+from tokenwire.schemas import ChunkEnvelope, Finish, StepError, StreamChunk, json_encoder
+from tokenwire.services.gateway._errors import (
+    BrokerUnavailableError,
+    GatewayError,
+    UpstreamError,
+)
+from tokenwire.services.gateway._identity import StepIdentity
+from tokenwire.services.gateway._metrics import GatewayMetrics
+from tokenwire.services.gateway._outbox import Outbox
+from tokenwire.services.gateway._output import CallerOutput
+from tokenwire.services.gateway._routing import Route
+from tokenwire.services.gateway._seams import GatewayDeps
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """Everything a step needs, decided before the provider is called."""
+
+    identity: StepIdentity
+    route: Route
+    body: bytes
+    request_time_ns: int
+    trace_headers: dict[str, str]
+    secrets: tuple[str, ...] = ()
+
+
+def scrub(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with every credential value replaced (providers may echo a key back)."""
+    for secret in secrets:
+        text = text.replace(secret, "[redacted]")
+    return text
+
+
+class StepRun:
+    """Runs one planned step; see the module docstring for its semantics."""
+
+    def __init__(
+        self,
+        plan: StepPlan,
+        output: CallerOutput,
+        outbox: Outbox,
+        deps: GatewayDeps,
+        metrics: GatewayMetrics,
+        ack_timeout_s: float,
+    ) -> None:
+        self.plan = plan
+        self.output = output
+        self.outbox = outbox
+        self.started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.error: GatewayError | None = None
+        self.finish: Finish | None = None
+        self.task: asyncio.Task[None] | None = None
+        self._deps = deps
+        self._metrics = metrics
+        self._ack_timeout = ack_timeout_s
+        self._ordinal = 0
+        ident = plan.identity
+        self._key = (ident.session, ident.turn, ident.step)
+        self._chunk_counter = metrics.chunks.labels(plan.route.provider)
+
+    async def execute(self) -> None:
+        """Run the step to its end; failures go to ``started`` or ``error``, never raised."""
+        self._metrics.in_flight.inc()
+        try:
+            await self._stream()
+        except GatewayError as exc:
+            await self._fail(exc)
+        except asyncio.CancelledError:
+            await self._abort()
+            raise
+        finally:
+            self._metrics.in_flight.dec()
+            self.outbox.close()
+            if not self.started.done():
+                self.started.set_exception(
+                    UpstreamError(
+                        "the step ended before it began", upstream_status=None, retryable=True
+                    )
+                )
+            if self.finish is not None:
+                self._metrics.steps.labels(self.finish.reason).inc()
+
+    async def _stream(self) -> None:
+        route = self.plan.route
+        normaliser = self.output.normaliser(route.normaliser())
+        try:
+            async for chunk in self._deps.upstream.stream(route, self.plan.body, normaliser):
+                await self._take(chunk)
+        except ProviderHTTPError as exc:
+            message = scrub(exc.message, self.plan.secrets)
+            error = StepError(message=message, retryable=exc.retryable, code=exc.code)
+            await self._record_before_start(Finish(reason="error", error=error))
+            text = f"provider returned HTTP {exc.status}: {message}"
+            raise UpstreamError(text, upstream_status=exc.status, retryable=exc.retryable) from exc
+        await self._settle()
+
+    async def _take(self, chunk: StreamChunk) -> None:
+        if self.finish is not None:
+            return  # the adapter contract: nothing after finish
+        first = self._ordinal == 0
+        if isinstance(chunk, Finish):
+            chunk = self._scrubbed(chunk)
+            if first and chunk.error is not None:
+                await self._fail_before_start(chunk, chunk.error)
+        await self._publish(chunk)
+        if isinstance(chunk, Finish):
+            self.finish = chunk
+        if first:
+            await self._begin()
+        await self.outbox.put(self.output.chunk(chunk))
+
+    def _scrubbed(self, finish: Finish) -> Finish:
+        """The finish with credentials removed from its error (providers may echo a key)."""
+        if finish.error is None or not self.plan.secrets:
+            return finish
+        message = scrub(finish.error.message, self.plan.secrets)
+        return msgspec.structs.replace(
+            finish, error=msgspec.structs.replace(finish.error, message=message)
+        )
+
+    async def _fail_before_start(self, finish: Finish, error: StepError) -> None:
+        """An error as the very first chunk (e.g. connection refused): record it, answer 502."""
+        await self._record_before_start(finish)
+        raise UpstreamError(error.message, upstream_status=None, retryable=error.retryable)
+
+    async def _begin(self) -> None:
+        """The first chunk is on its way to the broker: the caller's response can begin."""
+        elapsed_s = (self._deps.clock_ns() - self.plan.request_time_ns) / 1e9
+        self._metrics.ttfc.labels(self.plan.route.provider).observe(max(elapsed_s, 0.0))
+        self.started.set_result(None)
+        await self.outbox.put(self.output.opening())
+
+    async def _publish(self, chunk: StreamChunk) -> None:
+        ident, route, ordinal = self.plan.identity, self.plan.route, self._ordinal
+        envelope = ChunkEnvelope(
+            session=ident.session, turn=ident.turn, step=ident.step, ordinal=ordinal,
+            time_ns=self._deps.clock_ns(), provider=route.provider, model=route.model,
+            chunk=chunk, request_time_ns=self.plan.request_time_ns if ordinal == 0 else None,
+        )  # fmt: skip
+        try:
+            await self._deps.sink.publish(
+                json_encoder.encode(envelope), *self._key, ordinal,
+                first=ordinal == 0, headers=self.plan.trace_headers,
+            )  # fmt: skip
+        except BrokerError as exc:
+            raise BrokerUnavailableError(f"the broker did not accept the step: {exc}") from exc
+        self._ordinal += 1
+        self._chunk_counter.inc()
+
+    async def _record_before_start(self, finish: Finish) -> None:
+        """Publish a failed-before-start step as its one ``finish`` chunk, and wait for it."""
+        self.finish = finish
+        await self._publish(finish)
+        await self._wait_acked()
+
+    async def _settle(self) -> None:
+        """Wait for the acks, then complete the caller's stream (or fail the step)."""
+        if not self.started.done():
+            raise UpstreamError(
+                "the provider stream ended without a chunk", upstream_status=None, retryable=True
+            )
+        started = self._deps.monotonic()
+        await self._wait_acked()
+        self._metrics.ack_latency.observe(self._deps.monotonic() - started)
+        if (
+            self.finish is not None
+            and self.finish.error is None
+            and self.finish.reason != "aborted"
+        ):
+            await self.outbox.put(self.output.ending())
+
+    async def _wait_acked(self) -> None:
+        try:
+            await self._deps.sink.wait_acked(*self._key, timeout_s=self._ack_timeout)
+        except BrokerError as exc:
+            raise BrokerUnavailableError(f"the broker did not acknowledge the step: {exc}") from exc
+
+    async def _fail(self, exc: GatewayError) -> None:
+        if not self.started.done():
+            self.started.set_exception(exc)
+            return
+        self.error = exc
+        await self.outbox.put(self.output.failure(exc.message))
+
+    async def _abort(self) -> None:
+        """Cancelled (the caller left and the step may stop): record ``finish {aborted}``."""
+        if self.finish is not None:
+            return
+        self.finish = Finish(reason="aborted")
+        with contextlib.suppress(GatewayError, TimeoutError):
+            async with asyncio.timeout(self._ack_timeout):
+                await self._publish(self.finish)
+                await self._wait_acked()
