@@ -22,6 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "providers": {"schemas", "sse"},
     "broker": {"schemas", "config"},
     "store": {"schemas"},
+    "replay": {"schemas", "fold", "broker", "store", "config"},
 }
 # Third-party packages a layer may import; the wire contract stays importable from anywhere.
 THIRD_PARTY: dict[str, set[str]] = {"schemas": {"msgspec"}, "fold": {"msgspec"}}

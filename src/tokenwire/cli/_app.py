@@ -37,6 +37,12 @@ def _register() -> None:
     cli.add_command(_services.telemetry)
     cli.add_command(_services.gateway)
     cli.add_command(_services.scripted_provider)
+    from tokenwire.cli import _messages, _replay, _status, _tail
+
+    cli.add_command(_replay.replay)
+    cli.add_command(_tail.tail)
+    cli.add_command(_messages.messages)
+    cli.add_command(_status.status)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import statistics
 import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import click
 import msgspec
@@ -51,8 +53,12 @@ class Observed:
 @click.option(
     "--keep", is_flag=True, help="Keep the stack running after the summary (Ctrl-C stops)."
 )
+@click.option("--summary-json", type=click.Path(dir_okay=False, writable=True),
+              help="Also write the summary as JSON to this file.")  # fmt: skip
 @click.pass_context
-def demo(ctx: click.Context, sessions: int, turns: int, steps: int, keep: bool) -> None:
+def demo(
+    ctx: click.Context, sessions: int, turns: int, steps: int, keep: bool, summary_json: str | None
+) -> None:
     """Start the embedded stack, drive a fleet of agent sessions through it, summarise."""
     s = settings(ctx)
     plan = FleetPlan(sessions, turns, steps, run_id=uuid.uuid4().hex[:6])
@@ -66,7 +72,7 @@ def demo(ctx: click.Context, sessions: int, turns: int, steps: int, keep: bool) 
                 "starting nats-server, scripted provider, gateway, assembler, telemetry"
             ):
                 await stack.start()
-            ok = await _demo(stack, plan)
+            ok = await _demo(stack, plan, summary_json)
             if keep:
                 _print_addresses(stack)
                 console.print("stack running; Ctrl-C stops it")
@@ -102,7 +108,7 @@ def _print_addresses(stack: Stack) -> None:
         click.echo(f"{part}: {address}", nl=True)
 
 
-async def _demo(stack: Stack, plan: FleetPlan) -> bool:
+async def _demo(stack: Stack, plan: FleetPlan, summary_json: str | None) -> bool:
     expected = expected_totals(plan)
     result = await _drive(stack, plan, expected.steps)
     store = open_store(stack.settings.store_url)
@@ -113,7 +119,33 @@ async def _demo(stack: Stack, plan: FleetPlan) -> bool:
         await nc.close()
         await store.close()
     _summary(stack, plan, expected, result, observed)
+    if summary_json:
+        document = msgspec.json.encode(_summary_doc(expected, result, observed))
+        await asyncio.to_thread(Path(summary_json).write_bytes, document)
     return _checks_pass(expected, observed)
+
+
+def _summary_doc(
+    expected: ExpectedTotals, result: FleetResult, observed: Observed
+) -> dict[str, object]:
+    return {
+        "expected": dataclasses.asdict(expected),
+        "observed": {
+            "steps": observed.steps,
+            "messages": observed.messages,
+            "max_tokens_messages": observed.max_tokens_messages,
+            "errors": dict(observed.errors),
+            "chunks": observed.chunks,
+            "ttfc_signals": len(observed.ttfc_s),
+            "differences": observed.differences,
+        },
+        "fleet": {
+            "sessions": result.sessions,
+            "tool_calls": result.tool_calls,
+            "wall_s": result.wall_s,
+        },
+        "passed": _checks_pass(expected, observed),
+    }
 
 
 async def _drive(stack: Stack, plan: FleetPlan, total: int) -> FleetResult:

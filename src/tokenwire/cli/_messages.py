@@ -1,0 +1,96 @@
+"""``tokenwire messages``: a session's persisted, assembled messages and recorded errors."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import assert_never
+
+import click
+
+from tokenwire.cli._errors import NotFoundError
+from tokenwire.cli._replay import (
+    checked_session,
+    opened_store,
+    resolve_store_url,
+    store_option,
+    write_json,
+)
+from tokenwire.schemas import (
+    ErrorEvent,
+    ImageBlock,
+    Message,
+    MessageEvent,
+    ReasoningBlock,
+    RecordedError,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
+
+
+@click.command()
+@click.argument("session")
+@click.option("--json", "as_json", is_flag=True, help="Print the stored events as JSONL.")
+@store_option
+def messages(session: str, as_json: bool, store_url: str | None) -> None:
+    """Show SESSION's stored messages and recorded errors, with their chunk seq ranges."""
+    checked_session(session)
+    asyncio.run(_messages(resolve_store_url(store_url), session, as_json))
+
+
+async def _messages(url: str, session: str, as_json: bool) -> None:
+    async with opened_store(url) as store:
+        outcomes = await store.messages(session)
+        where = store.url
+    if not outcomes:
+        raise NotFoundError(f"session {session!r} has no stored messages in {where}")
+    for outcome in outcomes:
+        if as_json:
+            write_json(outcome)
+        else:
+            _print(outcome)
+
+
+def _print(outcome: MessageEvent | ErrorEvent) -> None:
+    head = (f"turn {outcome.turn} · step {outcome.step} · seq {outcome.seq_start}-"
+            f"{outcome.seq_end} · {outcome.provider}/{outcome.model}")  # fmt: skip
+    if isinstance(outcome, MessageEvent):
+        click.secho(f"{head} · message ({outcome.message.finish_reason}){_usage(outcome.message)}",
+                    bold=True)  # fmt: skip
+        _print_message(outcome.message)
+    else:
+        click.secho(f"{head} · {_error(outcome.error)}", bold=True, fg="red")
+
+
+def _print_message(message: Message) -> None:
+    for block in message.content:
+        match block:
+            case TextBlock():
+                click.echo(f"  {block.text}")
+            case ReasoningBlock():
+                click.secho(f"  (reasoning) {block.text or '[redacted]'}", dim=True)
+            case ToolCallBlock():
+                click.secho(f"  ⚙ {block.name}({block.arguments})  id={block.id}", fg="cyan")
+            case ToolResultBlock():
+                click.echo(f"  ↳ result for {block.tool_call_id}: {block.content}")
+            case ImageBlock():
+                click.echo(f"  [image {block.media_type}]")
+            case _:
+                assert_never(block)
+    for call in message.dropped_tool_calls:
+        click.secho(f"  ✂ dropped truncated call {call.name}({call.arguments})", fg="yellow")
+
+
+def _usage(message: Message) -> str:
+    usage = message.usage
+    if usage is None:
+        return ""
+    counts = [f"{v} {k.removesuffix('_tokens').replace('_', ' ')}"
+              for k, v in ((f, getattr(usage, f)) for f in usage.__struct_fields__)
+              if v is not None]  # fmt: skip
+    return f" · {', '.join(counts)} tokens" if counts else ""
+
+
+def _error(error: RecordedError) -> str:
+    tags = ", ".join(t for t in ("retryable" if error.retryable else "", error.code or "") if t)
+    return f"error {error.kind}{f' ({tags})' if tags else ''}: {error.message}"

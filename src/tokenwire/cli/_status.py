@@ -1,0 +1,160 @@
+"""``tokenwire status``: broker, streams, partitions, consumers and their lag, store.
+
+Streams and consumers are read with plain JetStream API requests (``$JS.API.STREAM.INFO``,
+``$JS.API.CONSUMER.LIST``) because nats-py's typed ConsumerInfo drops the priority-group
+state that names a partition's current owner (the pinned client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import click
+import msgspec
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+
+from tokenwire.cli._replay import (
+    nats_client,
+    nats_url_option,
+    opened_store,
+    resolve_nats_url,
+    resolve_store_url,
+    store_option,
+    topology,
+)
+from tokenwire.store import StoreError, redact
+
+_NS = 1_000_000_000
+_MAX_CONSUMER_PAGES = 20
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@nats_url_option
+@store_option
+def status(as_json: bool, nats_url: str | None, store_url: str | None) -> None:
+    """Show the broker, streams, partitions, consumers (lag, owners) and the store."""
+    url = resolve_nats_url(nats_url)
+    report = asyncio.run(_status(url, resolve_store_url(store_url)))
+    if as_json:
+        click.echo(msgspec.json.encode(report).decode())
+    else:
+        _print(report)
+
+
+async def _status(url: str, store_url: str) -> dict[str, Any]:
+    t = topology()
+    async with nats_client(url) as nc:
+        report: dict[str, Any] = {"broker": _broker(nc, url), "partitions": t.partitions}
+        report["stream"] = await _stream(nc, t.stream)
+        report["consumers"] = await _consumers(nc, t.stream) if report["stream"] else []
+        report["events_stream"] = await _stream(nc, t.events_stream)
+        report["dlq_stream"] = await _stream(nc, t.dlq_stream)
+    report["store"] = await _store(store_url)
+    return report
+
+
+def _broker(nc: Client, url: str) -> dict[str, Any]:
+    info = getattr(nc, "_server_info", {}) or {}
+    connected = nc.connected_url
+    return {
+        "url": redact(connected.geturl() if connected else url),
+        "server_version": info.get("version"),
+        "server_name": info.get("server_name"),
+        "jetstream": bool(info.get("jetstream")),
+    }
+
+
+async def _request(nc: Client, subject: str, body: dict[str, Any] | None = None) -> Any:
+    payload = msgspec.json.encode(body) if body is not None else b""
+    try:
+        reply = await nc.request(subject, payload, timeout=5.0)
+    except (NatsError, TimeoutError) as exc:
+        return {"error": {"description": f"no answer to {subject}: {type(exc).__name__}"}}
+    return msgspec.json.decode(reply.data) if reply.data else {}
+
+
+async def _stream(nc: Client, name: str) -> dict[str, Any] | None:
+    data = await _request(nc, f"$JS.API.STREAM.INFO.{name}")
+    if "error" in data:
+        return None
+    config, state = data.get("config", {}), data.get("state", {})
+    return {
+        "name": name,
+        "messages": state.get("messages", 0),
+        "bytes": state.get("bytes", 0),
+        "first_seq": state.get("first_seq", 0),
+        "last_seq": state.get("last_seq", 0),
+        "retention": config.get("retention"),
+        "max_age_s": config.get("max_age", 0) / _NS,
+        "max_bytes": config.get("max_bytes"),
+        "replicas": config.get("num_replicas"),
+        "consumers": state.get("consumer_count", 0),
+    }
+
+
+async def _consumers(nc: Client, stream: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for _ in range(_MAX_CONSUMER_PAGES):
+        page = await _request(nc, f"$JS.API.CONSUMER.LIST.{stream}", {"offset": len(found)})
+        items = page.get("consumers") or []
+        found += [_consumer(c) for c in items]
+        if not items or len(found) >= page.get("total", 0):
+            break
+    return sorted(found, key=lambda c: (c["durable"] is None, c["name"]))
+
+
+def _consumer(info: dict[str, Any]) -> dict[str, Any]:
+    config = info.get("config", {})
+    owners = [g.get("pinned_client_id") for g in info.get("priority_groups") or []]
+    return {
+        "name": info.get("name"),
+        "durable": config.get("durable_name"),
+        "filter": config.get("filter_subject"),
+        "num_pending": info.get("num_pending", 0),
+        "ack_pending": info.get("num_ack_pending", 0),
+        "redelivered": info.get("num_redelivered", 0),
+        "waiting": info.get("num_waiting", 0),
+        "owner": next((o for o in owners if o), None),
+    }
+
+
+async def _store(url: str) -> dict[str, Any]:
+    try:
+        async with opened_store(url) as store:
+            stats = await store.stats()
+            return {"url": store.url, "stats": msgspec.to_builtins(stats)}
+    except StoreError as exc:
+        return {"url": redact(url), "error": redact(str(exc))}
+
+
+def _print(report: dict[str, Any]) -> None:
+    broker = report["broker"]
+    click.secho(f"broker  {broker['url']}  nats-server {broker['server_version']}"
+                f"  ({broker['server_name']})", bold=True)  # fmt: skip
+    stream = report["stream"]
+    if stream is None:
+        click.secho("stream  not provisioned (start the services, or `tokenwire up`)", fg="yellow")
+    else:
+        _print_stream("stream", stream)
+        click.echo(f"        partitions {report['partitions']}")
+    for c in report["consumers"]:
+        owner = f"  owner {c['owner']}" if c["owner"] else ""
+        click.echo(f"  consumer {c['name']:<24} pending {c['num_pending']:>8}  ack pending "
+                   f"{c['ack_pending']:>6}  redelivered {c['redelivered']}{owner}")  # fmt: skip
+    for key in ("events_stream", "dlq_stream"):
+        if report[key] is not None:
+            _print_stream(key.removesuffix("_stream"), report[key])
+    store = report["store"]
+    detail = store.get("error") or "  ".join(f"{k} {v}" for k, v in store["stats"].items())
+    click.echo(f"store   {store['url']}  {detail}")
+
+
+def _print_stream(label: str, s: dict[str, Any]) -> None:
+    click.echo(
+        f"{label:<7} {s['name']}  {s['messages']} messages  {s['bytes']} bytes  "
+        f"seq {s['first_seq']}-{s['last_seq']}  retention {s['retention']}  "
+        f"max_age {s['max_age_s']:.0f} s  max_bytes {s['max_bytes']}  replicas {s['replicas']}"
+    )

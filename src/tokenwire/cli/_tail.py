@@ -1,0 +1,82 @@
+"""``tokenwire tail``: follow a session live, resuming from a stream sequence."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+
+import click
+
+from tokenwire.cli._replay import (
+    checked_session,
+    nats_client,
+    nats_url_option,
+    resolve_nats_url,
+    topology,
+    write_json,
+)
+from tokenwire.replay import EventPrinter, read_session
+
+
+@click.command()
+@click.argument("session")
+@click.option("--from-seq", type=click.IntRange(min=1), help="First stream seq to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print the events as JSONL (with seq).")
+@nats_url_option
+def tail(session: str, from_seq: int | None, as_json: bool, nats_url: str | None) -> None:
+    """Follow SESSION live until Ctrl-C; print how to resume (--from-seq) when stopped.
+
+    Every JSON line carries its ``seq``: a killed tail resumes exactly with
+    ``--from-seq <last seq + 1>``. The text view prints the resume seq after each step.
+    """
+    checked_session(session)
+    url = resolve_nats_url(nats_url)
+    position = _Position(from_seq or 1)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a tail normally stops
+        asyncio.run(_tail(url, session, position, as_json))
+    click.echo(
+        f"tail stopped; resume with: tokenwire tail {session} --from-seq {position.next_seq}",
+        err=True,
+    )
+
+
+class _Position:
+    """The next stream seq the tail would show (the resume point)."""
+
+    def __init__(self, next_seq: int) -> None:
+        self.next_seq = next_seq
+
+
+async def _tail(url: str, session: str, position: _Position, as_json: bool) -> None:
+    _stop_on_sigterm()
+    printer = None if as_json else EventPrinter(sys.stdout)
+    t = topology()
+    click.echo(f"tailing {session} on {url} from seq {position.next_seq}; Ctrl-C to stop",
+               err=True)  # fmt: skip
+    try:
+        async with nats_client(url) as nc:
+            events = read_session(nc, t, session, position.next_seq, follow=True)
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    if printer is None:
+                        write_json(event, flush=True)
+                    else:
+                        printer.print(event)
+                        sys.stdout.flush()
+                    position.next_seq = event.seq + 1
+    except asyncio.CancelledError:
+        pass  # SIGTERM: stop like Ctrl-C
+    finally:
+        if printer is not None:
+            printer.close()
+
+
+def _stop_on_sigterm() -> None:
+    """Let SIGTERM end the tail cleanly (so it prints the resume point), when we can."""
+    task = asyncio.current_task()
+    if task is None:
+        return
+    with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)

@@ -1,0 +1,82 @@
+"""Replay, live tail, verification and the session events feed, from the broker's retained stream.
+
+- :func:`read_session` yields one :class:`ReplayEvent` per retained chunk of a session, its
+  stream seq being the resume id, rendered as the user saw it (:mod:`._render`);
+  :func:`paced` gives them their original timing, scaled.
+- :func:`verify` folds the retained chunks with the one fold and compares them, step by step,
+  with the store (:class:`Difference`).
+- :func:`events_router` is the HTTP side a gateway mounts: the session events as SSE with a
+  slow-reader policy that never blocks the broker read, the sessions and messages from the
+  store, and the viewer page.
+- :class:`EventPrinter` writes events to a terminal (``tokenwire replay`` / ``tail``).
+
+See docs/replay.md. Errors::
+
+    ReplayError
+    ├── InvalidSessionId
+    ├── SessionNotFound
+    ├── ReplayStalled
+    └── UndecodableChunk
+"""
+
+from __future__ import annotations
+
+from tokenwire.replay._errors import (
+    InvalidSessionId,
+    ReplayError,
+    ReplayStalled,
+    SessionNotFound,
+    UndecodableChunk,
+)
+from tokenwire.replay._events import (
+    ReplayEvent,
+    Shown,
+    ShownError,
+    ShownFinish,
+    ShownReasoning,
+    ShownStepStart,
+    ShownText,
+    ShownToolCall,
+)
+from tokenwire.replay._http import StoreProvider, events_router, viewer_html
+from tokenwire.replay._print import EventPrinter
+from tokenwire.replay._read import paced, read_session
+from tokenwire.replay._render import SessionRenderer
+from tokenwire.replay._source import RawChunk, stored_chunks
+from tokenwire.replay._sse import ClientQueue, NcProvider, SlowReaderPolicy, SseStats, coalesce
+from tokenwire.replay._verify import Difference, DifferenceKind, VerifyReport, verify, verify_report
+
+__all__ = [
+    "ClientQueue",
+    "Difference",
+    "DifferenceKind",
+    "EventPrinter",
+    "InvalidSessionId",
+    "NcProvider",
+    "RawChunk",
+    "ReplayError",
+    "ReplayEvent",
+    "ReplayStalled",
+    "SessionNotFound",
+    "SessionRenderer",
+    "Shown",
+    "ShownError",
+    "ShownFinish",
+    "ShownReasoning",
+    "ShownStepStart",
+    "ShownText",
+    "ShownToolCall",
+    "SlowReaderPolicy",
+    "SseStats",
+    "StoreProvider",
+    "UndecodableChunk",
+    "VerifyReport",
+    "coalesce",
+    "events_router",
+    "paced",
+    "read_session",
+    "stored_chunks",
+    "verify",
+    "verify_report",
+    "viewer_html",
+]

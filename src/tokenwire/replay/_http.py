@@ -1,0 +1,182 @@
+"""The HTTP routes a gateway mounts: session events (SSE), sessions, messages, the viewer.
+
+``events_router(nc_provider, topology, store_provider)`` returns a starlette Router with:
+
+- ``GET /v1/sessions/{session}/events``: SSE from the broker (see :mod:`._sse`), resumable
+  with ``Last-Event-ID: N`` (continues at N + 1) or ``?from_seq=N`` (starts at N);
+  ``?follow=false`` ends the response once caught up;
+- ``GET /v1/sessions?limit=&offset=``: session summaries from the store, newest first;
+- ``GET /v1/sessions/{session}/messages``: the session's stored outcomes;
+- ``GET /viewer``: the session viewer (one static page).
+
+Errors are JSON ``{"error": {"type", "message"}}``: 400 for a bad session id or parameter,
+404 for an unknown session's messages, 503 when the broker or the store is unavailable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import resources
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response, StreamingResponse
+from starlette.routing import Route, Router
+
+from tokenwire.broker import Topology, valid_session
+from tokenwire.replay._sse import NcProvider, SlowReaderPolicy, SseStats, stream
+from tokenwire.schemas import json_encoder
+from tokenwire.store import Store, StoreError
+
+StoreProvider = Callable[[], Store]
+"""Returns the store the routes read (raise if there is none yet)."""
+
+MAX_SESSIONS_PAGE = 1000
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class _BadRequestError(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def events_router(
+    nc_provider: NcProvider,
+    topology: Topology,
+    store_provider: StoreProvider,
+    *,
+    policy: SlowReaderPolicy | None = None,
+    stats: SseStats | None = None,
+) -> Router:
+    """The replay routes, to include in an app: ``Starlette(routes=[..., *router.routes])``.
+
+    ``policy`` bounds each SSE client (default :class:`SlowReaderPolicy`); ``stats`` (if given)
+    counts clients, events, coalesced events and lagged responses.
+    """
+    routes = _Routes(nc_provider, topology, store_provider, policy or SlowReaderPolicy(),
+                     stats if stats is not None else SseStats())  # fmt: skip
+    return Router(
+        routes=[
+            Route("/v1/sessions", routes.sessions, methods=["GET"]),
+            Route("/v1/sessions/{session}/events", routes.events, methods=["GET"]),
+            Route("/v1/sessions/{session}/messages", routes.messages, methods=["GET"]),
+            Route("/viewer", routes.viewer, methods=["GET"]),
+        ]
+    )
+
+
+class _Routes:
+    def __init__(
+        self,
+        nc_provider: NcProvider,
+        topology: Topology,
+        store_provider: StoreProvider,
+        policy: SlowReaderPolicy,
+        stats: SseStats,
+    ) -> None:
+        self._nc = nc_provider
+        self._topology = topology
+        self._store = store_provider
+        self._policy = policy
+        self._stats = stats
+
+    async def events(self, request: Request) -> Response:
+        try:
+            session = _session(request)
+            from_seq = _from_seq(request)
+            follow = _flag(request, "follow", default=True)
+        except _BadRequestError as exc:
+            return _error(400, "invalid_request_error", exc.message)
+        try:
+            nc = self._nc()
+        except Exception as exc:
+            return _error(503, "unavailable", f"broker not available: {exc}")
+        body = stream(nc, self._topology, session, from_seq, follow, self._policy, self._stats)
+        return StreamingResponse(body, media_type="text/event-stream", headers=_SSE_HEADERS)
+
+    async def sessions(self, request: Request) -> Response:
+        try:
+            limit = _int_param(request, "limit", 100, 1, MAX_SESSIONS_PAGE)
+            offset = _int_param(request, "offset", 0, 0, None)
+        except _BadRequestError as exc:
+            return _error(400, "invalid_request_error", exc.message)
+        try:
+            found = await self._store().sessions(limit=limit, offset=offset)
+        except StoreError as exc:
+            return _error(503, "unavailable", f"store not available: {exc}")
+        return _json({"sessions": found, "limit": limit, "offset": offset})
+
+    async def messages(self, request: Request) -> Response:
+        try:
+            session = _session(request)
+        except _BadRequestError as exc:
+            return _error(400, "invalid_request_error", exc.message)
+        try:
+            found = await self._store().messages(session)
+        except StoreError as exc:
+            return _error(503, "unavailable", f"store not available: {exc}")
+        if not found:
+            return _error(404, "not_found", f"session {session!r} has no stored messages")
+        return _json({"session": session, "messages": found})
+
+    async def viewer(self, request: Request) -> Response:
+        return HTMLResponse(viewer_html())
+
+
+def viewer_html() -> str:
+    """The viewer page (static HTML and JS; no build step, nothing loaded from elsewhere)."""
+    return resources.files("tokenwire.replay").joinpath("viewer.html").read_text("utf-8")
+
+
+def _session(request: Request) -> str:
+    session = str(request.path_params["session"])
+    if not valid_session(session):
+        raise _BadRequestError(
+            f"invalid session id {session[:140]!r}: letters, digits, '-', '_' (1 to 128)"
+        )
+    return session
+
+
+def _from_seq(request: Request) -> int:
+    """The first seq to send: Last-Event-ID + 1 if present (the browser's reconnect), else
+    ``?from_seq`` (inclusive), else 1."""
+    last = request.headers.get("last-event-id")
+    if last is not None and last.strip():
+        return _parse_int("Last-Event-ID", last.strip(), 0, None) + 1
+    raw = request.query_params.get("from_seq")
+    return 1 if raw is None else _parse_int("from_seq", raw, 1, None)
+
+
+def _flag(request: Request, name: str, *, default: bool) -> bool:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if raw.lower() in ("true", "1", "yes"):
+        return True
+    if raw.lower() in ("false", "0", "no"):
+        return False
+    raise _BadRequestError(f"{name} must be true or false, got {raw[:40]!r}")
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:
+    raw = request.query_params.get(name)
+    return default if raw is None else _parse_int(name, raw, low, high)
+
+
+def _parse_int(name: str, raw: str, low: int, high: int | None) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _BadRequestError(f"{name} must be an integer, got {raw[:40]!r}") from None
+    if value < low or (high is not None and value > high):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise _BadRequestError(f"{name} must be {bound}, got {value}")
+    return value
+
+
+def _json(body: object, status: int = 200) -> Response:
+    return Response(json_encoder.encode(body), status, media_type="application/json")
+
+
+def _error(status: int, kind: str, message: str) -> Response:
+    return _json({"error": {"type": kind, "message": message}}, status)

@@ -1,0 +1,118 @@
+"""EventPrinter: replay events written to a terminal the way the user saw them.
+
+Text streams as it came; reasoning is dimmed; a tool call is one line once complete; a step
+opens with a header (turn, step, provider/model, time to first chunk) and closes with its
+finish or its error, followed by the resume id (``--from-seq``) of the next event.
+"""
+
+from __future__ import annotations
+
+from typing import IO, assert_never
+
+from rich.console import Console
+
+from tokenwire.replay._events import (
+    ReplayEvent,
+    Shown,
+    ShownError,
+    ShownFinish,
+    ShownReasoning,
+    ShownStepStart,
+    ShownText,
+    ShownToolCall,
+)
+from tokenwire.schemas import TokenUsage
+
+
+class EventPrinter:
+    """Write events to ``file`` (styled when it is a terminal, plain otherwise)."""
+
+    def __init__(self, file: IO[str], *, color: bool | None = None) -> None:
+        self._console = Console(
+            file=file,
+            force_terminal=color,
+            no_color=color is False,
+            highlight=False,
+            markup=False,
+            emoji=False,
+            soft_wrap=True,
+        )
+        self._current: tuple[int, int] | None = None
+        self._at_line_start = True
+
+    def print(self, event: ReplayEvent) -> None:
+        """Write what the event showed (nothing for an event that showed nothing)."""
+        for shown in event.shown:
+            self._show(event, shown)
+
+    def line(self, text: str, style: str = "") -> None:
+        """A line of its own (a notice), starting on a fresh line."""
+        self._newline()
+        self._console.print(text, style=style or None)
+        self._at_line_start = True
+
+    def _show(self, event: ReplayEvent, shown: Shown) -> None:
+        if event.step_key != self._current and not isinstance(shown, ShownStepStart):
+            self._switch(event)
+        match shown:
+            case ShownStepStart():
+                self._header(event, shown)
+            case ShownText():
+                self._write(shown.text, "")
+            case ShownReasoning():
+                self._write(shown.text, "dim italic")
+            case ShownToolCall():
+                call = shown.call
+                self.line(f"⚙ tool call {call.name}({call.arguments})  id={call.id}", "cyan")
+            case ShownFinish():
+                self.line(f"■ finish {shown.reason}{_usage(shown.usage)}"
+                          f"{_dropped(shown.dropped_tool_calls)}", "green")  # fmt: skip
+                self._resume(event)
+            case ShownError():
+                error = shown.error
+                self.line(f"✖ {error.kind} error: {error.message}", "bold red")
+                self._resume(event)
+            case _:
+                assert_never(shown)
+
+    def _header(self, event: ReplayEvent, shown: ShownStepStart) -> None:
+        env = event.envelope
+        ttfc = shown.time_to_first_chunk_s
+        after = f" · first chunk after {ttfc:.3f} s" if ttfc is not None else ""
+        self.line(f"── turn {env.turn} · step {env.step} · {env.provider}/{env.model}{after} "
+                  f"· seq {event.seq} ──", "bold")  # fmt: skip
+        self._current = event.step_key
+
+    def _switch(self, event: ReplayEvent) -> None:
+        """Steps of one session may interleave: say whose text follows."""
+        self.line(f"[turn {event.envelope.turn} · step {event.envelope.step}]", "bold")
+        self._current = event.step_key
+
+    def _resume(self, event: ReplayEvent) -> None:
+        self.line(f"  (resume: --from-seq {event.seq + 1})", "dim")
+
+    def _write(self, text: str, style: str) -> None:
+        self._console.print(text, style=style or None, end="")
+        self._at_line_start = text.endswith("\n")
+
+    def _newline(self) -> None:
+        if not self._at_line_start:
+            self._console.print()
+            self._at_line_start = True
+
+    def close(self) -> None:
+        """End the last partial line."""
+        self._newline()
+
+
+def _usage(usage: TokenUsage | None) -> str:
+    if usage is None:
+        return ""
+    parts = [f"{usage.input_tokens} in" if usage.input_tokens is not None else ""]
+    parts.append(f"{usage.output_tokens} out" if usage.output_tokens is not None else "")
+    text = " / ".join(p for p in parts if p)
+    return f" · {text}" if text else ""
+
+
+def _dropped(count: int) -> str:
+    return f" · {count} truncated tool call(s) dropped" if count else ""

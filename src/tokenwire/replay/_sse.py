@@ -1,0 +1,285 @@
+"""The session events as server-sent events, with a slow-reader policy that never blocks.
+
+Each client gets its own ordered read of the broker (its own ephemeral consumer) and a
+bounded queue between that read and the HTTP response. The read never waits on the client
+while subscribed:
+
+1. while the queue has room, every event is queued as is;
+2. when it is full, an event that shows nothing (block-start, tool-call fragments, usage) is
+   folded into the last queued event, and a text or reasoning fragment of the same block is
+   appended to the last queued fragment (up to ``max_coalesced_chars``): the rendered view
+   stays exact, the event's ``id`` advances to the newest seq, ``coalesced`` counts the
+   events it stands for;
+3. when nothing can be merged, the read pauses: it unsubscribes (its consumer is deleted, so
+   nothing on the broker waits for this client) and waits up to ``max_pause_s`` for the queue
+   to drain to half, then subscribes again from the next seq, with its rendering state kept;
+4. a client that did not drain in time is told: it gets what was queued, then
+   ``event: lagged`` with the id to resume from, and the response ends. A browser's
+   EventSource reconnects by itself with ``Last-Event-ID`` = that id and catches up from the
+   retained stream: nothing missed, nothing repeated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import msgspec
+from nats.aio.client import Client
+
+from tokenwire.broker import BrokerError, Topology
+from tokenwire.replay._errors import ReplayError
+from tokenwire.replay._events import ReplayEvent, ShownReasoning, ShownText
+from tokenwire.replay._read import rendered
+from tokenwire.replay._render import SessionRenderer
+from tokenwire.schemas import ReasoningDelta, TextDelta, json_encoder
+
+NcProvider = Callable[[], Client]
+"""Returns the gateway's connected NATS client (raise if there is none yet)."""
+
+
+@dataclass(frozen=True)
+class SlowReaderPolicy:
+    """Bounds of one SSE client. ``queue_bound`` events wait at most; merged text grows to
+    ``max_coalesced_chars`` at most; a paused broker read waits ``max_pause_s`` at most for
+    the client to drain half the queue before the client is lagged; a ``: keepalive``
+    comment goes out after ``keepalive_s`` idle; ``retry_ms`` is the reconnection delay the
+    client is told."""
+
+    queue_bound: int = 256
+    max_coalesced_chars: int = 64 * 1024
+    max_pause_s: float = 10.0
+    keepalive_s: float = 15.0
+    retry_ms: int = 1000
+
+
+@dataclass
+class SseStats:
+    """Counters across clients (for metrics and tests)."""
+
+    clients: int = 0
+    """Responses open now."""
+    events: int = 0
+    """Events sent."""
+    coalesced: int = 0
+    """Events merged into another one because a client was behind."""
+    pauses: int = 0
+    """Broker reads paused (unsubscribed) until a client drained its queue."""
+    lagged: int = 0
+    """Clients given up on (their response ends with ``event: lagged``)."""
+
+
+class _Signal(enum.Enum):
+    IDLE = "idle"
+    END = "end"
+    LAGGED = "lagged"
+
+
+class ClientQueue:
+    """The bounded queue between one client's broker read and its response.
+
+    :meth:`offer` never waits; it returns False once the client lagged (the read stops).
+    ``last_id`` is the id of the last event the client will have got when the queue drains.
+    """
+
+    def __init__(self, policy: SlowReaderPolicy, last_id: int, stats: SseStats) -> None:
+        self._items: deque[ReplayEvent] = deque()
+        self._bound = policy.queue_bound
+        self._cap = policy.max_coalesced_chars
+        self._ready = asyncio.Event()
+        self._stats = stats
+        self.last_id = last_id
+        self.lagged = False
+        self.ended = False
+        self.error: Exception | None = None
+        self._low = asyncio.Event()
+
+    def offer(self, event: ReplayEvent) -> bool:
+        """Queue or merge the event; False (nothing changed) when full and unmergeable."""
+        items = self._items
+        if len(items) < self._bound:
+            items.append(event)
+        else:
+            merged = coalesce(items[-1], event, self._cap)
+            if merged is None:
+                return False
+            items[-1] = merged
+            self._stats.coalesced += 1
+        self.last_id = event.seq
+        self._ready.set()
+        return True
+
+    async def drained(self, timeout_s: float) -> bool:
+        """Wait (bounded) until at most half the bound is queued; whether it happened."""
+        self._low = asyncio.Event()
+        if len(self._items) <= self._bound // 2:
+            return True
+        try:
+            await asyncio.wait_for(self._low.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    def lag(self) -> None:
+        """The client fell behind for good: after what is queued it gets ``lagged``."""
+        self.lagged = True
+        self.end()
+
+    def end(self, error: Exception | None = None) -> None:
+        """No more events will come (caught up, lagged, or the read failed)."""
+        self.ended = True
+        self.error = error
+        self._ready.set()
+
+    async def take(self, timeout_s: float) -> ReplayEvent | _Signal:
+        """The next event, or END/LAGGED once drained, or IDLE after ``timeout_s``."""
+        if not self._items and not self.ended:
+            self._ready.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), timeout_s)
+        if self._items:
+            item = self._items.popleft()
+            if len(self._items) <= self._bound // 2:
+                self._low.set()
+            return item
+        if self.ended:
+            return _Signal.LAGGED if self.lagged else _Signal.END
+        return _Signal.IDLE
+
+
+def coalesce(last: ReplayEvent, new: ReplayEvent, max_chars: int) -> ReplayEvent | None:
+    """``last`` and ``new`` as one event showing the same, or None if they cannot merge."""
+    if not new.shown:
+        return msgspec.structs.replace(last, seq=new.seq, coalesced=last.coalesced + 1)
+    if len(last.shown) != 1 or len(new.shown) != 1 or last.step_key != new.step_key:
+        return None
+    a, b = last.shown[0], new.shown[0]
+    if type(a) is not type(b) or not isinstance(a, ShownText | ShownReasoning):
+        return None
+    assert isinstance(b, ShownText | ShownReasoning)
+    if a.index != b.index or len(a.text) + len(b.text) > max_chars:
+        return None
+    text = a.text + b.text
+    delta = TextDelta(a.index, text) if type(a) is ShownText else ReasoningDelta(a.index, text)
+    envelope = msgspec.structs.replace(new.envelope, chunk=delta)
+    coalesced = last.coalesced + new.coalesced + 1
+    return ReplayEvent(new.seq, envelope, (type(a)(a.index, text),), coalesced)
+
+
+def frame(event: ReplayEvent) -> bytes:
+    """One SSE frame: ``id`` the stream seq, ``event: chunk``, the event as JSON."""
+    return b"id: %d\nevent: chunk\ndata: %s\n\n" % (event.seq, json_encoder.encode(event))
+
+
+def lagged_frame(last_id: int) -> bytes:
+    """``event: lagged``, without an id (the client's last id stays the resume point)."""
+    body = json_encoder.encode(
+        {"last_id": last_id, "from_seq": last_id + 1,
+         "reason": "the client fell behind the server's bound; reconnect to resume"}
+    )  # fmt: skip
+    return b"event: lagged\ndata: %s\n\n" % body
+
+
+def error_frame(error: Exception) -> bytes:
+    """``event: error``: the broker read failed; the response ends."""
+    return b"event: error\ndata: %s\n\n" % json_encoder.encode({"message": str(error)})
+
+
+async def produce(
+    nc: Client,
+    topology: Topology,
+    session: str,
+    from_seq: int,
+    follow: bool,
+    queue: ClientQueue,
+    policy: SlowReaderPolicy,
+    stats: SseStats,
+) -> None:
+    """Read the broker into ``queue`` until caught up (no follow), lagged, or cancelled.
+
+    The renderer lives across pauses, so a resumed read starts at the next seq without
+    reading the session's beginning again.
+    """
+    renderer = SessionRenderer()
+    read_from, emit_from = 1, from_seq
+    try:
+        while True:
+            held = await _read_until_full(nc, topology, session, renderer, read_from,
+                                          emit_from, follow, queue)  # fmt: skip
+            if held is None:
+                queue.end()
+                return
+            stats.pauses += 1
+            if not await queue.drained(policy.max_pause_s):
+                stats.lagged += 1
+                queue.lag()
+                return
+            queue.offer(held)
+            read_from = emit_from = held.seq + 1
+    except (BrokerError, ReplayError) as exc:
+        queue.end(exc)
+
+
+async def _read_until_full(
+    nc: Client,
+    topology: Topology,
+    session: str,
+    renderer: SessionRenderer,
+    read_from: int,
+    emit_from: int,
+    follow: bool,
+    queue: ClientQueue,
+) -> ReplayEvent | None:
+    """Offer events until the queue refuses one (returned; the read is closed) or the end."""
+    events = rendered(nc, topology, session, renderer, read_from, emit_from, follow)
+    async with contextlib.aclosing(events):
+        async for event in events:
+            if not queue.offer(event):
+                return event
+    return None
+
+
+async def stream(
+    nc: Client,
+    topology: Topology,
+    session: str,
+    from_seq: int,
+    follow: bool,
+    policy: SlowReaderPolicy,
+    stats: SseStats,
+) -> AsyncIterator[bytes]:
+    """The SSE body of one client: events from ``from_seq`` (inclusive)."""
+    queue = ClientQueue(policy, from_seq - 1, stats)
+    producer = asyncio.create_task(
+        produce(nc, topology, session, from_seq, follow, queue, policy, stats)
+    )
+    stats.clients += 1
+    try:
+        yield b"retry: %d\n\n" % policy.retry_ms
+        while True:
+            item = await queue.take(policy.keepalive_s)
+            if isinstance(item, ReplayEvent):
+                stats.events += 1
+                yield frame(item)
+            elif item is _Signal.IDLE:
+                yield b": keepalive\n\n"
+            else:
+                yield _closing(item, queue)
+                return
+    finally:
+        stats.clients -= 1
+        producer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await producer
+
+
+def _closing(signal: _Signal, queue: ClientQueue) -> bytes:
+    if signal is _Signal.LAGGED:
+        return lagged_frame(queue.last_id)
+    if queue.error is not None:
+        return error_frame(queue.error)
+    return b": caught up\n\n"

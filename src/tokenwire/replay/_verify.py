@@ -1,0 +1,247 @@
+"""``verify``: fold the retained chunks with the one fold and compare, step by step, with the store.
+
+For every (turn, step) of the session, on either side:
+
+- ``missing-in-store``: the broker retains the step, the store has no outcome for it
+  (in flight, or the assembler lost it);
+- ``not-retained``: the store has the step, the broker no longer retains any chunk of it
+  (retention removed it: it cannot be checked);
+- ``outcome``: one side is a message, the other an error;
+- ``message`` / ``error``: the stored outcome differs from the fold of the retained chunks
+  (the detail names the field: text, content, finish_reason, usage...);
+- ``chunks``: the stored chunk log differs from the retained chunks (ordinals, or an
+  envelope's content);
+- ``seq-range``: the stored outcome's ``seq_start..seq_end`` does not cite exactly the
+  step's stored chunks.
+
+A retained step without its finish (never finished, or chunks lost) folds to a ``gap`` or
+``abandoned`` error; a stored error of either kind matches it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import msgspec
+from nats.aio.client import Client
+
+from tokenwire.broker import Topology, valid_session
+from tokenwire.fold import StepCollector
+from tokenwire.replay._errors import InvalidSessionId, SessionNotFound, UndecodableChunk
+from tokenwire.replay._source import stored_chunks
+from tokenwire.schemas import (
+    ChunkEnvelope,
+    ChunkEvent,
+    ErrorEvent,
+    Message,
+    MessageEvent,
+    RecordedError,
+    envelope_decoder,
+    json_encoder,
+)
+from tokenwire.store import Store
+
+DifferenceKind = Literal[
+    "missing-in-store", "not-retained", "outcome", "message", "error", "chunks", "seq-range"
+]
+StepKey = tuple[int, int]
+_UNFINISHED_KINDS = ("gap", "abandoned")
+
+
+class Difference(msgspec.Struct, frozen=True):
+    """One way the store differs from the retained stream, at step (``turn``, ``step``)."""
+
+    turn: int
+    step: int
+    kind: DifferenceKind
+    detail: str
+
+    def __str__(self) -> str:
+        return f"turn {self.turn} step {self.step}: {self.kind}: {self.detail}"
+
+
+@dataclass
+class _Retained:
+    """One step's retained chunks by ordinal (first copy wins) and their stream seqs."""
+
+    chunks: dict[int, ChunkEnvelope] = field(default_factory=dict)
+    seqs: list[int] = field(default_factory=list)
+
+    def add(self, seq: int, envelope: ChunkEnvelope) -> None:
+        self.chunks.setdefault(envelope.ordinal, envelope)
+        self.seqs.append(seq)
+
+    def fold(self) -> Message | RecordedError:
+        collector = StepCollector()
+        for ordinal in sorted(self.chunks):
+            if collector.complete:
+                break
+            collector.add(ordinal, self.chunks[ordinal].chunk)
+        if collector.complete:
+            return collector.result()
+        if collector.missing() or collector.buffered:
+            return collector.fail("gap", "the retained chunks of the step have a gap")
+        return collector.fail("abandoned", "the retained chunks end without a finish")
+
+
+@dataclass
+class VerifyReport:
+    """What :func:`verify_report` checked, and the differences it found."""
+
+    steps: int
+    chunks: int
+    differences: list[Difference]
+
+
+async def verify(nc: Client, topology: Topology, store: Store, session: str) -> list[Difference]:
+    """Compare the store's record of ``session`` with the fold of its retained chunks.
+
+    Returns the differences in (turn, step) order; ``[]`` means the store is exactly the
+    projection of the retained stream. Raises InvalidSessionId, SessionNotFound (neither the
+    broker nor the store knows the session), BrokerUnavailable, StoreError.
+    """
+    return (await verify_report(nc, topology, store, session)).differences
+
+
+async def verify_report(nc: Client, topology: Topology, store: Store, session: str) -> VerifyReport:
+    """:func:`verify`, with how many steps and retained chunks were checked."""
+    if not valid_session(session):
+        raise InvalidSessionId(session)
+    retained = await _retained(nc, topology, session)
+    outcomes = {(o.turn, o.step): o for o in await store.messages(session)}
+    if not retained and not outcomes:
+        raise SessionNotFound(session, topology.stream)
+    logs = _chunk_logs(await store.session_events(session))
+    differences: list[Difference] = []
+    for key in sorted(retained.keys() | outcomes.keys()):
+        differences += _compare(key, retained.get(key), outcomes.get(key), logs.get(key, []))
+    chunks = sum(len(r.seqs) for r in retained.values())
+    return VerifyReport(len(retained.keys() | outcomes.keys()), chunks, differences)
+
+
+async def _retained(nc: Client, topology: Topology, session: str) -> dict[StepKey, _Retained]:
+    steps: defaultdict[StepKey, _Retained] = defaultdict(_Retained)
+    async for batch in stored_chunks(nc, topology, session):
+        for seq, payload in batch:
+            try:
+                envelope = envelope_decoder.decode(payload)
+            except msgspec.MsgspecError as exc:
+                raise UndecodableChunk(seq, str(exc)) from exc
+            steps[envelope.turn, envelope.step].add(seq, envelope)
+    return dict(steps)
+
+
+def _chunk_logs(events: Sequence[object]) -> dict[StepKey, list[ChunkEvent]]:
+    logs: defaultdict[StepKey, list[ChunkEvent]] = defaultdict(list)
+    for event in events:
+        if isinstance(event, ChunkEvent):
+            logs[event.envelope.turn, event.envelope.step].append(event)
+    return dict(logs)
+
+
+def _compare(
+    key: StepKey,
+    retained: _Retained | None,
+    stored: MessageEvent | ErrorEvent | None,
+    log: list[ChunkEvent],
+) -> list[Difference]:
+    turn, step = key
+    if retained is None:
+        return [Difference(turn, step, "not-retained", "the broker retains no chunk of it")]
+    if stored is None:
+        first, last = min(retained.seqs), max(retained.seqs)
+        detail = f"retained at stream seq {first}-{last}, no stored outcome"
+        return [Difference(turn, step, "missing-in-store", detail)]
+    out = _compare_outcome(key, retained.fold(), stored)
+    out += _compare_chunks(key, retained, log)
+    out += _compare_range(key, stored, log)
+    return out
+
+
+def _compare_outcome(
+    key: StepKey, folded: Message | RecordedError, stored: MessageEvent | ErrorEvent
+) -> list[Difference]:
+    turn, step = key
+    if isinstance(stored, MessageEvent) and isinstance(folded, Message):
+        detail = _message_detail(stored.message, folded)
+        return [Difference(turn, step, "message", detail)] if detail else []
+    if isinstance(stored, ErrorEvent) and isinstance(folded, RecordedError):
+        detail = _error_detail(stored.error, folded)
+        return [Difference(turn, step, "error", detail)] if detail else []
+    stored_text = _describe(stored.message if isinstance(stored, MessageEvent) else stored.error)
+    return [Difference(turn, step, "outcome", f"stored {stored_text}, retained fold to "
+                       f"{_describe(folded)}")]  # fmt: skip
+
+
+def _message_detail(stored: Message, folded: Message) -> str:
+    """Which fields differ, with the text shown when the visible text differs."""
+    if stored == folded:
+        return ""
+    if stored.text != folded.text:
+        return f"text differs: stored {_clip(stored.text)} vs retained {_clip(folded.text)}"
+    fields = [f for f in Message.__struct_fields__ if getattr(stored, f) != getattr(folded, f)]
+    parts = [
+        f"{f}: stored {_clip(_json(getattr(stored, f)))} vs retained "
+        f"{_clip(_json(getattr(folded, f)))}"
+        for f in fields
+    ]
+    return "; ".join(parts)
+
+
+def _error_detail(stored: RecordedError, folded: RecordedError) -> str:
+    if folded.kind in _UNFINISHED_KINDS:
+        if stored.kind in _UNFINISHED_KINDS:
+            return ""
+        return f"stored {stored.kind} error, the retained chunks end without a finish"
+    if stored == folded:
+        return ""
+    return f"stored {_json(stored)} vs retained {_json(folded)}"
+
+
+def _compare_chunks(key: StepKey, retained: _Retained, log: list[ChunkEvent]) -> list[Difference]:
+    turn, step = key
+    stored = {e.envelope.ordinal: e.envelope for e in log}
+    if sorted(stored) != sorted(retained.chunks):
+        detail = (
+            f"stored {len(stored)} chunks (ordinals {_span(stored)}), retained "
+            f"{len(retained.chunks)} (ordinals {_span(retained.chunks)})"
+        )
+        return [Difference(turn, step, "chunks", detail)]
+    changed = [o for o in sorted(stored) if stored[o] != retained.chunks[o]]
+    if changed:
+        detail = f"{len(changed)} stored chunk(s) differ from the retained ones, first ordinal "
+        return [Difference(turn, step, "chunks", f"{detail}{changed[0]}")]
+    return []
+
+
+def _compare_range(
+    key: StepKey, stored: MessageEvent | ErrorEvent, log: list[ChunkEvent]
+) -> list[Difference]:
+    seqs = [e.seq for e in log]
+    expected = list(range(stored.seq_start, stored.seq_end + 1))
+    if seqs == expected:
+        return []
+    have = f"{seqs[0]}-{seqs[-1]}" if seqs else "none"
+    detail = f"outcome cites seq {stored.seq_start}-{stored.seq_end}, its chunks are at {have}"
+    return [Difference(key[0], key[1], "seq-range", detail)]
+
+
+def _describe(outcome: Message | RecordedError) -> str:
+    if isinstance(outcome, Message):
+        return f"a message ({outcome.finish_reason})"
+    return f"a {outcome.kind} error ({_clip(outcome.message)})"
+
+
+def _span(ordinals: dict[int, ChunkEnvelope]) -> str:
+    return f"{min(ordinals)}-{max(ordinals)}" if ordinals else "none"
+
+
+def _json(value: object) -> str:
+    return json_encoder.encode(value).decode()
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")

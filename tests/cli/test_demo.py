@@ -1,0 +1,92 @@
+"""The README's first command, end to end: the demo on a real embedded stack.
+
+These run real processes (nats-server, scripted provider, gateway, assembler, telemetry) and
+check the summary against the fleet plan's ground truth, then that nothing is left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tokenwire.cli._fleet import FleetPlan, expected_totals
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _leftovers(marker: str) -> list[str]:
+    """Processes whose command line mentions ``marker`` (our data directory)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "environ"]):
+        try:
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            env = proc.info["environ"] or {}
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if proc.pid != os.getpid() and (
+            marker in cmdline or env.get("TOKENWIRE_DATA_DIR") == marker
+        ):
+            found.append(f"{proc.pid} {cmdline}")
+    return found
+
+
+def _run_demo(
+    cwd: Path, argv: list[str], data_dir: Path, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TOKENWIRE_DATA_DIR": str(data_dir)}
+    env.pop("TOKENWIRE_NATS_URL", None)
+    env.pop("TOKENWIRE_STORE", None)
+    return subprocess.run(
+        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_demo_summary_matches_the_plan_and_leaves_nothing_running(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    summary = tmp_path / "summary.json"
+    argv = [sys.executable, "-m", "tokenwire", "demo", "--sessions", "4", "--turns", "2",
+            "--steps", "3", "--summary-json", str(summary)]  # fmt: skip
+    done = _run_demo(tmp_path, argv, data, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    expected = expected_totals(FleetPlan(4, 2, 3, run_id="x"))
+    doc = json.loads(summary.read_text())
+    observed = doc["observed"]
+    assert observed["steps"] == expected.steps == 24
+    assert observed["messages"] == expected.messages == 23
+    assert observed["errors"] == {"provider": 1}
+    assert observed["max_tokens_messages"] == 1
+    assert observed["ttfc_signals"] == expected.steps
+    assert observed["differences"] == []
+    assert doc["passed"] is True
+    assert "replay --verify" in done.stdout
+    assert (data / "store.db").is_file()
+    assert (data / "nats.url").is_file()
+    assert _leftovers(str(data)) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_readme_first_command_runs_from_a_fresh_clone(tmp_path: Path) -> None:
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("## Quick start", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    first = block.strip().splitlines()[0].strip()
+    assert first == "make demo"
+    if shutil.which("git") is None or shutil.which("make") is None:
+        pytest.fail("git and make are needed to run the README's command from a fresh clone")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=120)
+    done = _run_demo(clone, ["bash", "-c", first], clone / ".tokenwire", timeout=540)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "replay --verify" in done.stdout
+    assert "passed" in done.stdout
+    assert _leftovers(str(clone / ".tokenwire")) == []

@@ -1,0 +1,124 @@
+"""The session viewer in headless Chromium, against a real server, broker and store.
+
+The page is driven through its own buttons: the URL parameters ``steps=N`` and ``autoplay=1``
+click Step N times and Play once after loading (see viewer.html); ``--dump-dom`` and
+``--screenshot`` take the result after a virtual-time budget (timers fast-forward, network
+fetches are waited for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+from starlette.applications import Starlette
+
+from tests.replay.http import serve
+from tests.replay.sessions import (
+    CALLS_0,
+    EXPECTED_TEXT,
+    REASONING_0,
+    commit_folded,
+    envelopes,
+    publish,
+)
+from tokenwire.replay import events_router
+from tokenwire.store import open_store
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def chromium() -> str:
+    if not os.access(CHROMIUM, os.X_OK):
+        reason = f"no Chromium at {CHROMIUM} (Debian: apt-get install -y chromium)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return CHROMIUM
+
+
+@pytest.fixture
+async def viewer(nc, topology, sqlite_url):
+    """A served viewer over one recorded session; yields (base URL, session, envelopes)."""
+    store = open_store(sqlite_url)
+    session = f"w-{uuid.uuid4().hex[:10]}"
+    sent = envelopes(session)
+    await publish(nc, topology, sent)
+    await commit_folded(store, sent)
+    router = events_router(lambda: nc, topology, lambda: store)
+    try:
+        async with serve(Starlette(routes=router.routes)) as url:
+            yield url, session, sent
+    finally:
+        await store.close()
+
+
+async def run_chromium(binary: str, tmp_path: Path, *args: str) -> bytes:
+    proc = await asyncio.create_subprocess_exec(
+        binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--no-first-run", "--disable-component-update", "--disable-sync",
+        "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=20000", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 90)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode == 0, err.decode(errors="replace")[-2000:]
+    return out
+
+
+def sections(dom: str) -> tuple[str, str]:
+    replay, _, messages = dom.partition("Assembled messages (store)")
+    return replay, messages
+
+
+@pytest.mark.slow
+async def test_playing_a_session_shows_it_as_the_user_saw_it(chromium, viewer, tmp_path):
+    url, session, sent = viewer
+    page = f"{url}/viewer?session={session}&speed=max&autoplay=1"
+    dom = (await run_chromium(chromium, tmp_path, "--dump-dom", page)).decode()
+
+    replay, messages = sections(dom)
+    assert f"event {len(sent)} / {len(sent)}" in replay
+    assert "played to the end" in replay
+    for text in EXPECTED_TEXT.values():
+        assert text in replay
+    assert REASONING_0 in replay
+    for call in CALLS_0:
+        assert f"⚙ tool call {call.name}({call.arguments})" in replay
+    assert "search(" not in replay  # the truncated call was never shown
+    assert "first chunk after 0.250 s" in replay
+    assert "provider error: upstream overloaded" in replay
+    # The store's assembled messages, beside it.
+    assert EXPECTED_TEXT[1, 0] in messages
+    assert "seq 1-" in messages
+    assert "provider error" in messages
+
+
+@pytest.mark.slow
+async def test_stepping_moves_the_cursor_one_event_at_a_time(chromium, viewer, tmp_path):
+    url, session, sent = viewer
+    page = f"{url}/viewer?session={session}&steps=5"
+    dom = (await run_chromium(chromium, tmp_path, "--dump-dom", page)).decode()
+    replay, _ = sections(dom)
+    # Event 0 opens the reasoning block, events 1-4 each bring 4 characters of it.
+    assert f"event 5 / {len(sent)}" in replay
+    assert REASONING_0[:16] in replay
+    assert REASONING_0[:17] not in replay
+
+    shot = tmp_path / "viewer.png"
+    await run_chromium(chromium, tmp_path, f"--screenshot={shot}", "--window-size=1280,900",
+                       f"{url}/viewer?session={session}&steps=60")  # fmt: skip
+    data = shot.read_bytes()
+    assert data.startswith(PNG_SIGNATURE)
+    assert len(data) > 10_000
