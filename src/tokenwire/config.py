@@ -9,6 +9,7 @@
 | ``TOKENWIRE_GATEWAY_ADDR`` | ``127.0.0.1:8080`` |
 | ``TOKENWIRE_PARTITIONS`` | ``16`` |
 | ``TOKENWIRE_REPLICAS`` | ``1`` (3 in a three-node cluster) |
+| ``TOKENWIRE_PROVISION`` | ``1``: services create/update the topology at start; ``0``: they don't |
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Settings:
     gateway_keys: frozenset[str]
     partitions: int
     replicas: int = 1
+    provision: bool = True
 
     @property
     def nats_url(self) -> str | None:
@@ -71,6 +73,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         gateway_keys=frozenset(k for k in env.get("TOKENWIRE_GATEWAY_KEYS", "").split(",") if k),
         partitions=parse_int("TOKENWIRE_PARTITIONS", env.get("TOKENWIRE_PARTITIONS", "16"), 1),
         replicas=parse_int("TOKENWIRE_REPLICAS", env.get("TOKENWIRE_REPLICAS", "1"), 1, 5),
+        provision=parse_flag("TOKENWIRE_PROVISION", env.get("TOKENWIRE_PROVISION", "1")),
     )
 
 
@@ -89,6 +92,16 @@ def parse_addr(value: str) -> tuple[str, int]:
     if not sep or not host:
         raise ConfigError("TOKENWIRE_GATEWAY_ADDR", value, "expected HOST:PORT")
     return host.strip("[]"), parse_int("TOKENWIRE_GATEWAY_ADDR", port, 0, 65535)
+
+
+def parse_flag(name: str, value: str) -> bool:
+    """``1/true/yes/on`` or ``0/false/no/off``."""
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(name, value, "expected 1 or 0")
 
 
 def parse_int(name: str, value: str, low: int, high: int | None = None) -> int:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import click
+from nats.aio.client import Client
 
+from tokenwire.broker import Topology
 from tokenwire.cli._common import nats_url, run_until_signal, settings, topology
 from tokenwire.config import parse_addr
 
@@ -27,6 +30,7 @@ def telemetry(ctx: click.Context, metrics_addr: str, burst: bool) -> None:
         topology=topology(s),
         metrics_host=host,
         metrics_port=port,
+        provision=s.provision,
     )
 
     async def main(stop: asyncio.Event) -> None:
@@ -78,3 +82,48 @@ def gateway() -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     asyncio.run(service.run(service.GatewaySettings.from_env()))
+
+
+@click.command()
+@click.option("--timeout", "timeout_s", default=60.0, show_default=True,
+              help="How long to retry while a cluster elects its meta leader.")  # fmt: skip
+@click.pass_context
+def provision(ctx: click.Context, timeout_s: float) -> None:
+    """Create or update the streams, KV bucket and consumers (idempotent).
+
+    Run once before services that start with TOKENWIRE_PROVISION=0 under NATS users that may
+    not change the topology (compose's provision service, the Kubernetes Job).
+    """
+    from tokenwire.broker import connect
+
+    s = settings(ctx)
+    t = topology(s)
+    url = nats_url(s, service=True)
+
+    async def main(stop: asyncio.Event) -> None:
+        nc = await connect(url, name="tokenwire-provision")
+        try:
+            await _retry_topology(nc, t, timeout_s, stop)
+        finally:
+            await nc.close()
+        click.echo(
+            f"provision: {t.stream} ({t.partitions} partitions, {t.replicas} replicas) ready"
+        )
+
+    run_until_signal(main)
+
+
+async def _retry_topology(nc: Client, t: Topology, timeout_s: float, stop: asyncio.Event) -> None:
+    from tokenwire.broker import TopologyError, ensure_topology
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            await ensure_topology(nc, t)
+            return
+        except TopologyError:
+            # Right after the nodes start JetStream answers "no suitable peers" (or nothing)
+            # until a meta leader exists; past the deadline the refusal is real.
+            if time.monotonic() > deadline or stop.is_set():
+                raise
+            await asyncio.sleep(1.0)

@@ -25,6 +25,7 @@ class TelemetrySettings:
     topology: Topology = field(default_factory=Topology)
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9466
+    provision: bool = True
 
 
 async def run(
@@ -39,15 +40,14 @@ async def run(
     meter_provider, tracer_provider = otel_providers()
     nc = await nats.connect(settings.nats_url, name="tokenwire-telemetry")
     try:
-        await ensure_topology(nc, settings.topology)
+        if settings.provision:
+            await ensure_topology(nc, settings.topology)
         consumer = TelemetryConsumer(
             nc=nc,
             topology=settings.topology,
             metrics=metrics,
             otel=OtelSignals(meter_provider, tracer_provider),
-            live=lambda subject, payload: asyncio.ensure_future(
-                nc.publish(subject, payload)
-            ),
+            live=lambda subject, payload: asyncio.ensure_future(nc.publish(subject, payload)),
         )
         log.info("telemetry consuming %s", settings.topology.first_chunks_filter)
         await consumer.run(stop, burst=burst)
