@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -89,6 +90,53 @@ class _Pending:
     attempts: int = 0
 
 
+class _Window:
+    """At most ``size`` slots taken; waiters served first come, first served, O(1) each.
+
+    Not ``asyncio.Semaphore``: in Python 3.11 its ``locked()`` is true while any woken waiter
+    has not resumed yet, so once the window filled up every later ``publish`` queued behind
+    the waiters and suspended (a task and a loop turn per chunk) even with the window nearly
+    empty, a convoy that never drained under steady load (bench/bench_gateway.py). Here a
+    release hands its slot directly to the oldest waiter, so a free slot always means nobody
+    waits and :meth:`try_take` is a counter decrement.
+    """
+
+    __slots__ = ("_free", "_waiters")
+
+    def __init__(self, size: int) -> None:
+        self._free = size
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def try_take(self) -> bool:
+        """Take a slot if one is free, without waiting."""
+        if self._free > 0:
+            self._free -= 1
+            return True
+        return False
+
+    async def take(self, timeout_s: float) -> None:
+        """Wait (FIFO) for a slot; ``TimeoutError`` after ``timeout_s``."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # the slot reached us as we gave up: pass it on
+            waiter.cancel()  # still queued: release() skips cancelled waiters
+            raise
+
+    def release(self) -> None:
+        """Give a slot back: to the oldest live waiter, else to the free count."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
+
+
 @dataclass(slots=True)
 class _StepState:
     outstanding: int = 0
@@ -119,7 +167,7 @@ class ChunkPublisher:
     ) -> None:
         self._nc = nc
         self._topology = topology
-        self._window = asyncio.Semaphore(window)
+        self._window = _Window(window)
         self._ack_timeout = ack_timeout_s
         self._horizon = retry_horizon_s
         self._tick = tick_s
@@ -131,6 +179,10 @@ class ChunkPublisher:
         self._failed: OrderedDict[StepKey, BrokerError] = OrderedDict()
         self._idle = asyncio.Event()
         self._idle.set()
+        # No pending message is due (resend) or expired (horizon) before this; the reaper
+        # scans the pending messages only from then on, not every tick (a scan of a full
+        # window every 50 ms cost ~2-5% of the gateway's CPU).
+        self._next_due = math.inf
         self._sub: Subscription | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._published = self._acked = self._duplicates = self._retried = self._failures = 0
@@ -185,18 +237,18 @@ class ChunkPublisher:
         self._serial += 1
         token = str(self._serial)
         self._pending[token] = entry
+        self._due_by(entry)
         self._idle.clear()
         self._step_state(entry.step).outstanding += 1
         self._published += 1
         await self._send(token, entry)
 
     async def _acquire_slot(self, subject: str, mid: str) -> None:
-        if not self._window.locked():
-            await self._window.acquire()
+        if self._window.try_take():
             return
         started = self._clock()
         try:
-            await asyncio.wait_for(self._window.acquire(), self._resolution_bound())
+            await self._window.take(self._resolution_bound())
         except TimeoutError:
             raise PublishTimeout(subject, mid, self._clock() - started) from None
 
@@ -217,6 +269,11 @@ class ChunkPublisher:
         except NatsError:
             # Disconnected with a full outbound buffer: the reaper resends when due.
             entry.due = self._clock() + self._backoff(entry.attempts)
+            self._due_by(entry)
+
+    def _due_by(self, entry: _Pending) -> None:
+        """Keep ``_next_due`` at or before the entry's next resend or expiry."""
+        self._next_due = min(self._next_due, entry.due, entry.first_sent + self._horizon)
 
     async def _on_ack(self, msg: Msg) -> None:
         token = msg.subject[len(self._prefix) :]
@@ -240,6 +297,7 @@ class ChunkPublisher:
 
     def _retry_later(self, entry: _Pending, code: int) -> None:
         entry.due = self._clock() + self._backoff(entry.attempts)
+        self._due_by(entry)
 
     def _backoff(self, attempts: int) -> float:
         return float(min(0.05 * 2**attempts, 2.0))
@@ -274,11 +332,13 @@ class ChunkPublisher:
     async def _reap_forever(self) -> None:
         while True:
             await asyncio.sleep(self._tick)
-            if self._pending:
-                await self._reap(self._clock())
+            now = self._clock()
+            if self._pending and now >= self._next_due:
+                await self._reap(now)
 
     async def _reap(self, now: float) -> None:
         """Resend (in publish order) what is due; fail what outlived the horizon."""
+        self._next_due = math.inf  # lowered again by every entry that stays pending
         for token, entry in list(self._pending.items()):
             if token not in self._pending:
                 continue  # resolved while an earlier resend was being written
@@ -287,9 +347,11 @@ class ChunkPublisher:
                 self._fail(token, PublishTimeout(entry.subject, entry.msg_id, waited))
                 continue
             if entry.due > now:
+                self._due_by(entry)
                 continue
             entry.attempts += 1
             entry.due = now + self._ack_timeout
+            self._due_by(entry)
             self._retried += 1
             with contextlib.suppress(BrokerUnavailable):
                 await self._send(token, entry)
@@ -308,7 +370,8 @@ class ChunkPublisher:
         if state is not None:
             bound = timeout_s if timeout_s is not None else self._resolution_bound()
             try:
-                await asyncio.wait_for(state.done.wait(), bound)
+                async with asyncio.timeout(bound):  # no task per wait, unlike wait_for
+                    await state.done.wait()
             except TimeoutError:
                 raise FlushTimeout(state.outstanding, bound) from None
         error = self._failed.get(key)

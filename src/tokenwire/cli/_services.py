@@ -81,7 +81,7 @@ def gateway() -> None:
     from tokenwire.services import gateway as service
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    asyncio.run(service.run(service.GatewaySettings.from_env()))
+    service.main(service.GatewaySettings.from_env())
 
 
 @click.command()

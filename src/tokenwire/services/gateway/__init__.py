@@ -3,8 +3,8 @@ streamed chunk published, in order and deduplicated, to the broker.
 
 - :func:`create_app` builds the ASGI app from :class:`GatewaySettings` and :class:`GatewayDeps`
   (the seams: :class:`Upstream`, :class:`ChunkSink`, :class:`StepAllocator`);
-- :func:`run` serves it for real (``tokenwire gateway``); :class:`GatewayServer` serves it on a
-  socket inside a running event loop;
+- :func:`run` serves it for real (``tokenwire gateway``), :func:`main` blocks running it on
+  uvloop; :class:`GatewayServer` serves it on a socket inside a running event loop;
 - the in-memory seams (:class:`MemorySink`, :class:`MemorySteps`, :class:`CannedUpstream`) serve
   unit tests.
 
@@ -30,7 +30,14 @@ from tokenwire.services.gateway._errors import (
 from tokenwire.services.gateway._identity import StepAllocator, StepIdentity, StepTaken
 from tokenwire.services.gateway._memory import CannedUpstream, MemorySink, MemorySteps, Published
 from tokenwire.services.gateway._routing import Route, resolve, split_model
-from tokenwire.services.gateway._run import BrokerDeps, GatewayServer, broker_deps, check_bind, run
+from tokenwire.services.gateway._run import (
+    BrokerDeps,
+    GatewayServer,
+    broker_deps,
+    check_bind,
+    main,
+    run,
+)
 from tokenwire.services.gateway._seams import ChunkSink, GatewayDeps, HttpUpstream, Upstream
 from tokenwire.services.gateway._settings import GatewaySettings
 
@@ -65,6 +72,7 @@ __all__ = [
     "broker_deps",
     "check_bind",
     "create_app",
+    "main",
     "resolve",
     "run",
     "split_model",

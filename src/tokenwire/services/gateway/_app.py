@@ -266,8 +266,7 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> Starlette:
     routes = [
         HttpRoute("/v1/chat/completions", gw.chat_completions, methods=["POST"]),
         HttpRoute("/v1/messages", gw.messages, methods=["POST"]),
-        # The replay work adds GET /v1/sessions/{session}/events here (an SSE reader of the
-        # session's retained chunks); it needs only a SessionReader dependency in GatewayDeps.
+        *deps.extra_routes,
         HttpRoute("/healthz", gw.healthz, methods=["GET"]),
         HttpRoute("/readyz", gw.readyz, methods=["GET"]),
         HttpRoute("/metrics", gw.metrics_text, methods=["GET"]),

@@ -80,6 +80,8 @@ _probe = msgspec.json.Decoder(_Probe)
 
 def frame(event: SseEvent) -> bytes:
     """One event in SSE framing (``event:`` only when named, one ``data:`` line per line)."""
+    if event.event == "message" and "\n" not in event.data:
+        return b"data: " + event.data.encode() + b"\n\n"  # the usual event: one data line
     head = b"" if event.event == "message" else b"event: " + event.event.encode() + b"\n"
     lines = b"".join(b"data: " + line.encode() + b"\n" for line in event.data.split("\n"))
     return head + lines + b"\n"
@@ -141,7 +143,7 @@ class ForwardingOutput:
         data = event.data
         if data.startswith("[DONE]"):
             return False
-        if '"error"' in data or (self._strip_usage and '"usage"' in data):
+        if '"error"' in data or (self._strip_usage and _may_be_usage_only(data)):
             try:
                 probe = _probe.decode(data)
             except msgspec.DecodeError:
@@ -150,6 +152,16 @@ class ForwardingOutput:
                 self._error_sent = True
             return not (self._strip_usage and probe.usage is not None and not probe.choices)
         return True
+
+
+def _may_be_usage_only(data: str) -> bool:
+    """Whether an OpenAI event may be the usage-only chunk (so it must be decoded to tell).
+
+    With ``include_usage`` OpenAI-compatible servers put ``"usage":null`` on every other
+    chunk: those are recognised by that text, without decoding each event (a quote inside a
+    JSON string is escaped, so the text can only be the structure).
+    """
+    return '"usage"' in data and '"usage":null' not in data
 
 
 def _reason(finish: Finish) -> str:

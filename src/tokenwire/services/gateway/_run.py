@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import uvicorn
+import uvloop
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
+from tokenwire import config
 from tokenwire.broker import (
     ChunkPublisher,
     StepRegistry,
@@ -24,9 +27,20 @@ from tokenwire.broker import (
     ensure_topology,
 )
 from tokenwire.config import ConfigError
+from tokenwire.replay import events_router
 from tokenwire.services.gateway._app import create_app
 from tokenwire.services.gateway._seams import GatewayDeps, HttpUpstream
 from tokenwire.services.gateway._settings import GatewaySettings
+from tokenwire.store import Store, open_store
+
+PUBLISH_WINDOW = 4096
+"""Chunks in flight (published, not yet acknowledged) before publishing waits. Under load the
+acks of a shared-CPU broker took 50-100 ms, so the publisher's default of 1024 capped the
+gateway near 1024 / 0.07 s = 15k chunks/s and made every step wait for acks; 4096 (a few MiB
+of retained envelopes) keeps the window out of the way (bench/bench_gateway.py)."""
+HTTP_IMPL = "httptools"
+"""uvicorn's HTTP/1.1 protocol: httptools (C parser) costs the gateway about half the CPU per
+response write of the pure-Python h11 (bench/bench_gateway.py, docs/gateway.md "Performance")."""
 
 
 def check_bind(settings: GatewaySettings) -> None:
@@ -53,9 +67,11 @@ class BrokerDeps:
         await self.upstream.aclose()
 
 
-async def broker_deps(nc: Client, topology: Topology) -> BrokerDeps:
+async def broker_deps(
+    nc: Client, topology: Topology, *, publish_window: int = PUBLISH_WINDOW
+) -> BrokerDeps:
     """Publisher, step registry and readiness probe on an open connection."""
-    publisher = await ChunkPublisher(nc, topology).start()
+    publisher = await ChunkPublisher(nc, topology, window=publish_window).start()
     steps = await StepRegistry.open(nc, topology)
     upstream = HttpUpstream()
 
@@ -76,6 +92,10 @@ def _listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Inherited by accepted connections. asyncio sets it only on sockets created with
+    # proto=IPPROTO_TCP (this one is 0): without it Nagle holds a response's first body bytes
+    # behind its unacknowledged headers until the caller's delayed ACK, ~40 ms.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
     sock.listen(2048)
     sock.setblocking(False)
@@ -96,7 +116,7 @@ class GatewayServer:
         self.app = create_app(settings, deps)
         self._sock = _listen(settings.host, settings.port)
         config = uvicorn.Config(
-            self.app, log_level="warning", lifespan="on", access_log=False,
+            self.app, log_level="warning", lifespan="on", access_log=False, http=HTTP_IMPL,
             timeout_graceful_shutdown=int(settings.ack_timeout_s),
         )  # fmt: skip
         self._server = uvicorn.Server(config)
@@ -125,13 +145,24 @@ class GatewayServer:
 
 
 @contextlib.asynccontextmanager
+async def _store(settings: GatewaySettings) -> AsyncIterator[Store]:
+    """The store the session routes read; opened lazily by the store itself, closed at exit."""
+    store = open_store(settings.store_url or config.load().store_url)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@contextlib.asynccontextmanager
 async def _connected(settings: GatewaySettings) -> AsyncIterator[tuple[Client, Topology]]:
     if not settings.nats_url:
         raise ConfigError("TOKENWIRE_NATS_URL", "", "the gateway needs a NATS server URL")
     nc = await connect(settings.nats_url, name="tokenwire-gateway")
     try:
         topology = Topology(partitions=settings.partitions, replicas=settings.replicas)
-        await ensure_topology(nc, topology)
+        if settings.provision:
+            await ensure_topology(nc, topology)
         yield nc, topology
     finally:
         await nc.close()
@@ -145,14 +176,26 @@ async def run(settings: GatewaySettings) -> None:
     not answer.
     """
     check_bind(settings)
-    async with _connected(settings) as (nc, topology):
+    async with _connected(settings) as (nc, topology), _store(settings) as store:
         real = await broker_deps(nc, topology)
+        routes = events_router(lambda: nc, topology, lambda: store).routes
+        real.deps = dataclasses.replace(real.deps, extra_routes=routes)
         try:
             config = uvicorn.Config(
                 create_app(settings, real.deps), host=settings.host, port=settings.port,
-                log_level="info", lifespan="on", access_log=False,
+                log_level="info", lifespan="on", access_log=False, http=HTTP_IMPL,
                 timeout_graceful_shutdown=int(settings.ack_timeout_s),
             )  # fmt: skip
             await uvicorn.Server(config).serve()
         finally:
             await real.aclose()
+
+
+def main(settings: GatewaySettings) -> None:
+    """Block serving :func:`run` on uvloop, the event loop the gateway is measured on.
+
+    uvloop's loop costs a fraction of asyncio's per socket read, write and task switch, which
+    the gateway does several of per streamed chunk (docs/gateway.md, "Performance").
+    """
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(run(settings))

@@ -10,11 +10,12 @@ import itertools
 import ssl
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import httpx
+from starlette.routing import BaseRoute
 
 from tokenwire.broker import PublisherStats, StepClaimConflict
 from tokenwire.providers import Normaliser, stream_chunks
@@ -24,6 +25,13 @@ from tokenwire.services.gateway._routing import Route
 
 UPSTREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=120.0, write=30.0, pool=30.0)
 """``read`` is the longest silence tolerated between provider bytes (a stall ends the step)."""
+
+
+KEEPALIVE_EXPIRY_S = 2.0
+"""Idle provider connections are dropped after this long. httpx's default (5 s) equals
+uvicorn's keep-alive timeout, so a connection reused just as the server closed it failed the
+step with a ReadError before its first chunk (a 502; seen under load in bench/bench_gateway.py);
+servers keep idle connections at least this long, so 2 s avoids that race."""
 
 
 class Upstream(Protocol):
@@ -76,7 +84,11 @@ class HttpUpstream:
     """
 
     def __init__(self, shards: int = 32, keepalive_per_shard: int = 32) -> None:
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=keepalive_per_shard)
+        limits = httpx.Limits(
+            max_connections=None,
+            max_keepalive_connections=keepalive_per_shard,
+            keepalive_expiry=KEEPALIVE_EXPIRY_S,
+        )
         tls = ssl.create_default_context()  # one CA bundle load, not one per shard
         self._clients = [
             httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, limits=limits, verify=tls)
@@ -119,7 +131,9 @@ class GatewayDeps:
     - ``upstream``: calls providers; ``sink``: publishes chunks; ``steps``: claims steps;
     - ``ready``: whether the broker is connected and the stream present (``/readyz``);
     - ``clock_ns``: wall clock in Unix ns (envelope times); ``new_id``: session and response
-      ids; ``monotonic``: for durations (metrics).
+      ids; ``monotonic``: for durations (metrics);
+    - ``extra_routes``: routes served beside the gateway's own (the session events, sessions,
+      messages and viewer routes of ``tokenwire.replay``).
     """
 
     upstream: Upstream
@@ -130,3 +144,4 @@ class GatewayDeps:
     new_id: Callable[[], str] = _new_session
     monotonic: Callable[[], float] = time.perf_counter
     conflicts: tuple[type[Exception], ...] = field(default_factory=registry_conflicts)
+    extra_routes: Sequence[BaseRoute] = ()

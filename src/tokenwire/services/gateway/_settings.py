@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tokenwire import config
 from tokenwire.config import ConfigError, parse_addr, parse_int, parse_urls
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -32,7 +33,9 @@ class GatewaySettings:
     - ``caller_buffer_bytes``: output held for a slow caller before the provider read waits.
     - ``default_max_tokens``: sent to Anthropic when a translated request named none.
     - ``ack_timeout_s``: how long the end of a step waits for the broker's acks.
-    - ``partitions``, ``replicas``: the broker topology (session partitions, stream replicas).
+    - ``partitions``, ``replicas``: the broker topology (session partitions, stream replicas);
+      ``provision``: create/update it at start (off when a provisioner owns it).
+    - ``store_url``: the store the session and message routes read (``TOKENWIRE_STORE``).
 
     Secrets (``keys``, ``provider_env``) are left out of ``repr``.
     """
@@ -49,6 +52,8 @@ class GatewaySettings:
     ack_timeout_s: float = 35.0
     partitions: int = 16
     replicas: int = 1
+    provision: bool = True
+    store_url: str | None = None
 
     @property
     def loopback_only(self) -> bool:
@@ -80,6 +85,8 @@ class GatewaySettings:
             continue_on_disconnect=_flag(env, "TOKENWIRE_GATEWAY_CONTINUE_ON_DISCONNECT", True),
             partitions=parse_int("TOKENWIRE_PARTITIONS", env.get("TOKENWIRE_PARTITIONS", "16"), 1),
             replicas=parse_int("TOKENWIRE_REPLICAS", env.get("TOKENWIRE_REPLICAS", "1"), 1, 5),
+            provision=_flag(env, "TOKENWIRE_PROVISION", True),
+            store_url=config.load(env).store_url,
         )
 
 
