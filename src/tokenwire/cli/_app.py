@@ -36,6 +36,7 @@ def _register() -> None:
     cli.add_command(_demo.up)
     cli.add_command(_services.telemetry)
     cli.add_command(_services.gateway)
+    cli.add_command(_services.assembler)
     cli.add_command(_services.provision)
     cli.add_command(_services.scripted_provider)
     from tokenwire.cli import _messages, _replay, _status, _tail

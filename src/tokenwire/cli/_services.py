@@ -127,3 +127,21 @@ async def _retry_topology(nc: Client, t: Topology, timeout_s: float, stop: async
             if time.monotonic() > deadline or stop.is_set():
                 raise
             await asyncio.sleep(1.0)
+
+
+@click.command()
+@click.option("--burst", is_flag=True, help="Drain what the stream holds, commit it, exit.")
+def assembler(burst: bool) -> None:
+    """Run one assembler instance (configured by TOKENWIRE_ASSEMBLER_* and the shared variables)."""
+    import dataclasses
+
+    from tokenwire.services import assembler as service
+
+    config = service.AssemblerSettings.from_env()
+    if burst:
+        config = dataclasses.replace(config, burst=True)
+
+    async def main(stop: asyncio.Event) -> None:
+        await service.run(config, stop)
+
+    run_until_signal(main)

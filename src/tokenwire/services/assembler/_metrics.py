@@ -1,0 +1,125 @@
+"""The assembler's Prometheus metrics (one registry per instance) and its probe server.
+
+The server is ``wsgiref`` in a daemon thread, the same machinery as prometheus_client's own
+``start_http_server``, with two probe paths added: ``/healthz`` (the process answers) and
+``/readyz`` (connected to the broker and the last store call succeeded).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+
+_NS = "tokenwire_assembler"
+
+
+@dataclass
+class AssemblerMetrics:
+    """Every metric of one assembler instance, in its own registry (several fit in a process)."""
+
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.chunks = Counter(f"{_NS}_chunks", "Chunk messages handled.", registry=r)
+        self.steps = Counter(
+            f"{_NS}_steps", "Steps committed, by how they closed.", ["reason"], registry=r
+        )
+        self.messages = Counter(f"{_NS}_messages", "Assembled messages committed.", registry=r)
+        self.errors = Counter(
+            f"{_NS}_errors", "Recorded step errors committed, by kind.", ["kind"], registry=r
+        )
+        self.duplicates = Counter(
+            f"{_NS}_duplicates",
+            "Chunks of steps already closed or stored (redeliveries, duplicate publishes).",
+            ["where"],
+            registry=r,
+        )
+        self.dead_lettered = Counter(
+            f"{_NS}_dead_lettered", "Messages sent to the dead-letter subject.", ["reason"],
+            registry=r,
+        )  # fmt: skip
+        self.store_failures = Counter(
+            f"{_NS}_store_failures", "Store calls that failed, by error.", ["error"], registry=r
+        )
+        self.commit_seconds = Histogram(
+            f"{_NS}_commit_seconds",
+            "Latency of one commit transaction.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+        self.batch_steps = Histogram(
+            f"{_NS}_batch_steps", "Steps per commit transaction.",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), registry=r,
+        )  # fmt: skip
+        self.open_steps = Gauge(f"{_NS}_open_steps", "Steps waiting for chunks.", registry=r)
+        self.pending_steps = Gauge(
+            f"{_NS}_pending_steps", "Closed steps waiting for their commit.", registry=r
+        )
+        self.lag = Gauge(
+            f"{_NS}_lag_messages", "Messages not yet delivered, per partition (num_pending).",
+            ["partition"], registry=r,
+        )  # fmt: skip
+        self.ack_pending = Gauge(
+            f"{_NS}_ack_pending_messages", "Delivered, unacknowledged messages per partition.",
+            ["partition"], registry=r,
+        )  # fmt: skip
+        self.owned_partitions = Gauge(
+            f"{_NS}_owned_partitions", "Partitions this instance holds the pin of.", registry=r
+        )
+        self.store_up = Gauge(
+            f"{_NS}_store_up", "1 when the last store call succeeded, else 0.", registry=r
+        )
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes every few seconds would flood the log."""
+
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def probe_app(registry: CollectorRegistry, ready: Callable[[], bool]) -> WsgiApp:
+    """``/healthz``, ``/readyz`` and, on every other path, the metrics."""
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path == "/healthz":
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [b"ok\n"]
+        if path == "/readyz":
+            ok = ready()
+            start_response("200 OK" if ok else "503 Service Unavailable", [])
+            return [b"ready\n" if ok else b"not ready\n"]
+        result: Iterable[bytes] = metrics(environ, start_response)
+        return result
+
+    return app
+
+
+class ProbeServer:
+    """The metrics and probe HTTP server in a daemon thread; ``port`` is the bound port."""
+
+    def __init__(self, host: str, port: int, app: WsgiApp) -> None:
+        self._server = make_server(
+            host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler
+        )
+        self.port: int = self._server.server_port
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,124 @@
+"""``run``: the ``tokenwire assembler`` command's body (connect, provision, serve, stop)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from nats.aio.client import Client
+
+from tokenwire.broker import BrokerError, connect
+from tokenwire.services.assembler._errors import AssemblerStartError
+from tokenwire.services.assembler._metrics import ProbeServer, probe_app
+from tokenwire.services.assembler._service import Assembler, provision
+from tokenwire.services.assembler._settings import AssemblerSettings
+from tokenwire.store import Store, StoreError, StoreUnavailable, open_store
+
+log = logging.getLogger(__name__)
+
+BURST_POLL_S = 0.1
+
+
+async def run(
+    settings: AssemblerSettings,
+    stop: asyncio.Event | None = None,
+    *,
+    store: Store | None = None,
+) -> Assembler:
+    """Run one assembler instance until ``stop`` is set (or, with ``settings.burst``, until
+    the stream is drained and every closed step is committed). Returns the stopped instance
+    (its ``metrics`` hold the counts).
+
+    ``store`` overrides ``settings.store_url`` (tests wrap a store to inject outages); it is
+    then not closed here. Raises AssemblerStartError when the broker, the topology or the
+    metrics address is unusable; a store that is down at start is waited for (not ready).
+    """
+    stop = stop or asyncio.Event()
+    nc = await _connect(settings)
+    owned_store = store is None
+    the_store = store if store is not None else _open(settings)
+    server: ProbeServer | None = None
+    try:
+        await _prepare(settings, nc, the_store, stop)
+        assembler = Assembler(settings, nc, the_store)
+        server = _serve_probes(settings, assembler)
+        await assembler.start()
+        try:
+            await _wait(assembler, stop)
+        finally:
+            await assembler.close()
+        return assembler
+    finally:
+        if server is not None:
+            server.close()
+        if owned_store:
+            await the_store.close()
+        with contextlib.suppress(OSError):
+            await nc.close()
+
+
+async def _connect(settings: AssemblerSettings) -> Client:
+    try:
+        return await connect(list(settings.nats_urls), name=settings.name)
+    except BrokerError as exc:
+        raise AssemblerStartError("broker", str(exc)) from exc
+
+
+def _open(settings: AssemblerSettings) -> Store:
+    try:
+        return open_store(settings.store_url)
+    except StoreError as exc:
+        raise AssemblerStartError("store", str(exc)) from exc
+
+
+async def _prepare(
+    settings: AssemblerSettings, nc: Client, store: Store, stop: asyncio.Event
+) -> None:
+    if settings.provision:
+        try:
+            await provision(nc, settings)
+        except BrokerError as exc:
+            raise AssemblerStartError("topology", str(exc)) from exc
+    await _wait_for_store(settings, store, stop)
+
+
+async def _wait_for_store(settings: AssemblerSettings, store: Store, stop: asyncio.Event) -> None:
+    """Ping the store until it answers (bounded back-off) or ``stop`` is set."""
+    delay = settings.backoff_initial_s
+    while not stop.is_set():
+        try:
+            await store.ping()
+            return
+        except StoreUnavailable as exc:
+            log.warning("store not reachable yet: %s", exc)
+        except StoreError as exc:
+            raise AssemblerStartError("store", str(exc)) from exc
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+        delay = min(delay * 2, settings.backoff_max_s)
+
+
+def _serve_probes(settings: AssemblerSettings, assembler: Assembler) -> ProbeServer | None:
+    if settings.metrics_addr is None:
+        return None
+    host, port = settings.metrics_addr
+    try:
+        server = ProbeServer(
+            host, port, probe_app(assembler.metrics.registry, lambda: assembler.ready)
+        )
+    except OSError as exc:
+        raise AssemblerStartError("metrics", f"cannot listen on {host}:{port}: {exc}") from exc
+    log.info("assembler metrics on http://%s:%d/metrics", host, server.port)
+    return server
+
+
+async def _wait(assembler: Assembler, stop: asyncio.Event) -> None:
+    if not assembler.settings.burst:
+        await stop.wait()
+        return
+    idle_rounds = 0
+    while not stop.is_set() and idle_rounds < 2:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), BURST_POLL_S)
+        idle_rounds = idle_rounds + 1 if await assembler.drained() else 0

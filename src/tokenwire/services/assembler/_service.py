@@ -1,0 +1,385 @@
+"""The assembler service: partition handlers around one Assembly, one Committer, and the loops.
+
+Per message (one partition at a time, in delivery order): decode once -> screen (a step
+waiting for its commit, a step already stored) -> feed the Assembly -> closed steps go to the
+Committer, poison goes to the dead-letter subject. See docs/assembler.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, assert_never
+
+import msgspec
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+
+from tokenwire.broker import ConsumedMessage, PullSettings, ensure_topology
+from tokenwire.schemas import (
+    ChunkEnvelope,
+    ErrorEvent,
+    MessageEvent,
+    StepPersisted,
+    envelope_decoder,
+    json_encoder,
+)
+from tokenwire.services.assembler._assembly import (
+    Assembly,
+    ClosedStep,
+    Outcome,
+    Poisoned,
+    Settled,
+    StepKey,
+)
+from tokenwire.services.assembler._committer import CommitPolicy, Committer
+from tokenwire.services.assembler._consume import Delivery, PartitionSet
+from tokenwire.services.assembler._metrics import AssemblerMetrics
+from tokenwire.services.assembler._settings import AssemblerSettings
+from tokenwire.services.assembler._takeover import consumer_state, read_range
+from tokenwire.store import CommittedStep, Store, StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+DLQ_CONSUMER = "assembler"
+"""Poison goes to ``<prefix>.dlq.assembler``."""
+
+
+class Assembler:
+    """One assembler instance. ``start()``, then ``close()``; or use :func:`run`.
+
+    ``nc`` and ``store`` are owned by the caller. ``clock`` (Unix ns) drives the step
+    timeouts and ``completed_ns``.
+    """
+
+    def __init__(
+        self,
+        settings: AssemblerSettings,
+        nc: Client,
+        store: Store,
+        *,
+        metrics: AssemblerMetrics | None = None,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics or AssemblerMetrics()
+        self.assembly: Assembly[Delivery] = Assembly(settings.assembly, clock=clock)
+        self._nc = nc
+        self._js = nc.jetstream()
+        self._store = store
+        self._clock = clock
+        t = settings.topology
+        self._dlq_subject = t.dlq_subject(DLQ_CONSUMER)
+        self.committer = Committer(
+            store,
+            _policy(settings),
+            self.metrics,
+            announce=self._announce,
+            dead_letter=self._dead_letter,
+        )
+        pull = PullSettings(batch=settings.pull_batch, max_deliver=settings.max_deliver)
+        self.partitions = PartitionSet(nc, t, self._handler_for, pull)
+        self._pins: dict[int, str] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+        self.started = False
+
+    @property
+    def ready(self) -> bool:
+        """Connected to the broker, consuming, and the last store call succeeded."""
+        return self.started and self._nc.is_connected and self.committer.store_ok
+
+    async def start(self) -> Assembler:
+        """Start the commit, expiry and lag loops, then the partition consumers."""
+        loops: list[Callable[[], Coroutine[Any, Any, None]]] = [
+            self.committer.run, self._expire_forever, self._poll_lag_forever
+        ]  # fmt: skip
+        self._tasks = [asyncio.create_task(loop(), name=loop.__name__) for loop in loops]
+        await self.partitions.start()
+        self.started = True
+        return self
+
+    async def close(self, flush_timeout_s: float = 10.0) -> None:
+        """Stop pulling, commit what closed (bounded), hand back what is open, release pins.
+
+        The pins are released last, so no standby takes a partition while this instance
+        still commits its steps. Open steps' messages are naked (the next owner gets them at
+        once); a commit the store did not take within ``flush_timeout_s`` stays
+        unacknowledged (redelivered after ack_wait).
+        """
+        self._closing = True
+        await self.partitions.stop(release=False)
+        await _cancel(self._tasks)
+        if not await self.committer.flush(flush_timeout_s):
+            log.warning(
+                "store unavailable at shutdown: %d steps left unacknowledged",
+                self.committer.pending,
+            )
+        for token in self.assembly.held_tokens():
+            await token.nak()
+        await self.partitions.unpin()
+        self.started = False
+
+    # -- the handler ---------------------------------------------------------------------
+
+    def _handler_for(self, partition: int) -> Callable[[ConsumedMessage], Awaitable[None]]:
+        async def handle(cm: ConsumedMessage) -> None:
+            if self._closing:
+                await cm.nak(0.5)  # shutting down: let the next owner have it
+                return
+            if cm.pin_id is not None and self._pins.get(partition) != cm.pin_id:
+                self._pins[partition] = cm.pin_id
+                await self._take_over(partition, cm.stream_seq)
+            await self.handle(cm, partition)
+
+        return handle
+
+    async def handle(self, cm: ConsumedMessage, partition: int = -1) -> None:
+        """Take one delivered message; it is settled later (after its step's commit)."""
+        self.metrics.chunks.inc()
+        token = Delivery(cm.stream_seq, cm, partition)
+        try:
+            envelope = envelope_decoder.decode(cm.data)
+        except msgspec.DecodeError as exc:
+            await self._dead_letter([token], "undecodable", str(exc))
+            return
+        # A step is in the store only if some chunk of it was delivered before. A message
+        # delivered for the first time can only belong to one through a duplicate publish
+        # under a new Msg-Id, which the idempotent commit absorbs; so only redeliveries pay
+        # for the lookup (it queues behind commits on SQLite's single connection).
+        await self._take(envelope, token, lookup=cm.num_delivered > 1)
+
+    async def _take(self, envelope: ChunkEnvelope, token: Delivery, *, lookup: bool) -> None:
+        key = (envelope.session, envelope.turn, envelope.step)
+        if not self.assembly.knows(key):
+            if self.committer.attach(key, token):  # its key left the closed memory already
+                self.metrics.duplicates.labels("pending").inc()
+                return
+            # The first chunk here of a step unknown here: a redelivered chunk of a step
+            # stored before this process started must not open it again.
+            if lookup and await self._stored(key):
+                await token.ack()
+                return
+            await self._wait_for_room(envelope)
+        await self._on_outcome(self.assembly.feed(envelope, token))
+
+    async def _on_outcome(self, outcome: Outcome[Delivery] | None) -> None:
+        match outcome:
+            case None:
+                return
+            case ClosedStep():
+                self.committer.add(outcome)
+                self.metrics.open_steps.set(self.assembly.open_steps)
+            case Settled(token=token, key=key, late=late):
+                self.metrics.duplicates.labels("late" if late else "closed").inc()
+                if not self.committer.attach(key, token):
+                    await token.ack()
+            case Poisoned(token=token, reason=reason, detail=detail):
+                await self._dead_letter([token], reason, detail)
+            case _:
+                assert_never(outcome)
+
+    async def _stored(self, key: StepKey) -> bool:
+        """Whether the store has the step (then its chunks are acknowledged as duplicates)."""
+        event = await self._retry_store(lambda: self._store.step_outcome(*key))
+        if event is None:
+            return False
+        self.assembly.remember_closed(key)
+        self.metrics.duplicates.labels("store").inc()
+        await self._publish_persisted(_persisted_from_event(event))
+        return True
+
+    async def _retry_store(
+        self, call: Callable[[], Awaitable[MessageEvent | ErrorEvent | None]]
+    ) -> MessageEvent | ErrorEvent | None:
+        delay = self.settings.backoff_initial_s
+        while True:
+            try:
+                result = await call()
+            except StoreUnavailable as exc:
+                self.metrics.store_failures.labels("unavailable").inc()
+                self.committer.store_ok = False
+                log.warning("store lookup failed: %s", exc)
+            else:
+                return result
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.settings.backoff_max_s)
+
+    async def _wait_for_room(self, envelope: ChunkEnvelope) -> None:
+        """Back-pressure: hold this message (and so this partition) until a step closes."""
+        while self.committer.full or not self.assembly.has_room(envelope):
+            if self.committer.full:
+                await self.committer.wait_for_room()
+            else:
+                await asyncio.sleep(min(0.1, self.settings.expire_interval_s))
+
+    # -- taking over a partition -----------------------------------------------------------
+
+    async def _take_over(self, partition: int, first_seq: int) -> None:
+        t = self.settings.topology
+        state = await consumer_state(self._nc, t.stream, t.assembler_consumer(partition))
+        if state is None or state.num_ack_pending <= self._held_in(partition):
+            return  # no other instance holds unacknowledged messages of this partition
+        start = state.ack_floor.stream_seq + 1
+        # Up to the last message delivered to anyone: the previous owner's unacknowledged
+        # messages come back only after ack_wait, interleaved with new ones.
+        last = max(first_seq - 1, state.delivered.stream_seq)
+        if start > last:
+            return
+        log.info("partition %d: reading back seqs %d..%d", partition, start, last)
+        subject = t.partition_filter(partition)
+        async for seq, data in read_range(self._nc, t.stream, subject, start, last=last):
+            try:
+                envelope = envelope_decoder.decode(data)
+            except msgspec.DecodeError:
+                continue  # its redelivery is dead-lettered
+            await self._take(envelope, Delivery(-seq, None, partition), lookup=True)
+
+    def _held_in(self, partition: int) -> int:
+        """Delivered messages of ``partition`` this instance holds unacknowledged."""
+        tokens = [*self.assembly.held_tokens(), *self.committer.held_tokens()]
+        held = sum(1 for t in tokens if t.partition == partition and t.message is not None)
+        consumer = self.partitions.consumers.get(partition)
+        return held + (consumer.buffered if consumer is not None else 1)
+
+    # -- effects ---------------------------------------------------------------------------
+
+    async def _dead_letter(self, tokens: Sequence[Delivery], reason: str, detail: str) -> None:
+        """Copy each message to the DLQ subject (acked by the DLQ stream), then terminate it.
+
+        If the DLQ publish fails the message is left unacknowledged: it comes back after
+        ack_wait and is dead-lettered then (the Msg-Id makes the copy unique).
+        """
+        for token in tokens:
+            cm = token.message
+            if cm is None:
+                continue  # a read-back copy: its redelivery is dead-lettered
+            headers = {
+                "Nats-Msg-Id": f"dlq:{self.settings.topology.stream}:{token.seq}",
+                "Tokenwire-Reason": reason,
+                "Tokenwire-Detail": detail[:512],
+                "Tokenwire-Subject": cm.subject,
+                "Tokenwire-Stream": self.settings.topology.stream,
+                "Tokenwire-Stream-Seq": str(token.seq),
+            }
+            try:
+                await self._js.publish(self._dlq_subject, cm.data, headers=headers, timeout=2.0)
+            except (NatsError, TimeoutError) as exc:
+                log.warning(
+                    "dead-letter publish failed, leaving seq %d unacked: %s", token.seq, exc
+                )
+                continue
+            self.metrics.dead_lettered.labels(reason).inc()
+            await token.term()
+
+    async def _announce(self, result: CommittedStep) -> None:
+        await self._publish_persisted(
+            StepPersisted(
+                session=result.session,
+                turn=result.turn,
+                step=result.step,
+                outcome=result.outcome_kind,
+                seq_start=result.seq_start,
+                seq_end=result.seq_end,
+            )
+        )
+
+    async def _publish_persisted(self, event: StepPersisted) -> None:
+        """Core publish into the events stream; the Msg-Id dedupes a re-announcement."""
+        subject = self.settings.topology.event_subject(event.session, "persisted")
+        headers = {"Nats-Msg-Id": f"persisted:{event.session}:{event.turn}:{event.step}"}
+        try:
+            await self._nc.publish(subject, json_encoder.encode(event), headers=headers)
+        except NatsError as exc:
+            log.warning("could not publish %s: %s", subject, exc)
+
+    # -- loops -----------------------------------------------------------------------------
+
+    async def _expire_forever(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(self.settings.expire_interval_s)
+            for closed in self.assembly.expire(self._clock()):
+                self.committer.add(closed)
+            self.metrics.open_steps.set(self.assembly.open_steps)
+
+    async def _poll_lag_forever(self) -> None:
+        while not self._closing:
+            await self.poll_lag()
+            await asyncio.sleep(self.settings.lag_poll_s)
+
+    async def poll_lag(self) -> tuple[int, int] | None:
+        """Update the lag gauges; ``(num_pending, num_ack_pending)`` summed over partitions
+        (None when a partition did not answer)."""
+        t = self.settings.topology
+        states = [
+            await consumer_state(self._nc, t.stream, t.assembler_consumer(p))
+            for p in range(t.partitions)
+        ]
+        self.metrics.owned_partitions.set(len(self.partitions.owned()))
+        for p, state in enumerate(states):
+            if state is not None:
+                self.metrics.lag.labels(str(p)).set(state.num_pending)
+                self.metrics.ack_pending.labels(str(p)).set(state.num_ack_pending)
+        if any(state is None for state in states):
+            return None
+        return (
+            sum(s.num_pending for s in states if s is not None),
+            sum(s.num_ack_pending for s in states if s is not None),
+        )
+
+    async def drained(self) -> bool:
+        """Everything the stream holds was delivered and settled, except the messages of
+        steps still open here (incomplete streams), and nothing waits for a commit."""
+        if self.partitions.buffered() or self.committer.pending:
+            return False
+        totals = await self.poll_lag()
+        if totals is None or self.partitions.buffered() or self.committer.pending:
+            return False
+        held = sum(1 for token in self.assembly.held_tokens() if token.message is not None)
+        return totals == (0, held)
+
+
+async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel and await the loops. Python 3.11's wait_for (inside nats-py's request) can
+    swallow a cancellation that races a reply, so cancel again until each task ended."""
+    while pending := [t for t in tasks if not t.done()]:
+        for task in pending:
+            task.cancel()
+        await asyncio.wait(pending, timeout=1.0)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("assembler loop %s failed", task.get_name(), exc_info=task.exception())
+
+
+def _policy(s: AssemblerSettings) -> CommitPolicy:
+    return CommitPolicy(
+        batch_max_steps=s.batch_max_steps,
+        batch_max_s=s.batch_max_s,
+        max_pending_steps=s.max_pending_steps,
+        backoff_initial_s=s.backoff_initial_s,
+        backoff_max_s=s.backoff_max_s,
+    )
+
+
+def _persisted_from_event(event: MessageEvent | ErrorEvent) -> StepPersisted:
+    return StepPersisted(
+        session=event.session,
+        turn=event.turn,
+        step=event.step,
+        outcome="message" if isinstance(event, MessageEvent) else "error",
+        seq_start=event.seq_start,
+        seq_end=event.seq_end,
+    )
+
+
+async def provision(nc: Client, settings: AssemblerSettings) -> None:
+    """Create or update the streams and consumers (idempotent; every process may call it)."""
+    await ensure_topology(
+        nc,
+        settings.topology,
+        ack_wait_s=settings.ack_wait_s,
+        max_deliver=settings.max_deliver,
+        priority_timeout_s=settings.priority_timeout_s,
+    )

@@ -1,0 +1,88 @@
+"""Reading back what a previous owner of a partition held when this instance takes it over.
+
+When the server pins a partition to this instance, the previous owner may have died holding
+delivered, unacknowledged messages. JetStream redelivers those only after ``ack_wait``, while
+new messages arrive at once: a session's later step could then close (and commit) before the
+redelivered chunks of its earlier step, which a clean run never does. So before handling the
+first message it gets, the new owner reads the partition from the consumer's ack floor up to
+the highest message delivered to anyone, straight from the stream, and feeds that first.
+Those copies carry no ack handle; the redeliveries that follow are recognised as chunks of
+known steps and acknowledged. Skipped when no other instance holds unacknowledged messages
+of the partition (the pin merely moved back to this instance).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import msgspec
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.js import api
+
+log = logging.getLogger(__name__)
+
+
+class _Floor(msgspec.Struct):
+    stream_seq: int = 0
+
+
+class ConsumerState(msgspec.Struct):
+    """The fields of ``$JS.API.CONSUMER.INFO`` the assembler reads.
+
+    ``ack_floor.stream_seq``: every message at or below it is settled; ``delivered.stream_seq``:
+    the highest message delivered to any client of the consumer.
+    """
+
+    num_pending: int = 0
+    num_ack_pending: int = 0
+    ack_floor: _Floor = msgspec.field(default_factory=_Floor)
+    delivered: _Floor = msgspec.field(default_factory=_Floor)
+
+
+_state_decoder = msgspec.json.Decoder(ConsumerState)
+
+
+async def consumer_state(
+    nc: Client, stream: str, consumer: str, timeout_s: float = 2.0
+) -> ConsumerState | None:
+    """The consumer's pending counts and ack floor, or None when the server did not answer."""
+    subject = f"$JS.API.CONSUMER.INFO.{stream}.{consumer}"
+    try:
+        reply = await nc.request(subject, b"", timeout=timeout_s)
+        return _state_decoder.decode(reply.data)
+    except (NatsError, TimeoutError, msgspec.DecodeError) as exc:
+        log.warning("consumer info of %s/%s failed: %s", stream, consumer, exc)
+        return None
+
+
+async def read_range(
+    nc: Client, stream: str, subject: str, first: int, *, last: int, idle_s: float = 2.0
+) -> AsyncIterator[tuple[int, bytes]]:
+    """``(stream_seq, payload)`` of the messages on ``subject`` with ``first <= seq <= last``.
+
+    An ordered consumer from ``first``; stops at ``last``, at the end of the stream, or after
+    ``idle_s`` without a message (bounded: a missing tail ends the read, it never hangs).
+    """
+    js = nc.jetstream()
+    config = api.ConsumerConfig(
+        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first
+    )
+    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True, config=config)
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=idle_s)
+            except TimeoutError:
+                return
+            seq = msg.metadata.sequence.stream
+            if seq > last:
+                return
+            yield seq, msg.data
+            if seq >= last or msg.metadata.num_pending == 0:
+                return
+    finally:
+        with contextlib.suppress(NatsError):
+            await sub.unsubscribe()
