@@ -6,12 +6,13 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import click
 
-from tokenwire.broker import Topology
+from tokenwire.broker import Topology, free_port
 from tokenwire.cli._errors import UsageError
 from tokenwire.config import Settings, load
 
@@ -30,6 +31,16 @@ def topology(s: Settings) -> Topology:
     return Topology(partitions=s.partitions, replicas=s.replicas)
 
 
+def port_or_free(host: str, port: int) -> int:
+    """``port`` when it can be bound on ``host`` now, else a free one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return free_port()
+    return port
+
+
 def nats_url(s: Settings, *, service: bool = False) -> str:
     """The configured NATS URL; else (not for services) the one ``demo``/``up`` recorded.
 
@@ -45,9 +56,11 @@ def nats_url(s: Settings, *, service: bool = False) -> str:
     raise UsageError(f"TOKENWIRE_NATS_URL is not set{hint}")
 
 
-def run_until_signal(main: Callable[[asyncio.Event], Coroutine[Any, Any, None]]) -> None:
+def run_until_signal(
+    main: Callable[[asyncio.Event], Coroutine[Any, Any, None]], log_level: int = logging.INFO
+) -> None:
     """Run ``main(stop)`` on a new event loop; SIGINT and SIGTERM set ``stop``."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     async def runner() -> None:
         stop = asyncio.Event()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import statistics
 import time
 import uuid
@@ -20,8 +21,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tokenwire.broker import Topology, free_port
-from tokenwire.cli._common import run_until_signal, settings, topology
+from tokenwire.broker import Topology
+from tokenwire.cli._common import port_or_free, run_until_signal, settings, topology
 from tokenwire.cli._errors import CheckFailedError
 from tokenwire.cli._fleet import ExpectedTotals, FleetPlan, FleetResult, expected_totals, run_fleet
 from tokenwire.cli._stack import Stack
@@ -62,7 +63,7 @@ def demo(
     """Start the embedded stack, drive a fleet of agent sessions through it, summarise."""
     s = settings(ctx)
     plan = FleetPlan(sessions, turns, steps, run_id=uuid.uuid4().hex[:6])
-    stack = Stack(s, topology(s), gateway_port=free_port())
+    stack = Stack(s, topology(s), gateway_port=port_or_free(s.gateway_host, s.gateway_port))
     ok = True
 
     async def main(stop: asyncio.Event) -> None:
@@ -80,7 +81,7 @@ def demo(
         finally:
             stack.stop()
 
-    run_until_signal(main)
+    run_until_signal(main, log_level=logging.WARNING)
     if not ok:
         raise CheckFailedError("the demo's checks failed (see the summary above)")
 

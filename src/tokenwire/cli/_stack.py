@@ -72,6 +72,7 @@ class Stack:
     settings: Settings
     topology: Topology = field(default_factory=Topology)
     gateway_port: int | None = None
+    scripted_rate: float = 100.0
     server: EmbeddedServer | None = None
     children: list[Child] = field(default_factory=list)
     addresses: dict[str, str] = field(default_factory=dict)
@@ -123,7 +124,9 @@ class Stack:
                 "store": self.settings.store_url,
             }
         )
-        scripted_argv = ["scripted-provider", "--host", "127.0.0.1", "--port", str(scripted)]
+        # A modest token rate, so that the demo streams as a provider would (8 fragments a step).
+        scripted_argv = ["scripted-provider", "--host", "127.0.0.1", "--port", str(scripted),
+                         "--rate", str(self.scripted_rate)]  # fmt: skip
         local = "http://127.0.0.1"
         return [
             Child("scripted-provider", scripted_argv, common,

@@ -103,7 +103,14 @@ async def _consumers(nc: Client, stream: str) -> list[dict[str, Any]]:
         found += [_consumer(c) for c in items]
         if not items or len(found) >= page.get("total", 0):
             break
-    return sorted(found, key=lambda c: (c["durable"] is None, c["name"]))
+    return sorted(found, key=lambda c: (c["durable"] is None, _natural(c["name"])))
+
+
+def _natural(name: str) -> tuple[str, int]:
+    """``assembler-p2`` before ``assembler-p10``."""
+    head = name.rstrip("0123456789")
+    tail = name[len(head) :]
+    return head, int(tail) if tail else -1
 
 
 def _consumer(info: dict[str, Any]) -> dict[str, Any]:
