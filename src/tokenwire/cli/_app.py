@@ -39,12 +39,13 @@ def _register() -> None:
     cli.add_command(_services.assembler)
     cli.add_command(_services.provision)
     cli.add_command(_services.scripted_provider)
-    from tokenwire.cli import _messages, _replay, _status, _tail
+    from tokenwire.cli import _messages, _rebuild, _replay, _status, _tail
 
     cli.add_command(_replay.replay)
     cli.add_command(_tail.tail)
     cli.add_command(_messages.messages)
     cli.add_command(_status.status)
+    cli.add_command(_rebuild.rebuild)
 
 
 def main(argv: list[str] | None = None) -> int:
