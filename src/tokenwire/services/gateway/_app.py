@@ -20,6 +20,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute
 from starlette.routing import Route as HttpRoute
 
 from tokenwire.broker import BrokerError
@@ -110,7 +111,7 @@ class Gateway:
         return self._count(request, response)
 
     async def _serve(self, request: Request, ep: Endpoint, received_ns: int) -> Response:
-        self._authenticate(request.headers)
+        self.authenticate(request.headers)
         raw = decode_object(await self._read_body(request))
         req = ep.parse(raw)
         wanted = read_identity(request.headers)
@@ -128,7 +129,8 @@ class Gateway:
         except GatewayError as exc:
             return self._error(ep, exc, identity)
 
-    def _authenticate(self, headers: Mapping[str, str]) -> None:
+    def authenticate(self, headers: Mapping[str, str]) -> None:
+        """Raise AuthenticationError unless the headers carry a gateway key (when keys are set)."""
         if not self.settings.keys:
             return
         auth = headers.get("authorization", "")
@@ -250,6 +252,27 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     return JSONResponse(body, status_code=status)
 
 
+def _require_key(gw: Gateway, route: BaseRoute) -> BaseRoute:
+    """``route`` answering 401 (OpenAI-style error) without a valid gateway key."""
+    if not isinstance(route, HttpRoute) or route.path == "/viewer":
+        return route
+    endpoint = route.endpoint
+
+    async def guarded(request: Request) -> Response:
+        try:
+            gw.authenticate(request.headers)
+        except AuthenticationError as exc:
+            return JSONResponse(
+                {"error": {"message": str(exc), "type": "authentication_error", "param": None,
+                           "code": "invalid_api_key"}},
+                status_code=401,
+            )  # fmt: skip
+        response: Response = await endpoint(request)
+        return response
+
+    return HttpRoute(route.path, guarded, methods=route.methods, name=route.name)
+
+
 def create_app(settings: GatewaySettings, deps: GatewayDeps) -> Starlette:
     """The gateway as an ASGI app; the caller owns ``deps`` (connections, publisher).
 
@@ -266,7 +289,9 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> Starlette:
     routes = [
         HttpRoute("/v1/chat/completions", gw.chat_completions, methods=["POST"]),
         HttpRoute("/v1/messages", gw.messages, methods=["POST"]),
-        *deps.extra_routes,
+        # The session routes read recorded content: behind the same gateway keys as the model
+        # endpoints (the viewer page itself holds no data and sends the key it is given).
+        *(_require_key(gw, r) for r in deps.extra_routes),
         HttpRoute("/healthz", gw.healthz, methods=["GET"]),
         HttpRoute("/readyz", gw.readyz, methods=["GET"]),
         HttpRoute("/metrics", gw.metrics_text, methods=["GET"]),

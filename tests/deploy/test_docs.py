@@ -1,0 +1,59 @@
+"""docs/configuration.md names every variable the code and the deployment files use."""
+
+from __future__ import annotations
+
+import re
+
+from tests.deploy._files import DEPLOY, ROOT
+
+VAR = re.compile(r"\bTOKENWIRE_[A-Z0-9_]*[A-Z0-9]\b")
+# Stream names and prefixes that look like variables.
+NOT_VARIABLES = {"TOKENWIRE_EVENTS", "TOKENWIRE_DLQ", "TOKENWIRE_ASSEMBLER", "TOKENWIRE_GATEWAY"}
+
+
+def _documented() -> str:
+    return (ROOT / "docs" / "configuration.md").read_text()
+
+
+def _used_in(paths: list[str]) -> set[str]:
+    found: set[str] = set()
+    for pattern in paths:
+        for path in ROOT.glob(pattern):
+            found |= set(VAR.findall(path.read_text()))
+    return found - NOT_VARIABLES
+
+
+def test_every_variable_the_code_reads_is_documented() -> None:
+    used = _used_in(["src/tokenwire/**/*.py"])
+    assert used
+    assert {v for v in used if v not in _documented()} == set()
+
+
+def test_every_variable_the_deployment_sets_is_documented() -> None:
+    used = _used_in(["docker-compose.yml", "deploy/**/*.yaml", "Dockerfile"])
+    assert {v for v in used if v not in _documented()} == set()
+    nats = set(re.findall(r"\$(NATS_\w+)", (DEPLOY / "nats" / "accounts.conf").read_text()))
+    assert {v for v in nats if v not in _documented()} == set()
+
+
+def test_every_service_readme_exists_and_names_its_command() -> None:
+    for folder, command in [
+        ("gateway", "tokenwire gateway"),
+        ("telemetry", "tokenwire telemetry"),
+        ("scripted-provider", "tokenwire scripted-provider"),
+    ]:
+        text = (ROOT / "services" / folder / "README.md").read_text()
+        assert command in text, folder
+
+
+def test_metric_names_in_the_docs_are_exposed() -> None:
+    from tests.deploy._files import exposed_metric_names, metric_names_in
+
+    exposed = exposed_metric_names()
+    for path in [
+        ROOT / "services" / "gateway" / "README.md",
+        ROOT / "services" / "telemetry" / "README.md",
+        ROOT / "docs" / "operations.md",
+    ]:
+        for name in metric_names_in(path.read_text()):
+            assert name in exposed or f"{name}_bucket" in exposed, f"{path.name}: {name}"

@@ -1,0 +1,299 @@
+"""deploy/nats: the node configs are valid for the real server, and the users' permissions
+allow exactly what each service does (proved on a real server with the real library calls)."""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+
+from tests.deploy._files import NATS_DIR
+from tests.deploy._nats import (
+    Connection,
+    Node,
+    NodePorts,
+    close,
+    connect_as,
+    loopback_config,
+    provision,
+    running,
+    server_env,
+    write_node_configs,
+)
+from tokenwire.broker import (
+    AssemblerConsumers,
+    ChunkPublisher,
+    ConsumedMessage,
+    PullConsumer,
+    SessionReader,
+    StepRegistry,
+    Topology,
+    find_binary,
+    free_port,
+)
+from tokenwire.replay import read_session
+from tokenwire.schemas import (
+    ChunkEnvelope,
+    Finish,
+    StreamChunk,
+    TextDelta,
+    TokenUsage,
+    Usage,
+    json_encoder,
+)
+
+NODE_FILES = [NATS_DIR / f"nats-{i}.conf" for i in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("path", NODE_FILES, ids=lambda p: p.name)
+def test_node_config_is_valid_for_nats_server(path: Path) -> None:
+    result = subprocess.run(
+        [find_binary(), "-t", "-c", str(path)],
+        env=server_env(), capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr + result.stdout
+
+
+def test_a_missing_password_variable_is_refused() -> None:
+    """The passwords really come from the environment (nothing secret in the files)."""
+    env = {k: v for k, v in server_env().items() if k != "NATS_GATEWAY_PASSWORD"}
+    result = subprocess.run(
+        [find_binary(), "-t", "-c", str(NODE_FILES[0])],
+        env=env, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "NATS_GATEWAY_PASSWORD" in result.stderr + result.stdout
+
+
+def test_node_configs_differ_only_in_server_name() -> None:
+    texts = [p.read_text() for p in NODE_FILES]
+    for i, text in enumerate(texts, start=1):
+        assert f"\nserver_name: nats-{i}\n" in text
+        assert "\ninclude ./accounts.conf\n" in text
+    unnamed = [re.sub(r"\nserver_name: nats-\d\n", "\n", t) for t in texts]
+    assert unnamed[0] == unnamed[1] == unnamed[2]
+
+
+def test_the_loopback_rewrite_changes_only_addresses_and_the_store(tmp_path: Path) -> None:
+    original = NODE_FILES[1].read_text()
+    rewritten = loopback_config(original, NodePorts(1001, 1002, 1003), [2001, 2002, 2003], tmp_path)
+    changed = [
+        line
+        for line in difflib.unified_diff(original.splitlines(), rewritten.splitlines(), n=0)
+        if line.startswith("-") and not line.startswith("---")
+    ]
+    assert sorted(s.strip("- ") for s in changed) == sorted(
+        [
+            "listen: 0.0.0.0:4222",
+            "http: 0.0.0.0:8222",
+            "listen: 0.0.0.0:6222",
+            "store_dir: /data/jetstream",
+            "nats-route://nats-1:6222",
+            "nats-route://nats-2:6222",
+            "nats-route://nats-3:6222",
+        ]
+    )
+
+
+def _publish(block: str, rule: str = "allow") -> list[str]:
+    """The subjects of ``block``'s publish ``rule`` (allow: its list; deny: the variable)."""
+    text = (NATS_DIR / "accounts.conf").read_text()
+    body = text.split(f"\n{block} = {{", 1)[1].split("\n}", 1)[0]
+    publish = body.split("publish:", 1)[1].split("subscribe:", 1)[0]
+    if rule == "allow":
+        return re.findall(r'"([^"]+)"', publish.split("allow: [", 1)[1].split("]", 1)[0])
+    variable = re.search(r"deny: \$(\w+)", publish)
+    if variable is None:
+        return []
+    listed = text.split(f"\n{variable.group(1)} = [", 1)[1].split("\n]", 1)[0]
+    return re.findall(r'"([^"]+)"', listed)
+
+
+def _allowed(block: str) -> list[str]:
+    return _publish(block, "allow")
+
+
+def test_assembler_permissions_list_every_partition_consumer() -> None:
+    """NATS wildcards are whole tokens, so `assembler-p*` would be a literal: each of the
+    16 partitions (TOKENWIRE_PARTITIONS' default) needs its own entries, and no more."""
+    allowed = _allowed("ASSEMBLER_PERMISSIONS")
+    topology = Topology()
+    for verb in ("MSG.NEXT", "UNPIN", "INFO"):
+        listed = {s for s in allowed if s.startswith(f"$JS.API.CONSUMER.{verb}.TOKENWIRE.")}
+        expected = {
+            f"$JS.API.CONSUMER.{verb}.TOKENWIRE.{topology.assembler_consumer(p)}"
+            for p in range(topology.partitions)
+        }
+        assert listed == expected, verb
+    acks = {s for s in allowed if s.startswith("$JS.ACK.")}
+    assert acks == {f"$JS.ACK.TOKENWIRE.assembler-p{p}.>" for p in range(topology.partitions)}
+
+
+@pytest.mark.parametrize("block", ["GATEWAY_PERMISSIONS", "OPERATOR_PERMISSIONS"])
+def test_replay_readers_may_delete_consumers_but_never_a_durable_one(block: str) -> None:
+    """A replay deletes its ephemeral consumer (random name: only the `*` form allows it), so
+    every durable consumer of the pipeline must be on the deny list, and nothing else."""
+    assert "$JS.API.CONSUMER.DELETE.TOKENWIRE.*" in _allowed(block)
+    topology = Topology()
+    durables = [topology.assembler_consumer(p) for p in range(topology.partitions)]
+    durables.append(topology.telemetry_consumer)
+    assert sorted(_publish(block, "deny")) == sorted(
+        f"$JS.API.CONSUMER.DELETE.{topology.stream}.{d}" for d in durables
+    )
+
+
+def test_only_the_replay_readers_may_delete_anything() -> None:
+    for block in ("PROVISIONER_PERMISSIONS", "ASSEMBLER_PERMISSIONS", "TELEMETRY_PERMISSIONS"):
+        assert not [s for s in _allowed(block) if ".DELETE." in s or ".PURGE." in s], block
+
+
+def test_no_permission_uses_a_partial_token_wildcard() -> None:
+    """`assembler-p*` or `tw.in.>x` would be literals to NATS, silently matching nothing."""
+    subjects = re.findall(r'"([^"]+)"', (NATS_DIR / "accounts.conf").read_text())
+    assert subjects
+    for subject in subjects:
+        for token in subject.split("."):
+            assert token in ("*", ">") or not set(token) & {"*", ">"}, subject
+
+
+def _single_node_config(tmp_path: Path, port: int) -> Path:
+    """One JetStream node that includes the committed accounts file unchanged."""
+    (tmp_path / "accounts.conf").write_bytes((NATS_DIR / "accounts.conf").read_bytes())
+    path = tmp_path / "single.conf"
+    path.write_text(
+        f"listen: 127.0.0.1:{port}\n"
+        f'jetstream {{ store_dir: "{tmp_path / "js"}" }}\n'
+        "include ./accounts.conf\n"
+    )
+    return path
+
+
+async def _denied(conn: Connection, subject: str) -> None:
+    """A request the user may not make: no answer, and a permissions violation."""
+    with pytest.raises((NatsTimeoutError, NoRespondersError)):
+        await conn.nc.request(subject, b"{}", timeout=0.25)
+    for _ in range(20):
+        if any(subject.lower() in v.lower() for v in conn.violations()):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no violation for {subject}: {conn.errors}")
+
+
+# One step as a provider streamed it, written down: the oracle of the replay reads.
+STEP: list[StreamChunk] = [
+    TextDelta(0, "Bon"),
+    TextDelta(0, "jour, "),
+    TextDelta(0, "Paris"),
+    TextDelta(0, "!"),
+    Usage(TokenUsage(input_tokens=9, output_tokens=4)),
+    Finish("stop"),
+]
+
+
+async def _gateway_publishes(conn: Connection, topology: Topology) -> None:
+    steps = await StepRegistry.open(conn.nc, topology)
+    await steps.claim("sess-a", 0, 0)
+    assert await steps.next_step("sess-b", True) == (0, 0)
+    assert await steps.next_step("sess-b", False) == (0, 1)
+    publisher = await ChunkPublisher(conn.nc, topology).start()
+    for ordinal, chunk in enumerate(STEP):
+        envelope = ChunkEnvelope("sess-a", 0, 0, ordinal, 1_000 + ordinal, "p", "m", chunk)
+        payload = json_encoder.encode(envelope)
+        await publisher.publish(payload, "sess-a", 0, 0, ordinal, first=ordinal == 0)
+    await publisher.wait_acked("sess-a", 0, 0)
+    await publisher.close()
+    await conn.nc.jetstream().stream_info(topology.stream)  # the readiness probe
+
+
+async def _assembler_consumes(conn: Connection, topology: Topology) -> int:
+    got: list[str] = []
+
+    async def handle(msg: ConsumedMessage) -> None:
+        got.append(msg.subject)
+
+    consumers = await AssemblerConsumers(conn.nc, topology, handle).start()
+    for _ in range(100):
+        if len(got) == len(STEP):
+            break
+        await asyncio.sleep(0.05)
+    await conn.nc.jetstream().publish(topology.event_subject("sess-a"), b"{}")
+    await consumers.stop()  # acks done; unpins the partition it owned
+    # The takeover read of a dead owner's tail: an ordered consumer on the chunk stream.
+    tail = await conn.nc.jetstream().subscribe(
+        topology.session_filter("sess-a"), stream=topology.stream, ordered_consumer=True
+    )
+    assert (await tail.next_msg(timeout=5)).metadata.sequence.stream == 1
+    await tail.unsubscribe()
+    return len(got)
+
+
+async def _telemetry_consumes(conn: Connection, topology: Topology) -> int:
+    got: list[str] = []
+
+    async def handle(msg: ConsumedMessage) -> None:
+        got.append(msg.subject)
+        await conn.nc.jetstream().publish(topology.event_subject("sess-a", "started"), b"{}")
+        await conn.nc.publish(topology.telemetry_live_subject, b"{}")
+
+    consumer = await PullConsumer(conn.nc, topology.stream, "telemetry", handle).start()
+    for _ in range(100):
+        if got:
+            break
+        await asyncio.sleep(0.05)
+    await conn.nc.jetstream().consumer_info(topology.stream, topology.telemetry_consumer)
+    await consumer.stop()
+    return len(got)
+
+
+@pytest.mark.slow
+async def test_each_user_may_do_its_job_and_nothing_else(tmp_path: Path) -> None:
+    port = free_port()
+    node = Node(_single_node_config(tmp_path, port), NodePorts(port, 0, 0), "single")
+    with running([node]):
+        provision(node.url("provisioner"), replicas=1)
+        topology = Topology()
+        users = ("gateway", "assembler", "telemetry", "operator")
+        conns = {u: await connect_as(u, node.url(u)) for u in users}
+        try:
+            await _gateway_publishes(conns["gateway"], topology)
+            assert await _assembler_consumes(conns["assembler"], topology) == len(STEP)
+            assert await _telemetry_consumes(conns["telemetry"], topology) == 1
+            # GET /v1/sessions/{session}/events and `tokenwire replay`: tokenwire.replay
+            for user in ("gateway", "operator"):
+                events = [e async for e in read_session(conns[user].nc, topology, "sess-a")]
+                assert [e.seq for e in events] == [1, 2, 3, 4, 5, 6], user
+                assert [e.envelope.chunk for e in events] == STEP, user
+            reader = SessionReader(conns["operator"].nc, topology, "sess-a")
+            assert [c.stream_seq async for c in reader.replay()] == [1, 2, 3, 4, 5, 6]
+            later = SessionReader(conns["operator"].nc, topology, "sess-a", from_seq=4)
+            assert [c.stream_seq async for c in later.replay()] == [4, 5, 6]
+            # Everything above ran without a single violation ...
+            assert {u: c.violations() for u, c in conns.items()} == {u: [] for u in conns}
+            # ... and what each must not do is refused.
+            for verb in ("DELETE", "UPDATE", "PURGE"):
+                await _denied(conns["gateway"], f"$JS.API.STREAM.{verb}.TOKENWIRE")
+            await _denied(conns["gateway"], "$JS.API.CONSUMER.CREATE.TOKENWIRE.assembler-p0")
+            await _denied(conns["gateway"], "$JS.API.CONSUMER.DELETE.TOKENWIRE.assembler-p15")
+            await _denied(conns["gateway"], "$JS.API.CONSUMER.DELETE.TOKENWIRE.telemetry")
+            await _denied(conns["gateway"], "$JS.API.STREAM.MSG.DELETE.TOKENWIRE")
+            await _denied(conns["assembler"], "$JS.API.STREAM.PURGE.TOKENWIRE")
+            await _denied(conns["telemetry"], "$JS.API.CONSUMER.MSG.NEXT.TOKENWIRE.assembler-p0")
+            await _denied(conns["operator"], "$JS.API.CONSUMER.DELETE.TOKENWIRE.telemetry")
+            await _denied(conns["operator"], "$JS.API.CONSUMER.DELETE.TOKENWIRE.assembler-p3")
+            await _denied(conns["operator"], "tw.in.sess-x.first")
+        finally:
+            for conn in conns.values():
+                await close(conn)
+
+
+def test_write_node_configs_uses_free_ports_never_the_defaults(tmp_path: Path) -> None:
+    configs = write_node_configs(tmp_path)
+    ports = {p for _, node_ports in configs for p in vars(node_ports).values()}
+    assert len(ports) == 9
+    assert not ports & {4222, 6222, 8222}
