@@ -6,6 +6,7 @@ check the summary against the fleet plan's ground truth, then that nothing is le
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -90,3 +91,39 @@ def test_the_readme_first_command_runs_from_a_fresh_clone(tmp_path: Path) -> Non
     assert "replay --verify" in done.stdout
     assert "passed" in done.stdout
     assert _leftovers(str(clone / ".tokenwire")) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_the_demo_fleet_runs_against_a_named_provider(tmp_path: Path) -> None:
+    """``--provider openai --model M``: the same fleet through the gateway's openai route.
+
+    There is no network here, so "openai" is the scripted provider standing in at
+    TOKENWIRE_OPENAI_BASE_URL, as any compatible server can; only the step count is known in
+    advance, and every step must be persisted and verified.
+    """
+    from tokenwire.services.scripted_provider import ScriptedServer
+
+    async with ScriptedServer() as upstream:
+        env = {
+            **os.environ,
+            "TOKENWIRE_DATA_DIR": str(tmp_path / "data"),
+            "TOKENWIRE_OPENAI_BASE_URL": f"{upstream.url}/v1",
+            "OPENAI_API_KEY": "sk-test-x",
+        }
+        for name in ("TOKENWIRE_NATS_URL", "TOKENWIRE_STORE"):
+            env.pop(name, None)
+        summary = tmp_path / "summary.json"
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tokenwire", "demo", "--provider", "openai", "--model", "tools",
+            "--sessions", "3", "--turns", "1", "--steps", "2", "--summary-json", str(summary),
+            cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 240)
+    assert proc.returncode == 0, out.decode()[-3000:] + err.decode()[-3000:]
+    doc = json.loads(summary.read_text())
+    assert doc["observed"]["steps"] == 6
+    assert doc["observed"]["messages"] == 6
+    assert doc["observed"]["differences"] == []
+    assert doc["fleet"]["tool_calls"] == 6  # step 0 of each session asks for two tools
+    assert "openai/tools" in out.decode()

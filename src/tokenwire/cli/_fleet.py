@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 from typing import cast
 
 import openai
-from openai.types.chat import ChatCompletionMessageParam
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+
+# What the agents offer the model (a real provider decides whether to call them).
+TOOLS: list[ChatCompletionToolParam] = [
+    {"type": "function", "function": {
+        "name": name, "description": f"Look up the {what} for a place.",
+        "parameters": {"type": "object", "properties": {"location": {"type": "string"}},
+                       "required": ["location"]}}}
+    for name, what in (("get_weather", "weather"), ("get_time", "local time"))
+]  # fmt: skip
 
 MAX_TOKENS_AT = (0, 0)  # (session, turn): its last step is cut by max-tokens
 ERROR_AT = (1, 0, 0)  # (session, turn, step): the provider fails mid-stream
@@ -34,9 +43,22 @@ class FleetPlan:
     turns: int
     steps: int
     run_id: str
+    provider: str = "scripted"
+    model: str | None = None
+
+    @property
+    def scripted(self) -> bool:
+        """Offline: scenarios chosen per step, outcomes known in advance."""
+        return self.provider == "scripted"
 
     def session_id(self, k: int) -> str:
         return f"demo-{self.run_id}-{k:03d}"
+
+    def model_for(self, k: int, turn: int, step: int) -> str:
+        """The ``provider/model`` a step asks the gateway for."""
+        if self.scripted:
+            return f"scripted/{self.scenario(k, turn, step)}"
+        return f"{self.provider}/{self.model}"
 
     def scenario(self, k: int, turn: int, step: int) -> str:
         """The scripted scenario of one step (see the module docstring)."""
@@ -60,7 +82,14 @@ class ExpectedTotals:
 
 
 def expected_totals(plan: FleetPlan) -> ExpectedTotals:
-    """Count the plan's steps by outcome, from the plan alone."""
+    """Count the plan's steps by outcome, from the plan alone.
+
+    Against a real provider only the number of steps is known in advance (every step ends as
+    a message or a recorded error); the other counts are -1 (unknown).
+    """
+    if not plan.scripted:
+        steps = plan.sessions * plan.turns * plan.steps
+        return ExpectedTotals(steps=steps, messages=-1, errors=-1, max_tokens_messages=-1)
     scenarios = [
         plan.scenario(k, t, s)
         for k in range(plan.sessions)
@@ -125,9 +154,7 @@ async def _session(
                 "X-Tokenwire-Turn": str(turn),
                 "X-Tokenwire-Step": str(step),
             }
-            await _step(
-                client, f"scripted/{plan.scenario(k, turn, step)}", messages, headers, result
-            )
+            await _step(client, plan.model_for(k, turn, step), messages, headers, result)
             on_step()
 
 
@@ -147,6 +174,7 @@ async def _step(
         stream = await client.chat.completions.create(
             model=model, messages=cast("list[ChatCompletionMessageParam]", messages), stream=True,
             extra_headers=headers, stream_options={"include_usage": True},
+            tools=TOOLS, max_tokens=512,
         )  # fmt: skip
         async for chunk in stream:
             first = first or time.perf_counter()
