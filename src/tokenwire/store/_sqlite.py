@@ -229,7 +229,7 @@ class SQLiteStore:
                 raise StoreConfigError(self._url, f"cannot create its folder: {exc}") from exc
             conn = sqlite3.connect(self._path, timeout=self._busy_timeout_s, isolation_level=None)
             try:
-                conn.execute("PRAGMA journal_mode=WAL")
+                _enable_wal(conn, self._busy_timeout_s)
                 conn.execute(f"PRAGMA synchronous={self._synchronous}")
             except BaseException:
                 conn.close()
@@ -314,3 +314,21 @@ def _load_stored(conn: sqlite3.Connection, keys: set[StepKey]) -> dict[StepKey, 
         if row is not None:
             stored[key] = CommittedStep(*key, row[0], row[1], row[2], inserted=False)
     return stored
+
+
+def _enable_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """Switch to WAL, retrying while another connection holds the lock (bounded).
+
+    Changing the journal mode of a new database needs an exclusive lock, and SQLite answers
+    "database is locked" at once, without its busy handler, when another connection is opening
+    the same file at that moment (two assemblers starting together).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
