@@ -108,6 +108,7 @@ def settings_for(
         "expire_interval_s": 0.1,
         "backoff_initial_s": 0.02,
         "backoff_max_s": 0.2,
+        "tune_gc": False,  # process-wide; the test process is shared with other tests
     }
     base.update(kw)
     return AssemblerSettings(**base)  # type: ignore[arg-type]

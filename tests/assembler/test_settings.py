@@ -14,7 +14,7 @@ def test_defaults_and_overrides() -> None:
     assert s.store_url == "sqlite:///.tokenwire/store.db"
     assert (s.batch_max_steps, s.batch_max_s, s.metrics_addr) == (256, 0.02, ("127.0.0.1", 9465))
     assert (s.assembly.gap_timeout_s, s.assembly.abandon_timeout_s) == (30.0, 120.0)
-    assert (s.topology.partitions, s.provision, s.burst) == (16, True, False)
+    assert (s.topology.partitions, s.provision, s.burst, s.tune_gc) == (16, True, False, True)
     s = AssemblerSettings.from_env(
         {
             "TOKENWIRE_NATS_URL": "nats://a:1",
@@ -26,11 +26,12 @@ def test_defaults_and_overrides() -> None:
             "TOKENWIRE_ASSEMBLER_METRICS_ADDR": "off",
             "TOKENWIRE_ASSEMBLER_BURST": "1",
             "TOKENWIRE_ASSEMBLER_PROVISION": "0",
+            "TOKENWIRE_ASSEMBLER_TUNE_GC": "0",
         }
     )
     assert (s.topology.partitions, s.batch_max_steps, s.batch_max_s) == (4, 10, 0.005)
     assert (s.assembly.abandon_timeout_s, s.assembly.max_open_steps) == (2.5, 7)
-    assert (s.metrics_addr, s.burst, s.provision) == (None, True, False)
+    assert (s.metrics_addr, s.burst, s.provision, s.tune_gc) == (None, True, False, False)
 
 
 @pytest.mark.parametrize(

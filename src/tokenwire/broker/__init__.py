@@ -11,6 +11,7 @@ from tokenwire.broker._api import connect
 from tokenwire.broker._assembler import AssemblerConsumers, partition_consumer
 from tokenwire.broker._consumer import (
     PIN_HEADER,
+    BatchHandler,
     ConsumedMessage,
     ConsumerStats,
     Handler,
@@ -18,6 +19,9 @@ from tokenwire.broker._consumer import (
     PullSettings,
     Reject,
     Retry,
+    ack_fields,
+    ack_many,
+    nak_many,
 )
 from tokenwire.broker._errors import (
     BrokerError,
@@ -64,6 +68,7 @@ __all__ = [
     "PIN_HEADER",
     "URL_FILE",
     "AssemblerConsumers",
+    "BatchHandler",
     "BrokerError",
     "BrokerUnavailable",
     "ChunkPublisher",
@@ -93,6 +98,8 @@ __all__ = [
     "StoredChunk",
     "Topology",
     "TopologyError",
+    "ack_fields",
+    "ack_many",
     "chunk_subject",
     "cluster_configs",
     "connect",
@@ -101,6 +108,7 @@ __all__ = [
     "fnv1a32",
     "free_port",
     "msg_id",
+    "nak_many",
     "parse_stored_subject",
     "partition_consumer",
     "partition_of",

@@ -9,8 +9,14 @@ charged to the oldest open pull, the order the server serves them), like nats.go
 ``Consume()``.
 
 Flow control: messages requested but not yet handled never exceed ``batch``; a top-up is sent
-when they fall to half. One worker task per consumer calls the handler one message at a time,
-in delivery order, so a partition is never processed concurrently with itself.
+when they fall to half. One worker task per consumer calls the handler in delivery order, one
+message at a time (``handler``) or with every message delivered since the last call
+(``batch_handler``), so a partition is never processed concurrently with itself.
+
+Acks: by default a message is acked when its handler returns; with ``auto_ack=False`` the
+consumer never acks and the owner settles messages itself (the assembler acks after its store
+commit). Settling writes into the connection's buffer, no round trip; :func:`ack_many` settles
+a whole list with no per-message overhead beyond the publish itself.
 
 Pinning (ADR-42): a grouped consumer that holds no pin keeps one pull without ``id``
 outstanding (a standby, polling every ``standby_expires_s``). When the server pins it, the
@@ -24,7 +30,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +40,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
+from nats.errors import NotJSMessageError
 from nats.js.errors import Error as JsError
 
 from tokenwire.broker._api import NS, ApiError, api_request
@@ -60,58 +68,137 @@ class Reject(Exception):  # noqa: N818 - a control-flow signal
 
 
 class ConsumedMessage:
-    """One delivered JetStream message: payload, headers, sequence and the ack verbs."""
+    """One delivered JetStream message: payload, headers, sequence and the ack verbs.
 
-    __slots__ = ("_msg", "pin_id")
+    The verbs write one protocol message into the connection's outgoing buffer (no round
+    trip). The first of ``ack``, ``nak`` and ``term`` settles the message; later ones are
+    ignored (``in_progress`` may be sent any number of times before that). A verb that
+    cannot be sent (connection closed) raises ``nats.errors.Error``; the server then
+    redelivers after ``ack_wait``.
+    """
 
-    def __init__(self, msg: Msg, pin_id: str | None) -> None:
-        self._msg = msg
+    __slots__ = ("_meta", "_nc", "_reply", "_settled", "data", "headers", "pin_id", "subject")
+
+    def __init__(self, msg: Msg, pin_id: str | None, nc: Client) -> None:
+        # Copy the fields and drop nats-py's Msg: an owner holding many messages until a
+        # commit keeps one GC-tracked object per message instead of two (see services/
+        # assembler/_gc.py for why held objects are the assembler's main GC cost).
+        self.subject: str = msg.subject
+        self.data: bytes = msg.data
+        self.headers: dict[str, str] = msg.headers or {}
         self.pin_id = pin_id
-
-    @property
-    def subject(self) -> str:
-        return self._msg.subject
-
-    @property
-    def data(self) -> bytes:
-        return self._msg.data
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return self._msg.headers or {}
+        self._reply: str = msg.reply
+        self._nc = nc
+        self._meta: tuple[int, int] | None = None
+        self._settled = False
 
     @property
     def stream_seq(self) -> int:
-        seq: int = self._msg.metadata.sequence.stream
-        return seq
+        return self._fields()[0]
 
     @property
     def num_delivered(self) -> int:
-        n: int = self._msg.metadata.num_delivered
-        return n
+        return self._fields()[1]
+
+    def _fields(self) -> tuple[int, int]:
+        if self._meta is None:
+            self._meta = ack_fields(self._reply)
+        return self._meta
 
     @property
     def resolved(self) -> bool:
         """True once acked, naked or terminated."""
-        return bool(self._msg.is_acked)
+        return self._settled
 
     async def ack(self) -> None:
-        await self._msg.ack()
+        await self._send(_ACK)
 
     async def nak(self, delay_s: float | None = None) -> None:
-        await self._msg.nak(delay_s)
+        await self._send(_nak_payload(delay_s))
 
     async def term(self) -> None:
-        await self._msg.term()
+        await self._send(_TERM)
 
     async def in_progress(self) -> None:
         """Reset the ack timer for long work; may be sent many times."""
-        await self._msg.in_progress()
+        if not self._settled:
+            await self._nc.publish(self._reply, _PROGRESS)
+
+    async def _send(self, payload: bytes) -> None:
+        if not self._settled:
+            await self._nc.publish(self._reply, payload)
+            self._settled = True
+
+
+_ACK, _TERM, _PROGRESS = b"+ACK", b"+TERM", b"+WPI"
+
+
+def _nak_payload(delay_s: float | None) -> bytes:
+    if not delay_s:
+        return b"-NAK"
+    return b"-NAK " + msgspec.json.encode({"delay": int(delay_s * NS)})
+
+
+def ack_fields(reply: str) -> tuple[int, int]:
+    """``(stream_seq, num_delivered)`` from a JetStream ack subject.
+
+    ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`` or, with a
+    domain and account hash, ``$JS.ACK.<domain>.<hash>.<stream>...`` (11 or 12 tokens). Parsed
+    here because nats-py's ``Msg.metadata`` builds a datetime and two dataclasses per message
+    (~7% of the assembler's time, bench/bench_assembler.py). Raises NotJSMessageError.
+    """
+    tokens = reply.split(".")
+    if tokens[:2] == ["$JS", "ACK"]:
+        if len(tokens) == 9:
+            return int(tokens[5]), int(tokens[4])
+        if len(tokens) >= 11:
+            return int(tokens[7]), int(tokens[6])
+    raise NotJSMessageError
+
+
+async def ack_many(messages: Iterable[ConsumedMessage]) -> int:
+    """Acknowledge every message not settled yet, without a round trip per message.
+
+    Each ``+ACK`` goes into the connection's outgoing buffer; nats-py's flusher writes them
+    out together. Returns how many could not be sent (the connection is closed): those are
+    redelivered after ``ack_wait``, which is the safe outcome for at-least-once work.
+    """
+    return await _settle_many(messages, _ACK)
+
+
+async def nak_many(messages: Iterable[ConsumedMessage], delay_s: float | None = None) -> int:
+    """Hand back every message not settled yet (redelivered after ``delay_s``); see ack_many."""
+    return await _settle_many(messages, _nak_payload(delay_s))
+
+
+async def _settle_many(messages: Iterable[ConsumedMessage], payload: bytes) -> int:
+    failed = 0
+    for cm in messages:
+        if cm._settled:
+            continue
+        try:
+            await cm._nc.publish(cm._reply, payload)
+        except NatsError:
+            failed += 1
+        else:
+            cm._settled = True
+    if failed:
+        log.warning("could not settle %d messages; they are redelivered after ack_wait", failed)
+    return failed
 
 
 Handler = Callable[[ConsumedMessage], Awaitable[None]]
-"""Return -> ack; raise Retry -> nak with delay; raise Reject -> term + dead-letter;
-any other exception -> nak with backoff, dead-lettered on the last allowed delivery."""
+"""One message at a time. Return -> ack (unless ``PullSettings.auto_ack`` is False); raise
+Retry -> nak with delay; raise Reject -> term + dead-letter; any other exception -> nak with
+backoff, dead-lettered on the last allowed delivery."""
+
+BatchHandler = Callable[[list[ConsumedMessage]], Awaitable[None]]
+"""Every message delivered since the last call, in delivery order (at most
+``PullSettings.batch``). The outcome applies to each message of the batch the handler did
+not settle itself: return -> ack (unless ``auto_ack`` is False); raise Retry -> nak them with
+delay; raise Reject -> dead-letter and term them; any other exception -> nak them with backoff
+(those on their last allowed delivery are dead-lettered). A handler that wants a different
+outcome per message settles those messages itself before returning or raising."""
 
 
 @dataclass(slots=True)
@@ -122,13 +209,27 @@ class _Pull:
 
 @dataclass(frozen=True, slots=True)
 class PullSettings:
-    """Sizing of the pull loop. ``batch`` bounds requested-but-unhandled messages."""
+    """Sizing and ack mode of the pull loop.
+
+    - ``batch`` bounds requested-but-unhandled messages (and so a batch handler's batch).
+    - ``auto_ack``: True acks each message its handler returned for. False is manual ack:
+      the consumer never acks; the handler (or whoever it hands the message to) settles it
+      later with the message's verbs or :func:`ack_many`. Exceptions are handled the same in
+      both modes (Retry, Reject, other), for the messages not settled yet.
+    - ``pin_keepalive_s``: while a handler call holds its messages longer than this, a pinned
+      client sends a one-message pull anyway (at most ``batch`` beyond the bound): the server
+      unpins a client that sends no pull for ``priority_timeout``, and a long call (a
+      takeover read-back, a store outage) must not hand the partition to a standby while
+      this instance still holds its messages. Keep it below half the priority timeout.
+    """
 
     batch: int = 256
     expires_s: float = 5.0
     standby_expires_s: float = 2.0
     max_deliver: int = 10
     retry_backoff_s: float = 1.0
+    auto_ack: bool = True
+    pin_keepalive_s: float = 1.0
 
 
 @dataclass
@@ -141,40 +242,55 @@ class ConsumerStats:
     rejected: int = 0
     pulls: int = 0
     pin_changes: int = 0
+    batches: int = 0
 
 
 @dataclass
 class PullConsumer:
     """A durable pull consumer driven by a callback loop; ``group`` enables pinned_client.
 
-    ::
+    Give exactly one of ``handler`` (one message per call) or ``batch_handler`` (every
+    message delivered since the last call; no per-message call overhead)::
 
         consumer = PullConsumer(nc, "TOKENWIRE", "telemetry", handler)
         await consumer.start()
         ...
         await consumer.stop()
+
+        # manual ack, in batches: nothing is acked until the owner says so
+        async def take(batch: list[ConsumedMessage]) -> None:
+            held.extend(batch)  # ... later: await ack_many(held)
+
+        PullConsumer(nc, stream, name, batch_handler=take, settings=PullSettings(auto_ack=False))
     """
 
     nc: Client
     stream: str
     consumer: str
-    handler: Handler
+    handler: Handler | None = None
     group: str | None = None
     settings: PullSettings = field(default_factory=PullSettings)
     dlq_subject: str | None = None
     clock: Callable[[], float] = time.monotonic
     stats: ConsumerStats = field(default_factory=ConsumerStats)
+    batch_handler: BatchHandler | None = None
     _pin_id: str | None = field(default=None, init=False)
     _pulls: dict[str, _Pull] = field(default_factory=dict, init=False)
-    _queue: asyncio.Queue[ConsumedMessage] = field(default_factory=asyncio.Queue, init=False)
+    _inbox: deque[ConsumedMessage] = field(default_factory=deque, init=False)
+    _ready: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
     _sub: Subscription | None = field(default=None, init=False)
     _prefix: str = field(default="", init=False)
     _serial: int = field(default=0, init=False)
-    _busy: bool = field(default=False, init=False)
+    _in_hand: int = field(default=0, init=False)
+    _last_pull: float = field(default=0.0, init=False)
     _stopping: bool = field(default=False, init=False)
     _settled: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+
+    def __post_init__(self) -> None:
+        if (self.handler is None) == (self.batch_handler is None):
+            raise ValueError("PullConsumer needs exactly one of handler or batch_handler")
 
     @property
     def pinned(self) -> bool:
@@ -187,8 +303,13 @@ class PullConsumer:
 
     @property
     def buffered(self) -> int:
-        """Delivered messages waiting for the handler (bounded by ``settings.batch``)."""
-        return self._queue.qsize() + self._busy
+        """Delivered messages waiting for or in the handler (bounded by ``settings.batch``)."""
+        return len(self._inbox) + self._in_hand
+
+    @property
+    def waiting(self) -> int:
+        """Delivered messages not yet handed to the handler."""
+        return len(self._inbox)
 
     async def start(self) -> PullConsumer:
         self._prefix = self.nc.new_inbox() + "."
@@ -200,10 +321,11 @@ class PullConsumer:
         return self
 
     async def stop(self, timeout_s: float = 5.0, release: bool = True) -> None:
-        """Stop pulling, let the current handler finish (bounded), nak what is buffered.
+        """Stop pulling, let the current handler call finish (bounded), nak what is buffered.
 
         With ``release`` a pinned client also asks the server to unpin the group, so a standby
-        takes over now instead of after the priority timeout.
+        takes over now instead of after the priority timeout. Messages a manual-ack owner
+        still holds are the owner's to settle.
         """
         if not self._tasks:
             return
@@ -227,15 +349,14 @@ class PullConsumer:
 
     async def _drain_current(self) -> None:
         self._stopping = True
-        if self._busy:
+        if self._in_hand:
             await self._settled.wait()
 
     async def _nak_buffered(self) -> None:
-        while not self._queue.empty():
-            cm = self._queue.get_nowait()
-            if not self.nc.is_closed:
-                with contextlib.suppress(NatsError):
-                    await cm.nak()
+        buffered = list(self._inbox)
+        self._inbox.clear()
+        if not self.nc.is_closed:
+            await nak_many(buffered)
 
     async def _unpin(self) -> None:
         subject = f"$JS.API.CONSUMER.UNPIN.{self.stream}.{self.consumer}"
@@ -252,14 +373,29 @@ class PullConsumer:
             elif not self._pulls:
                 await self._pull(self.settings.batch, self.settings.standby_expires_s)
             self._wake.clear()
+            tick = min(self.settings.standby_expires_s, self.settings.pin_keepalive_s) / 2
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.settings.standby_expires_s / 2)
+                await asyncio.wait_for(self._wake.wait(), tick)
+
+    def _in_flight(self) -> int:
+        """Requested (not yet delivered) plus delivered-but-unhandled messages."""
+        return sum(p.remaining for p in self._pulls.values()) + self.buffered
 
     async def _top_up(self) -> None:
-        requested = sum(p.remaining for p in self._pulls.values())
-        in_hand = requested + self.buffered
-        if in_hand <= self.settings.batch // 2:
-            await self._pull(self.settings.batch - in_hand, self.settings.expires_s)
+        in_flight = self._in_flight()
+        if in_flight <= self.settings.batch // 2:
+            await self._pull(self.settings.batch - in_flight, self.settings.expires_s)
+        elif self._keepalive_due(in_flight):
+            await self._pull(1, self.settings.expires_s)
+
+    def _keepalive_due(self, in_flight: int) -> bool:
+        """A grouped handler call is holding messages and no pull went out for a while."""
+        return (
+            self.group is not None
+            and self._in_hand > 0
+            and in_flight < 2 * self.settings.batch
+            and self.clock() - self._last_pull >= self.settings.pin_keepalive_s
+        )
 
     def _expire_pulls(self, now: float) -> None:
         """Forget pulls the server should have ended by now (lost on a reconnect)."""
@@ -279,7 +415,8 @@ class PullConsumer:
             if self._pin_id is not None:
                 request["id"] = self._pin_id
         subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}"
-        self._pulls[reply] = _Pull(batch, self.clock() + expires_s + 2.0)
+        self._last_pull = self.clock()
+        self._pulls[reply] = _Pull(batch, self._last_pull + expires_s + 2.0)
         self.stats.pulls += 1
         try:
             await self.nc.publish(subject, msgspec.json.encode(request), reply=reply)
@@ -311,7 +448,8 @@ class PullConsumer:
             if pull.remaining <= 0:
                 del self._pulls[oldest]
         self.stats.delivered += 1
-        self._queue.put_nowait(ConsumedMessage(msg, pin))
+        self._inbox.append(ConsumedMessage(msg, pin, self.nc))
+        self._ready.set()
 
     def _lose_pin(self) -> None:
         """The server pinned another client: every pull carrying our old id is void."""
@@ -325,41 +463,66 @@ class PullConsumer:
 
     async def _work(self) -> None:
         while not self._stopping:
-            cm = await self._queue.get()
-            self._busy = True
+            if not self._inbox:
+                self._ready.clear()
+                await self._ready.wait()
+                continue
+            batch = self._next_batch()
+            self._in_hand = len(batch)
             self._settled.clear()
             try:
-                await self._dispatch(cm)
+                await self._dispatch(batch)
             finally:
-                self._busy = False
+                self._in_hand = 0
                 self._settled.set()
-                self._wake.set()
+                if self._in_flight() <= self.settings.batch // 2:
+                    self._wake.set()  # time for a top-up pull
 
-    async def _dispatch(self, cm: ConsumedMessage) -> None:
-        try:
-            await self.handler(cm)
-        except Retry as retry:
-            await self._settle(cm.nak(retry.delay_s), retried=True)
-        except Reject as reject:
-            await self._reject(cm, reject.reason)
-        except Exception as exc:
-            log.exception("handler failed on %s seq %s", self.consumer, _seq(cm))
-            if cm.num_delivered >= self.settings.max_deliver:
-                await self._reject(cm, f"{type(exc).__name__}: {exc}")
-            else:
-                await self._settle(cm.nak(self.settings.retry_backoff_s), retried=True)
+    def _next_batch(self) -> list[ConsumedMessage]:
+        if self.batch_handler is None:
+            return [self._inbox.popleft()]
+        batch = list(self._inbox)
+        self._inbox.clear()
+        return batch
+
+    async def _call(self, batch: list[ConsumedMessage]) -> None:
+        if self.batch_handler is not None:
+            self.stats.batches += 1
+            await self.batch_handler(batch)
         else:
-            if not cm.resolved:
-                await self._settle(cm.ack())
-            self.stats.handled += 1
+            assert self.handler is not None  # __post_init__
+            await self.handler(batch[0])
 
-    async def _settle(self, verb: Awaitable[None], retried: bool = False) -> None:
-        self.stats.retried += retried
+    async def _dispatch(self, batch: list[ConsumedMessage]) -> None:
         try:
-            await verb
-        except NatsError:
-            # Unacked: the server redelivers after ack_wait, which is the safe outcome.
-            log.warning("could not settle a message on %s", self.consumer)
+            await self._call(batch)
+        except Retry as retry:
+            await self._retry(batch, retry.delay_s)
+        except Reject as reject:
+            for cm in _unsettled(batch):
+                await self._reject(cm, reject.reason)
+        except Exception as exc:
+            log.exception("handler failed on %s seq %s", self.consumer, _seq(batch[0]))
+            await self._failed(batch, f"{type(exc).__name__}: {exc}")
+        else:
+            if self.settings.auto_ack:
+                await ack_many(batch)
+            self.stats.handled += len(batch)
+
+    async def _retry(self, batch: list[ConsumedMessage], delay_s: float) -> None:
+        unsettled = _unsettled(batch)
+        self.stats.retried += len(unsettled)
+        await nak_many(unsettled, delay_s)
+
+    async def _failed(self, batch: list[ConsumedMessage], reason: str) -> None:
+        """An unexpected error: nak with backoff, dead-letter on the last allowed delivery."""
+        unsettled = _unsettled(batch)
+        last = [cm for cm in unsettled if cm.num_delivered >= self.settings.max_deliver]
+        for cm in last:
+            await self._reject(cm, reason)
+        await self._retry(
+            [cm for cm in unsettled if not cm.resolved], self.settings.retry_backoff_s
+        )
 
     async def _reject(self, cm: ConsumedMessage, reason: str) -> None:
         if self.dlq_subject is not None:
@@ -374,8 +537,16 @@ class PullConsumer:
                 )
             except (NatsError, JsError):
                 log.error("could not dead-letter seq %s of %s", _seq(cm), self.consumer)
-        await self._settle(cm.term())
+        try:
+            await cm.term()
+        except NatsError:
+            # Unsettled: the server redelivers after ack_wait, which is the safe outcome.
+            log.warning("could not terminate a message on %s", self.consumer)
         self.stats.rejected += 1
+
+
+def _unsettled(batch: list[ConsumedMessage]) -> list[ConsumedMessage]:
+    return [cm for cm in batch if not cm.resolved]
 
 
 def _seq(cm: ConsumedMessage) -> int:

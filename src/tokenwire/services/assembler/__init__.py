@@ -30,12 +30,13 @@ from tokenwire.services.assembler._assembly import (
     StepKey,
 )
 from tokenwire.services.assembler._committer import CommitPolicy, Committer
-from tokenwire.services.assembler._consume import Delivery, HeldConsumer, PartitionSet
+from tokenwire.services.assembler._consume import Delivery, PartitionSet, ack_tokens, nak_tokens
 from tokenwire.services.assembler._errors import (
     AssemblerError,
     AssemblerStartError,
     AssemblyFullError,
 )
+from tokenwire.services.assembler._gc import YOUNG_THRESHOLD, tune_gc
 from tokenwire.services.assembler._metrics import AssemblerMetrics, ProbeServer
 from tokenwire.services.assembler._run import run
 from tokenwire.services.assembler._service import DLQ_CONSUMER, Assembler, provision
@@ -43,6 +44,7 @@ from tokenwire.services.assembler._settings import AssemblerSettings
 
 __all__ = [
     "DLQ_CONSUMER",
+    "YOUNG_THRESHOLD",
     "Assembler",
     "AssemblerError",
     "AssemblerMetrics",
@@ -56,7 +58,6 @@ __all__ = [
     "CommitPolicy",
     "Committer",
     "Delivery",
-    "HeldConsumer",
     "Outcome",
     "PartitionSet",
     "PoisonReason",
@@ -64,6 +65,9 @@ __all__ = [
     "ProbeServer",
     "Settled",
     "StepKey",
+    "ack_tokens",
+    "nak_tokens",
     "provision",
     "run",
+    "tune_gc",
 ]

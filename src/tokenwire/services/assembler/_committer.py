@@ -18,7 +18,7 @@ from typing import assert_never
 
 from tokenwire.schemas import Message, RecordedError
 from tokenwire.services.assembler._assembly import ClosedStep, StepKey
-from tokenwire.services.assembler._consume import Delivery
+from tokenwire.services.assembler._consume import Delivery, ack_tokens
 from tokenwire.services.assembler._metrics import AssemblerMetrics
 from tokenwire.store import CommittedStep, StepRecord, Store, StoreIntegrityError, StoreUnavailable
 
@@ -156,7 +156,8 @@ class Committer:
         return True
 
     async def commit_batch(self) -> None:
-        """Commit the oldest waiting steps (up to a batch), then acknowledge and announce them."""
+        """Commit the oldest waiting steps (up to a batch), then acknowledge every message of
+        them at once (one buffered ``+ACK`` each, no round trip) and announce each step."""
         batch = list(self._waiting.values())[: self._policy.batch_max_steps]
         whole = await self._commit([w.closed.record for w in batch])
         results: list[CommittedStep | None] = (
@@ -169,9 +170,11 @@ class Committer:
         self._metrics.pending_steps.set(len(self._waiting))
         if not self.full:
             self._room.set()
-        for waiting, result in zip(batch, results, strict=True):
-            if result is not None:
-                await self._settle(waiting, result)
+        done = [(w, r) for w, r in zip(batch, results, strict=True) if r is not None]
+        await ack_tokens([token for waiting, _ in done for token in waiting.tokens()])
+        for waiting, result in done:
+            self._count(waiting.closed, result)
+            await self._announce(result)
 
     async def _commit(self, records: list[StepRecord]) -> list[CommittedStep] | None:
         """Commit with back-off on StoreUnavailable; None when the store rejects the batch."""
@@ -218,12 +221,6 @@ class Committer:
             else:
                 results.append(single[0])
         return results
-
-    async def _settle(self, waiting: _Waiting, result: CommittedStep) -> None:
-        for token in waiting.tokens():
-            await token.ack()
-        self._count(waiting.closed, result)
-        await self._announce(result)
 
     def _count(self, closed: ClosedStep[Delivery], result: CommittedStep) -> None:
         if not result.inserted:

@@ -1,11 +1,10 @@
-"""The partition consumers, with acknowledgements deferred until the store committed.
+"""The partition consumers in manual-ack batch mode, and the assembler's ack token.
 
-``tokenwire.broker.PullConsumer`` acknowledges a message when its handler returns. The
-assembler must not: a chunk is acknowledged only after the step it belongs to was committed,
-which is usually many messages later. :class:`HeldConsumer` is a PullConsumer whose handler
-owns the settlement of every message it takes (ack, term, nak); when the handler raises, the
-message is naked for redelivery. Everything else (pull loop, pinning, flow control, stop) is
-the broker package's.
+The assembler acknowledges a chunk only after the step it belongs to was committed, usually
+many messages later, so its consumers run with ``PullSettings(auto_ack=False)`` (the broker
+never acks for it) and a batch handler (every message delivered since the last call, no
+per-message task or coroutine hop in the consumer). The handler keeps each message as a
+:class:`Delivery` token inside the Assembly or the Committer, which settle it later.
 """
 
 from __future__ import annotations
@@ -13,14 +12,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import msgspec
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from tokenwire.broker import ConsumedMessage, Handler, PullConsumer, PullSettings, Topology
+from tokenwire.broker import (
+    BatchHandler,
+    ConsumedMessage,
+    PullConsumer,
+    PullSettings,
+    Topology,
+    ack_many,
+    nak_many,
+    partition_consumer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,61 +48,50 @@ class Delivery:
 
     async def ack(self) -> bool:
         """Acknowledge; False when the connection refused it (the server will redeliver)."""
-        return self.message is None or await _settle(self.message.ack())
+        return await ack_tokens([self]) == 0
 
     async def term(self) -> bool:
         """Terminate (never redeliver): for a message already dead-lettered."""
-        return self.message is None or await _settle(self.message.term())
+        if self.message is None:
+            return True
+        try:
+            await self.message.term()
+        except NatsError:
+            log.warning("could not terminate seq %d; it will be redelivered", self.seq)
+            return False
+        return True
 
     async def nak(self) -> bool:
         """Hand the message back for immediate redelivery (to this or another instance)."""
-        return self.message is None or await _settle(self.message.nak())
+        return await nak_tokens([self]) == 0
 
 
-async def _settle(verb: Awaitable[None]) -> bool:
-    try:
-        await verb
-    except NatsError:
-        log.warning("could not settle a message; it will be redelivered after ack_wait")
-        return False
-    return True
+async def ack_tokens(tokens: Iterable[Delivery]) -> int:
+    """Acknowledge the messages of ``tokens`` (read-back copies have none); returns how many
+    could not be sent. One buffered ``+ACK`` each, no round trip (broker.ack_many)."""
+    return await ack_many([t.message for t in tokens if t.message is not None])
 
 
-class HeldConsumer(PullConsumer):
-    """A PullConsumer whose handler settles (or keeps) each message itself."""
-
-    async def _dispatch(self, cm: ConsumedMessage) -> None:
-        try:
-            await self.handler(cm)
-        except Exception:
-            log.exception("assembler handler failed on %s; naking for redelivery", self.consumer)
-            with contextlib.suppress(NatsError):
-                await cm.nak(self.settings.retry_backoff_s)
-        else:
-            self.stats.handled += 1
+async def nak_tokens(tokens: Iterable[Delivery]) -> int:
+    """Hand the messages of ``tokens`` back for immediate redelivery; see :func:`ack_tokens`."""
+    return await nak_many([t.message for t in tokens if t.message is not None])
 
 
 @dataclass
 class PartitionSet:
-    """One :class:`HeldConsumer` per partition; the server pins each to one instance."""
+    """One manual-ack batch consumer per partition; the server pins each to one instance."""
 
     nc: Client
     topology: Topology
-    handler_for: Callable[[int], Handler]
+    handler_for: Callable[[int], BatchHandler]
     settings: PullSettings
-    consumers: dict[int, HeldConsumer] = field(default_factory=dict)
+    consumers: dict[int, PullConsumer] = field(default_factory=dict)
     _pinned: list[int] = field(default_factory=list)
 
     async def start(self) -> None:
-        t = self.topology
-        for p in range(t.partitions):
-            consumer = HeldConsumer(
-                self.nc,
-                t.stream,
-                t.assembler_consumer(p),
-                self.handler_for(p),
-                group=t.assembler_group,
-                settings=self.settings,
+        for p in range(self.topology.partitions):
+            consumer = partition_consumer(
+                self.nc, self.topology, p, settings=self.settings, batch_handler=self.handler_for(p)
             )
             await consumer.start()
             self.consumers[p] = consumer
@@ -121,5 +118,5 @@ class PartitionSet:
         return sorted(p for p, c in self.consumers.items() if c.pin_id is not None)
 
     def buffered(self) -> int:
-        """Delivered messages not yet handed to the handler."""
+        """Delivered messages not yet taken by the handler."""
         return sum(c.buffered for c in self.consumers.values())

@@ -10,6 +10,7 @@ from nats.aio.client import Client
 
 from tokenwire.broker import BrokerError, connect
 from tokenwire.services.assembler._errors import AssemblerStartError
+from tokenwire.services.assembler._gc import tune_gc
 from tokenwire.services.assembler._metrics import ProbeServer, probe_app
 from tokenwire.services.assembler._service import Assembler, provision
 from tokenwire.services.assembler._settings import AssemblerSettings
@@ -42,6 +43,8 @@ async def run(
     try:
         await _prepare(settings, nc, the_store, stop)
         assembler = Assembler(settings, nc, the_store)
+        if settings.tune_gc:
+            tune_gc()
         server = _serve_probes(settings, assembler)
         await assembler.start()
         try:

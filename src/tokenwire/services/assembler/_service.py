@@ -1,8 +1,10 @@
 """The assembler service: partition handlers around one Assembly, one Committer, and the loops.
 
-Per message (one partition at a time, in delivery order): decode once -> screen (a step
-waiting for its commit, a step already stored) -> feed the Assembly -> closed steps go to the
-Committer, poison goes to the dead-letter subject. See docs/assembler.md.
+Per batch of delivered messages (one partition at a time, in delivery order), per message:
+decode once -> screen (a step waiting for its commit, a step already stored) -> feed the
+Assembly -> closed steps go to the Committer, poison goes to the dead-letter subject. The
+consumers never ack (manual-ack mode); the Committer acks after the commit. See
+docs/assembler.md.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import msgspec
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from tokenwire.broker import ConsumedMessage, PullSettings, ensure_topology
+from tokenwire.broker import BatchHandler, ConsumedMessage, PullSettings, ensure_topology, nak_many
 from tokenwire.schemas import (
     ChunkEnvelope,
     ErrorEvent,
@@ -35,7 +37,7 @@ from tokenwire.services.assembler._assembly import (
     StepKey,
 )
 from tokenwire.services.assembler._committer import CommitPolicy, Committer
-from tokenwire.services.assembler._consume import Delivery, PartitionSet
+from tokenwire.services.assembler._consume import Delivery, PartitionSet, nak_tokens
 from tokenwire.services.assembler._metrics import AssemblerMetrics
 from tokenwire.services.assembler._settings import AssemblerSettings
 from tokenwire.services.assembler._takeover import consumer_state, read_range
@@ -79,7 +81,12 @@ class Assembler:
             announce=self._announce,
             dead_letter=self._dead_letter,
         )
-        pull = PullSettings(batch=settings.pull_batch, max_deliver=settings.max_deliver)
+        pull = PullSettings(
+            batch=settings.pull_batch,
+            max_deliver=settings.max_deliver,
+            auto_ack=False,
+            pin_keepalive_s=min(1.0, settings.priority_timeout_s / 3),
+        )
         self.partitions = PartitionSet(nc, t, self._handler_for, pull)
         self._pins: dict[int, str] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -117,28 +124,40 @@ class Assembler:
                 "store unavailable at shutdown: %d steps left unacknowledged",
                 self.committer.pending,
             )
-        for token in self.assembly.held_tokens():
-            await token.nak()
+        await nak_tokens(self.assembly.held_tokens())
         await self.partitions.unpin()
         self.started = False
 
     # -- the handler ---------------------------------------------------------------------
 
-    def _handler_for(self, partition: int) -> Callable[[ConsumedMessage], Awaitable[None]]:
-        async def handle(cm: ConsumedMessage) -> None:
-            if self._closing:
-                await cm.nak(0.5)  # shutting down: let the next owner have it
-                return
-            if cm.pin_id is not None and self._pins.get(partition) != cm.pin_id:
-                self._pins[partition] = cm.pin_id
-                await self._take_over(partition, cm.stream_seq)
-            await self.handle(cm, partition)
+    def _handler_for(self, partition: int) -> BatchHandler:
+        async def handle(batch: list[ConsumedMessage]) -> None:
+            await self.handle_batch(batch, partition)
 
         return handle
 
-    async def handle(self, cm: ConsumedMessage, partition: int = -1) -> None:
-        """Take one delivered message; it is settled later (after its step's commit)."""
-        self.metrics.chunks.inc()
+    async def handle_batch(self, batch: list[ConsumedMessage], partition: int = -1) -> None:
+        """Take delivered messages in order; each is settled later (after its step's commit).
+
+        A message whose handling fails unexpectedly is naked for redelivery (the rest of the
+        batch goes on); the redelivered copy is deduplicated by its stream sequence.
+        """
+        self.metrics.chunks.inc(len(batch))
+        for i, cm in enumerate(batch):
+            if self._closing:  # shutting down: let the next owner have the rest
+                await nak_many(batch[i:], 0.5)
+                break
+            if cm.pin_id is not None and self._pins.get(partition) != cm.pin_id:
+                self._pins[partition] = cm.pin_id
+                await self._take_over(partition, cm.stream_seq, untaken=len(batch) - i)
+            try:
+                await self._take_message(cm, partition)
+            except Exception:
+                log.exception("assembler failed on seq %s; naking it", cm.stream_seq)
+                await nak_many([cm], self.settings.backoff_initial_s)
+        self.metrics.open_steps.set(self.assembly.open_steps)
+
+    async def _take_message(self, cm: ConsumedMessage, partition: int) -> None:
         token = Delivery(cm.stream_seq, cm, partition)
         try:
             envelope = envelope_decoder.decode(cm.data)
@@ -163,15 +182,14 @@ class Assembler:
                 await token.ack()
                 return
             await self._wait_for_room(envelope)
-        await self._on_outcome(self.assembly.feed(envelope, token))
+        outcome = self.assembly.feed(envelope, token)
+        if outcome is not None:  # most chunks are held in their open step: nothing to await
+            await self._on_outcome(outcome)
 
-    async def _on_outcome(self, outcome: Outcome[Delivery] | None) -> None:
+    async def _on_outcome(self, outcome: Outcome[Delivery]) -> None:
         match outcome:
-            case None:
-                return
             case ClosedStep():
                 self.committer.add(outcome)
-                self.metrics.open_steps.set(self.assembly.open_steps)
             case Settled(token=token, key=key, late=late):
                 self.metrics.duplicates.labels("late" if late else "closed").inc()
                 if not self.committer.attach(key, token):
@@ -217,10 +235,12 @@ class Assembler:
 
     # -- taking over a partition -----------------------------------------------------------
 
-    async def _take_over(self, partition: int, first_seq: int) -> None:
+    async def _take_over(self, partition: int, first_seq: int, *, untaken: int) -> None:
+        """Before the first message (``first_seq``) of a newly pinned partition: read back what
+        another instance may hold. ``untaken``: messages of the current batch not fed yet."""
         t = self.settings.topology
         state = await consumer_state(self._nc, t.stream, t.assembler_consumer(partition))
-        if state is None or state.num_ack_pending <= self._held_in(partition):
+        if state is None or state.num_ack_pending <= self._held_in(partition, untaken):
             return  # no other instance holds unacknowledged messages of this partition
         start = state.ack_floor.stream_seq + 1
         # Up to the last message delivered to anyone: the previous owner's unacknowledged
@@ -237,12 +257,13 @@ class Assembler:
                 continue  # its redelivery is dead-lettered
             await self._take(envelope, Delivery(-seq, None, partition), lookup=True)
 
-    def _held_in(self, partition: int) -> int:
-        """Delivered messages of ``partition`` this instance holds unacknowledged."""
+    def _held_in(self, partition: int, untaken: int) -> int:
+        """Delivered messages of ``partition`` this instance holds unacknowledged: those fed
+        (tokens), those of the current batch not fed yet, and those not handed over yet."""
         tokens = [*self.assembly.held_tokens(), *self.committer.held_tokens()]
         held = sum(1 for t in tokens if t.partition == partition and t.message is not None)
         consumer = self.partitions.consumers.get(partition)
-        return held + (consumer.buffered if consumer is not None else 1)
+        return held + untaken + (consumer.waiting if consumer is not None else 0)
 
     # -- effects ---------------------------------------------------------------------------
 

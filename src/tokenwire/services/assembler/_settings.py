@@ -15,6 +15,7 @@ every command (tokenwire.config), and ``TOKENWIRE_ASSEMBLER_<NAME>``:
 | ``PRIORITY_TIMEOUT_S`` | ``5`` | the pin moves to a standby after this long without pulls |
 | ``PROVISION`` | ``1`` | create/update streams and consumers at start (``0``: leave them) |
 | ``BURST`` | ``0`` | ``1``: drain what the stream holds, commit, exit |
+| ``TUNE_GC`` | ``1`` | apply the process GC policy at start (``_gc.py``); ``0``: defaults |
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class AssemblerSettings:
     - ``ack_wait_s``, ``max_deliver``, ``priority_timeout_s``: the consumers' settings, applied
       when ``provision`` is True (every start creates or updates the topology).
     - ``metrics_addr``: ``(host, port)`` of the metrics and probe server, None to disable.
+    - ``tune_gc``: :func:`run` applies the process-wide GC policy of ``_gc.py`` (the service
+      owns its process; embedders and tests may leave the interpreter's defaults).
     """
 
     nats_urls: tuple[str, ...]
@@ -64,6 +67,7 @@ class AssemblerSettings:
     pull_batch: int = 512
     metrics_addr: tuple[str, int] | None = ("127.0.0.1", 9465)
     burst: bool = False
+    tune_gc: bool = True
     name: str = "tokenwire-assembler"
 
     @classmethod
@@ -88,6 +92,7 @@ class AssemblerSettings:
             priority_timeout_s=_seconds(env, "PRIORITY_TIMEOUT_S", 5.0),
             provision=_flag(env, "PROVISION", base.provision),
             burst=_flag(env, "BURST", False),
+            tune_gc=_flag(env, "TUNE_GC", True),
         )
 
 
