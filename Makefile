@@ -41,7 +41,7 @@ typecheck: install
 	$(VENV)/bin/mypy
 
 bench: install
-	$(VENV)/bin/python -m bench
+	$(VENV)/bin/python -m bench $(BENCH)
 
 schemas: install
 	$(VENV)/bin/python -m tokenwire.schemas.jsonschema schemas/
