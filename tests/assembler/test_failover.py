@@ -7,6 +7,7 @@ per-session sequences contiguous from 1, as if nothing had happened.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
@@ -53,8 +54,10 @@ async def test_sigkill_of_an_assembler_mid_run_loses_and_doubles_nothing(
     store = open_store(db_url)
     try:
         await ensure_topology(nc, topology, ack_wait_s=3.0, priority_timeout_s=2.0)
-        procs = [start_assembler(server.url, db_url, tmp_path / f"a{i}.log") for i in range(3)]
-        await asyncio.sleep(1.0)  # the first instance pins most partitions
+        # The instance to be killed starts alone and is pinned by the first messages of every
+        # partition; the two standbys join afterwards (pins do not move between live owners).
+        procs = [start_assembler(server.url, db_url, tmp_path / "a0.log")]
+        await asyncio.sleep(1.0)
         publisher = await ChunkPublisher(nc, topology).start()
         rng = random.Random(7)
 
@@ -65,6 +68,8 @@ async def test_sigkill_of_an_assembler_mid_run_loses_and_doubles_nothing(
                     await asyncio.sleep(rng.random() * 0.15)  # ~3.5 s per session
 
         publishing = asyncio.gather(*(session(s) for s in plan.steps))
+        await wait_until_pinned(nc, topology, timeout_s=10)
+        procs += [start_assembler(server.url, db_url, tmp_path / f"a{i}.log") for i in (1, 2)]
         await asyncio.sleep(1.5)
         stats_before = await store.stats()
         procs[0].send_signal(signal.SIGKILL)
@@ -93,6 +98,22 @@ async def test_sigkill_of_an_assembler_mid_run_loses_and_doubles_nothing(
     for proc, text in zip(procs[1:], logs, strict=True):
         assert proc.returncode == 0, text[-3000:]
     assert any("reading back" in text for text in logs), "no instance took a partition over"
+
+
+async def wait_until_pinned(nc, topology: Topology, timeout_s: float) -> None:
+    """Until every partition's consumer has a pinned client."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        pinned = 0
+        for p in range(topology.partitions):
+            subject = f"$JS.API.CONSUMER.INFO.{topology.stream}.{topology.assembler_consumer(p)}"
+            info = json.loads((await nc.request(subject, b"", timeout=2.0)).data)
+            pinned += any(g.get("pinned_client_id") for g in info.get("priority_groups", []))
+        if pinned == topology.partitions:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"only {pinned} partitions pinned")
+        await asyncio.sleep(0.05)
 
 
 async def wait_until_settled(nc, topology: Topology, store, steps: int, timeout_s: float) -> None:

@@ -20,8 +20,11 @@ a whole list with no per-message overhead beyond the publish itself.
 
 Pinning (ADR-42): a grouped consumer that holds no pin keeps one pull without ``id``
 outstanding (a standby, polling every ``standby_expires_s``). When the server pins it, the
-first delivered message carries ``Nats-Pin-Id`` and later pulls repeat that id. A 423 means the
-server moved the pin to another client: drop the id and go back to standby.
+first delivered message carries ``Nats-Pin-Id`` and later pulls repeat that id. The server
+unpins a client that sends no new pull request for the consumer's ``priority_timeout`` (however
+long its open pulls last), so a pinned client sends one at least every ``pin_renew_s``, even
+with its buffer full. A 423 means the server moved the pin to another client: drop the id and
+go back to standby.
 """
 
 from __future__ import annotations
@@ -389,10 +392,16 @@ class PullConsumer:
             await self._pull(1, self.settings.expires_s)
 
     def _keepalive_due(self, in_flight: int) -> bool:
-        """A grouped handler call is holding messages and no pull went out for a while."""
+        """A pinned client sent no pull for ``pin_keepalive_s``: renew the pin.
+
+        The server unpins a client that sends no *new* pull request for the consumer's
+        ``priority_timeout``, however long its open pulls last and whether or not a handler
+        call is in progress; a live owner that lost its pin would hand a partition to a
+        standby while still holding messages (ordering across two owners).
+        """
         return (
             self.group is not None
-            and self._in_hand > 0
+            and self._pin_id is not None
             and in_flight < 2 * self.settings.batch
             and self.clock() - self._last_pull >= self.settings.pin_keepalive_s
         )

@@ -149,7 +149,7 @@ class Assembler:
                 break
             if cm.pin_id is not None and self._pins.get(partition) != cm.pin_id:
                 self._pins[partition] = cm.pin_id
-                await self._take_over(partition, cm.stream_seq, untaken=len(batch) - i)
+                await self._take_over(partition, cm.stream_seq, cm.pin_id, untaken=len(batch) - i)
             try:
                 await self._take_message(cm, partition)
             except Exception:
@@ -235,13 +235,16 @@ class Assembler:
 
     # -- taking over a partition -----------------------------------------------------------
 
-    async def _take_over(self, partition: int, first_seq: int, *, untaken: int) -> None:
+    async def _take_over(self, partition: int, first_seq: int, pin: str, *, untaken: int) -> None:
         """Before the first message (``first_seq``) of a newly pinned partition: read back what
         another instance may hold. ``untaken``: messages of the current batch not fed yet."""
         t = self.settings.topology
+        # Counted before asking: what arrives meanwhile is in the server's count, not in ours,
+        # so a race errs towards reading back (harmless), never towards skipping it.
+        held = self._held_in(partition, pin, untaken)
         state = await consumer_state(self._nc, t.stream, t.assembler_consumer(partition))
-        if state is None or state.num_ack_pending <= self._held_in(partition, untaken):
-            return  # no other instance holds unacknowledged messages of this partition
+        if state is None or state.num_ack_pending <= held:
+            return  # no one else (not even an earlier pin of ours) holds unacked messages
         start = state.ack_floor.stream_seq + 1
         # Up to the last message delivered to anyone: the previous owner's unacknowledged
         # messages come back only after ack_wait, interleaved with new ones.
@@ -257,11 +260,20 @@ class Assembler:
                 continue  # its redelivery is dead-lettered
             await self._take(envelope, Delivery(-seq, None, partition), lookup=True)
 
-    def _held_in(self, partition: int, untaken: int) -> int:
-        """Delivered messages of ``partition`` this instance holds unacknowledged: those fed
-        (tokens), those of the current batch not fed yet, and those not handed over yet."""
+    def _held_in(self, partition: int, pin: str, untaken: int) -> int:
+        """Delivered messages of ``partition`` this instance holds unacknowledged under ``pin``:
+        those fed (tokens), those of the current batch not fed yet, and those not handed over.
+
+        Tokens kept from an earlier pin of ours do not count: their messages may have been
+        redelivered to, and acknowledged by, the owner in between, so the server no longer
+        counts them, and counting them here would hide another owner's unacked messages.
+        """
         tokens = [*self.assembly.held_tokens(), *self.committer.held_tokens()]
-        held = sum(1 for t in tokens if t.partition == partition and t.message is not None)
+        held = sum(
+            1
+            for t in tokens
+            if t.partition == partition and t.message is not None and t.message.pin_id == pin
+        )
         consumer = self.partitions.consumers.get(partition)
         return held + untaken + (consumer.waiting if consumer is not None else 0)
 

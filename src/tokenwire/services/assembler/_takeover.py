@@ -7,8 +7,8 @@ redelivered chunks of its earlier step, which a clean run never does. So before 
 first message it gets, the new owner reads the partition from the consumer's ack floor up to
 the highest message delivered to anyone, straight from the stream, and feeds that first.
 Those copies carry no ack handle; the redeliveries that follow are recognised as chunks of
-known steps and acknowledged. Skipped when no other instance holds unacknowledged messages
-of the partition (the pin merely moved back to this instance).
+known steps and acknowledged. Skipped only when the consumer's unacknowledged messages are
+all ones delivered to this instance under its new pin (see ``Assembler._held_in``).
 """
 
 from __future__ import annotations
