@@ -219,11 +219,11 @@ class PullSettings:
       the consumer never acks; the handler (or whoever it hands the message to) settles it
       later with the message's verbs or :func:`ack_many`. Exceptions are handled the same in
       both modes (Retry, Reject, other), for the messages not settled yet.
-    - ``pin_keepalive_s``: while a handler call holds its messages longer than this, a pinned
-      client sends a one-message pull anyway (at most ``batch`` beyond the bound): the server
-      unpins a client that sends no pull for ``priority_timeout``, and a long call (a
-      takeover read-back, a store outage) must not hand the partition to a standby while
-      this instance still holds its messages. Keep it below half the priority timeout.
+    - ``pin_keepalive_s``: a pinned client that sent no pull for this long sends a
+      one-message pull anyway (at most ``batch`` beyond the bound), whether it is busy in a
+      handler call or merely waiting on open pulls: the server unpins a client that sends no
+      new pull request for ``priority_timeout``, and a live owner must not hand the partition
+      to a standby while it still holds messages. Keep it below half the priority timeout.
     """
 
     batch: int = 256
