@@ -103,6 +103,12 @@ class ConsumedMessage:
     def num_delivered(self) -> int:
         return self._fields()[1]
 
+    @property
+    def consumer_seq(self) -> int:
+        """This delivery's consumer sequence (counts deliveries of this consumer)."""
+        tokens = self._reply.split(".")
+        return int(tokens[6] if len(tokens) == 9 else tokens[8])
+
     def _fields(self) -> tuple[int, int]:
         if self._meta is None:
             self._meta = ack_fields(self._reply)

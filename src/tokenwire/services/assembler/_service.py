@@ -149,7 +149,7 @@ class Assembler:
                 break
             if cm.pin_id is not None and self._pins.get(partition) != cm.pin_id:
                 self._pins[partition] = cm.pin_id
-                await self._take_over(partition, cm.stream_seq, cm.pin_id, untaken=len(batch) - i)
+                await self._take_over(partition, cm, untaken=len(batch) - i)
             try:
                 await self._take_message(cm, partition)
             except Exception:
@@ -235,9 +235,10 @@ class Assembler:
 
     # -- taking over a partition -----------------------------------------------------------
 
-    async def _take_over(self, partition: int, first_seq: int, pin: str, *, untaken: int) -> None:
-        """Before the first message (``first_seq``) of a newly pinned partition: read back what
-        another instance may hold. ``untaken``: messages of the current batch not fed yet."""
+    async def _take_over(self, partition: int, first: ConsumedMessage, *, untaken: int) -> None:
+        """Before the first message of a newly pinned partition: read back what another
+        instance may hold. ``untaken``: messages of the current batch not fed yet."""
+        first_seq, pin = first.stream_seq, first.pin_id or ""
         t = self.settings.topology
         # Counted before asking: what arrives meanwhile is in the server's count, not in ours,
         # so a race errs towards reading back (harmless), never towards skipping it.
@@ -245,10 +246,15 @@ class Assembler:
         state = await consumer_state(self._nc, t.stream, t.assembler_consumer(partition))
         if state is None or state.num_ack_pending <= held:
             return  # no one else (not even an earlier pin of ours) holds unacked messages
+        if first.num_delivered == 1 and first.consumer_seq == state.ack_floor.consumer_seq + 1:
+            return  # a fresh delivery right above the ack floor: nothing before it is held
         start = state.ack_floor.stream_seq + 1
-        # Up to the last message delivered to anyone: the previous owner's unacknowledged
-        # messages come back only after ack_wait, interleaved with new ones.
-        last = max(first_seq - 1, state.delivered.stream_seq)
+        # The server hands out fresh messages in stream order, so when our first message is a
+        # fresh one, everything the previous owner could hold lies below it; when it is a
+        # redelivery, read up to the last message delivered to anyone (the previous owner's
+        # unacknowledged messages come back only after ack_wait, interleaved with new ones).
+        fresh = first.num_delivered == 1
+        last = first_seq - 1 if fresh else max(first_seq - 1, state.delivered.stream_seq)
         if start > last:
             return
         log.info("partition %d: reading back seqs %d..%d", partition, start, last)

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 class _Floor(msgspec.Struct):
     stream_seq: int = 0
+    consumer_seq: int = 0
 
 
 class ConsumerState(msgspec.Struct):
