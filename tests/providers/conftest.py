@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures.recordings import recordings_dir
 from tokenwire.providers import Normaliser, stream_chunks
 from tokenwire.schemas import (
     BlockEnd,
@@ -37,7 +38,7 @@ from tokenwire.schemas import (
     ToolCallDelta,
     Usage,
 )
-from tokenwire.sse import SseParser
+from tokenwire.sse import SseEvent, SseParser
 
 SEED = 1_234_567
 """The seed of every random split in these tests (printed by the tests that use it)."""
@@ -236,3 +237,54 @@ def only(chunks: list[StreamChunk], kind: type[Any]) -> list[Any]:
 
 
 Splitter = Callable[[bytes], list[int]]
+
+
+def split_sse(body: bytes) -> list[SseEvent]:
+    """A deliberately naive SSE splitter (whole body, blank-line separated, one data line)."""
+    events = []
+    for block in body.decode("utf-8").replace("\r\n", "\n").split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.split("\n") if ": " in line)
+        if "data" in fields:
+            events.append(SseEvent(data=fields["data"], event=fields.get("event", "message")))
+    return events
+
+
+def check_block_lifecycles(chunks: list[StreamChunk]) -> None:
+    """Per index: start, deltas, end; the deltas concatenate to exactly the ended block."""
+    started: dict[int, str] = {}
+    parts: dict[int, list[str]] = {}
+    done: set[int] = set()
+    for chunk in chunks:
+        match chunk:
+            case BlockStart(index=i, block_type=kind):
+                assert i not in started
+                started[i], parts[i] = kind, []
+            case TextDelta(index=i, text=t) | ReasoningDelta(index=i, text=t):
+                assert i in started
+                assert i not in done
+                parts[i].append(t)
+            case ToolCallDelta(index=i, arguments_delta=t):
+                assert i in started
+                assert i not in done
+                parts[i].append(t)
+            case BlockEnd(index=i, block=block):
+                assert i in started
+                assert i not in done
+                done.add(i)
+                joined = "".join(parts[i])
+                match block:
+                    case TextBlock(text=text) | ReasoningBlock(text=text):
+                        assert joined == text
+                    case ToolCallBlock(arguments=arguments):
+                        assert joined == arguments
+    assert done == set(started)
+
+
+def recording_names(folder: str) -> list[str]:
+    """The recordings of one provider folder, by name (without ``.sse``)."""
+    return sorted(p.name.removesuffix(".sse") for p in (recordings_dir() / folder).glob("*.sse"))
+
+
+def ended(chunks: list[StreamChunk]) -> dict[int, Any]:
+    """The block each ``block-end`` carried, by index."""
+    return {c.index: c.block for c in chunks if isinstance(c, BlockEnd)}

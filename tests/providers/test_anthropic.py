@@ -23,10 +23,14 @@ from tests.providers.conftest import (
     SEED,
     RecordingServer,
     Route,
+    check_block_lifecycles,
     check_contract,
+    ended,
     normalise_bytes,
     random_cuts,
     rebuild_blocks,
+    recording_names,
+    split_sse,
     stream_over_socket,
     without_redacted,
 )
@@ -38,7 +42,6 @@ from tokenwire.schemas import (
     Finish,
     Message,
     ReasoningBlock,
-    ReasoningDelta,
     RecordedError,
     StepError,
     StreamChunk,
@@ -52,16 +55,6 @@ from tokenwire.schemas import (
 from tokenwire.sse import SseEvent
 
 
-def split_sse(body: bytes) -> list[SseEvent]:
-    """A deliberately naive SSE splitter (whole body, blank-line separated, one data line)."""
-    events = []
-    for block in body.decode("utf-8").replace("\r\n", "\n").split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in block.split("\n") if ": " in line)
-        if "data" in fields:
-            events.append(SseEvent(data=fields["data"], event=fields.get("event", "message")))
-    return events
-
-
 def run(events: list[SseEvent]) -> list[StreamChunk]:
     normaliser = AnthropicNormaliser()
     chunks = [c for event in events for c in normaliser.feed(event)]
@@ -70,15 +63,6 @@ def run(events: list[SseEvent]) -> list[StreamChunk]:
 
 def recording(name: str) -> list[SseEvent]:
     return split_sse((recordings_dir() / "anthropic" / f"{name}.sse").read_bytes())
-
-
-def recording_names() -> list[str]:
-    folder = recordings_dir() / "anthropic"
-    return sorted(p.name.removesuffix(".sse") for p in folder.glob("*.sse"))
-
-
-def ended(chunks: list[StreamChunk]) -> dict[int, Any]:
-    return {c.index: c.block for c in chunks if isinstance(c, BlockEnd)}
 
 
 # --- expected values, written by hand from each recording --------------------------------
@@ -273,7 +257,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
 
 
 def test_every_recording_has_expected_values() -> None:
-    assert recording_names() == sorted(EXPECTED)
+    assert recording_names("anthropic") == sorted(EXPECTED)
 
 
 def _check_block(got: Any, want: tuple[Any, ...]) -> None:
@@ -348,37 +332,6 @@ def test_recording_any_split_gives_the_same_chunks(name: str) -> None:
     for _ in range(15):
         cuts = random_cuts(len(body), rnd)
         assert normalise_bytes(body, AnthropicNormaliser(), cuts) == whole, cuts
-
-
-def check_block_lifecycles(chunks: list[StreamChunk]) -> None:
-    """Per index: start, deltas, end; the deltas concatenate to exactly the ended block."""
-    started: dict[int, str] = {}
-    parts: dict[int, list[str]] = {}
-    done: set[int] = set()
-    for chunk in chunks:
-        match chunk:
-            case BlockStart(index=i, block_type=kind):
-                assert i not in started
-                started[i], parts[i] = kind, []
-            case TextDelta(index=i, text=t) | ReasoningDelta(index=i, text=t):
-                assert i in started
-                assert i not in done
-                parts[i].append(t)
-            case ToolCallDelta(index=i, arguments_delta=t):
-                assert i in started
-                assert i not in done
-                parts[i].append(t)
-            case BlockEnd(index=i, block=block):
-                assert i in started
-                assert i not in done
-                done.add(i)
-                joined = "".join(parts[i])
-                match block:
-                    case TextBlock(text=text) | ReasoningBlock(text=text):
-                        assert joined == text
-                    case ToolCallBlock(arguments=arguments):
-                        assert joined == arguments
-    assert done == set(started)
 
 
 # --- the SDK's accumulator as an independent oracle ---------------------------------------

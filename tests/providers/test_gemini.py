@@ -20,13 +20,16 @@ from tests.providers.conftest import (
     SEED,
     RecordingServer,
     Route,
+    check_block_lifecycles,
     check_contract,
+    ended,
     normalise_bytes,
     random_cuts,
     rebuild_blocks,
+    recording_names,
+    split_sse,
     stream_over_socket,
 )
-from tests.providers.test_anthropic import check_block_lifecycles, split_sse
 from tokenwire.fold import fold
 from tokenwire.providers._gemini import GeminiNormaliser
 from tokenwire.schemas import (
@@ -56,15 +59,6 @@ def run(events: list[SseEvent]) -> list[StreamChunk]:
 
 def recording(name: str) -> list[SseEvent]:
     return split_sse((recordings_dir() / "google" / f"{name}.sse").read_bytes())
-
-
-def recording_names() -> list[str]:
-    folder = recordings_dir() / "google"
-    return sorted(p.name.removesuffix(".sse") for p in folder.glob("*.sse"))
-
-
-def ended(chunks: list[StreamChunk]) -> dict[int, Any]:
-    return {c.index: c.block for c in chunks if isinstance(c, BlockEnd)}
 
 
 # --- expected values, written from each recording -----------------------------------------
@@ -159,7 +153,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
 
 
 def test_every_recording_has_expected_values() -> None:
-    assert recording_names() == sorted(EXPECTED)
+    assert recording_names("google") == sorted(EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
