@@ -41,6 +41,21 @@ async def unsettled(nc: Client, t: Topology, partition: int) -> tuple[int, int]:
     return state.num_pending, state.num_ack_pending
 
 
+async def settles_to(nc: Client, t: Topology, partition: int, expected: tuple[int, int]) -> None:
+    """Poll the consumer's counts until they equal ``expected`` (bounded by 10 s).
+
+    The server updates a consumer's pending count when the stream signals it, a moment after
+    the publish ack, so a count read right after ``flush`` may still lag by a message or two.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    seen = await unsettled(nc, t, partition)
+    while seen != expected and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+        seen = await unsettled(nc, t, partition)
+    assert seen == expected
+
+
 async def fill_partition(nc: Client, t: Topology, count: int) -> int:
     """Publish ``count`` messages to sessions of partition 0 (the stream files them there)."""
     tag = random.randrange(10**9)
@@ -53,7 +68,7 @@ async def fill_partition(nc: Client, t: Topology, count: int) -> int:
         await publisher.publish(b"c", session, 0, 0, k // 4, first=k < 4)
     await publisher.flush(10)
     await publisher.close()
-    assert await unsettled(nc, t, 0) == (count, 0)
+    await settles_to(nc, t, 0, (count, 0))
     return count
 
 
