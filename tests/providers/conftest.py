@@ -19,11 +19,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
+import msgspec
 import pytest
 
 from tests.fixtures.recordings import recordings_dir
-from tokenwire.providers import Normaliser, stream_chunks
+from tokenwire.providers import Normaliser, ProviderRequest, provider_session, stream_chunks
 from tokenwire.schemas import (
     BlockEnd,
     BlockStart,
@@ -160,9 +161,10 @@ async def stream_over_socket(
 ) -> list[StreamChunk]:
     """POST to ``route`` over a real socket and collect what :func:`stream_chunks` yields."""
     url = server.serve("/v1/chat/completions", route)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client:
-        request = client.build_request("POST", url, json={"stream": True}, headers=headers)
-        return [chunk async for chunk in stream_chunks(client, request, normaliser)]
+    body = msgspec.json.encode({"stream": True})
+    request = ProviderRequest(url, body, {"content-type": "application/json", **headers})
+    async with provider_session(aiohttp.ClientTimeout(total=10.0)) as session:
+        return [chunk async for chunk in stream_chunks(session, request, normaliser)]
 
 
 def check_contract(chunks: list[StreamChunk]) -> None:

@@ -7,7 +7,7 @@ import contextlib
 import socket
 from pathlib import Path
 
-import httpx
+import aiohttp
 import pytest
 
 from tests.providers.conftest import (
@@ -17,7 +17,13 @@ from tests.providers.conftest import (
     only,
     stream_over_socket,
 )
-from tokenwire.providers import OpenAIChatNormaliser, ProviderHTTPError, stream_chunks
+from tokenwire.providers import (
+    OpenAIChatNormaliser,
+    ProviderHTTPError,
+    ProviderRequest,
+    provider_session,
+    stream_chunks,
+)
 from tokenwire.schemas import BlockEnd, Finish, StepError, TextDelta
 
 KEY = "sk-test-0123456789abcdef"
@@ -97,13 +103,13 @@ async def test_connection_refused_is_a_finish_error() -> None:
     with socket.socket() as sock:  # a free port with nothing listening once closed
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    async with httpx.AsyncClient(timeout=5.0) as client:
-        request = client.build_request("POST", f"http://127.0.0.1:{port}/v1/chat/completions")
-        chunks = [c async for c in stream_chunks(client, request, OpenAIChatNormaliser())]
+    request = ProviderRequest(f"http://127.0.0.1:{port}/v1/chat/completions", b"{}", {})
+    async with provider_session(aiohttp.ClientTimeout(total=5.0)) as session:
+        chunks = [c async for c in stream_chunks(session, request, OpenAIChatNormaliser())]
     assert len(chunks) == 1
     assert isinstance(chunks[0], Finish)
     assert chunks[0].error is not None
-    assert chunks[0].error.code == "ConnectError"
+    assert chunks[0].error.code == "connect_error"
     assert chunks[0].error.retryable is True
 
 
@@ -129,9 +135,9 @@ async def test_read_timeout_is_a_finish_error() -> None:
     server = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0, read=0.2)) as client:
-            request = client.build_request("POST", f"http://127.0.0.1:{port}/")
-            chunks = [c async for c in stream_chunks(client, request, OpenAIChatNormaliser())]
+        request = ProviderRequest(f"http://127.0.0.1:{port}/", b"{}", {})
+        async with provider_session(aiohttp.ClientTimeout(total=5.0, sock_read=0.2)) as session:
+            chunks = [c async for c in stream_chunks(session, request, OpenAIChatNormaliser())]
     finally:
         release.set()
         await asyncio.wait_for(finished.wait(), 5)
@@ -140,4 +146,4 @@ async def test_read_timeout_is_a_finish_error() -> None:
     assert only(chunks, TextDelta) == [TextDelta(index=0, text="x")]
     assert isinstance(chunks[-1], Finish)
     assert chunks[-1].error is not None
-    assert chunks[-1].error.code == "ReadTimeout"
+    assert chunks[-1].error.code == "read_timeout"

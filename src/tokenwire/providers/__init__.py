@@ -9,10 +9,11 @@
 Example::
 
     spec = get_provider("deepseek")
-    request = client.build_request("POST", spec.stream_url(), json=body,
-                                   headers=spec.auth_headers(spec.api_key()))
-    async for chunk in stream_chunks(client, request, spec.normaliser()):
-        ...
+    headers = {**spec.auth_headers(spec.api_key()), "content-type": "application/json"}
+    request = ProviderRequest(spec.stream_url(), msgspec.json.encode(body), headers)
+    async with provider_session() as session:
+        async for chunk in stream_chunks(session, request, spec.normaliser()):
+            ...
 
 Exceptions: see ``_errors.py`` (``ProviderError`` and its leaves).
 """
@@ -39,10 +40,19 @@ from tokenwire.providers._registry import (
     get_provider,
     provider_names,
 )
-from tokenwire.providers._stream import DEFAULT_TIMEOUT, stream_chunks
+from tokenwire.providers._stream import (
+    DEFAULT_TIMEOUT,
+    KEEPALIVE_S,
+    ProviderRequest,
+    ProviderSession,
+    provider_session,
+    stream_chunks,
+    transport_code,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "KEEPALIVE_S",
     "AnthropicNormaliser",
     "AuthStyle",
     "Dialect",
@@ -53,11 +63,15 @@ __all__ = [
     "ProviderConfigError",
     "ProviderError",
     "ProviderHTTPError",
+    "ProviderRequest",
+    "ProviderSession",
     "ProviderSpec",
     "UnknownProviderError",
     "get_provider",
     "is_retryable",
     "normalise_body",
     "provider_names",
+    "provider_session",
     "stream_chunks",
+    "transport_code",
 ]

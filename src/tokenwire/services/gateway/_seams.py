@@ -6,32 +6,19 @@ Each is a small Protocol with the real implementation here and an in-memory one 
 
 from __future__ import annotations
 
-import itertools
-import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import httpx
 from starlette.routing import BaseRoute
 
 from tokenwire.broker import PublisherStats, StepClaimConflict
-from tokenwire.providers import Normaliser, stream_chunks
+from tokenwire.providers import Normaliser, ProviderRequest, provider_session, stream_chunks
 from tokenwire.schemas import StreamChunk
 from tokenwire.services.gateway._identity import StepAllocator, StepTaken
 from tokenwire.services.gateway._routing import Route
-
-UPSTREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=120.0, write=30.0, pool=30.0)
-"""``read`` is the longest silence tolerated between provider bytes (a stall ends the step)."""
-
-
-KEEPALIVE_EXPIRY_S = 2.0
-"""Idle provider connections are dropped after this long. httpx's default (5 s) equals
-uvicorn's keep-alive timeout, so a connection reused just as the server closed it failed the
-step with a ReadError before its first chunk (a 502; seen under load in bench/bench_gateway.py);
-servers keep idle connections at least this long, so 2 s avoids that race."""
 
 
 class Upstream(Protocol):
@@ -75,40 +62,25 @@ class ChunkSink(Protocol):
 
 
 class HttpUpstream:
-    """The real :class:`Upstream`: pooled HTTP connections to the providers.
+    """The real :class:`Upstream`: one pooled aiohttp session for every provider call.
 
-    The pool is split over ``shards`` ``httpx.AsyncClient`` s used in turn, because httpcore
-    scans every connection of a pool whenever a response closes: with hundreds of concurrent
-    streams in one pool that scan dominated the gateway's CPU (bench/bench_gateway.py).
-    Each shard keeps at most ``keepalive_per_shard`` idle connections.
+    Build it inside the running event loop (``broker_deps`` does); close it with
+    :meth:`aclose`.
     """
 
-    def __init__(self, shards: int = 32, keepalive_per_shard: int = 32) -> None:
-        limits = httpx.Limits(
-            max_connections=None,
-            max_keepalive_connections=keepalive_per_shard,
-            keepalive_expiry=KEEPALIVE_EXPIRY_S,
-        )
-        tls = ssl.create_default_context()  # one CA bundle load, not one per shard
-        self._clients = [
-            httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, limits=limits, verify=tls)
-            for _ in range(shards)
-        ]
-        self._turn = itertools.cycle(self._clients)
+    def __init__(self) -> None:
+        self._session = provider_session()
 
     def stream(
         self, route: Route, body: bytes, normaliser: Normaliser
     ) -> AsyncIterator[StreamChunk]:
         """Send ``body`` to the route and stream its chunks."""
-        client = next(self._turn)
         headers = {**route.headers, "content-type": "application/json"}
-        request = client.build_request("POST", route.url, content=body, headers=headers)
-        return stream_chunks(client, request, normaliser)
+        return stream_chunks(self._session, ProviderRequest(route.url, body, headers), normaliser)
 
     async def aclose(self) -> None:
         """Close the pooled connections."""
-        for client in self._clients:
-            await client.aclose()
+        await self._session.close()
 
 
 def registry_conflicts() -> tuple[type[Exception], ...]:
