@@ -53,3 +53,42 @@ async def test_concurrent_next_step_across_instances_is_unique(
         for c in clients:
             await close_client(c)
     assert sorted(got) == [(0, k) for k in range(30)]
+
+
+async def test_an_instance_with_a_stale_memory_of_the_session_still_assigns_the_next_step(
+    nats_url: str, topology: Topology
+) -> None:
+    """A remembers the session's pointer from its own assignments; B moves it meanwhile. A's
+    compare-and-set from its memory then fails, and A reads the pointer before assigning."""
+    clients = [await connect(nats_url) for _ in range(2)]
+    try:
+        a, b = [await StepRegistry.open(c, topology) for c in clients]
+        assert await a.next_step("shared", new_turn=True) == (0, 0)
+        assert await a.next_step("shared", new_turn=False) == (0, 1)
+        assert await b.next_step("shared", new_turn=False) == (0, 2)
+        assert await b.next_step("shared", new_turn=True) == (1, 0)
+        assert await a.next_step("shared", new_turn=False) == (1, 1)
+        await b.claim("shared", 1, 2)  # explicit: the next assignment skips it
+        assert await a.next_step("shared", new_turn=False) == (1, 3)
+        assert await b.next_step("shared", new_turn=True) == (2, 0)
+    finally:
+        for c in clients:
+            await close_client(c)
+
+
+async def test_a_stale_memory_never_assigns_a_step_of_a_finished_turn(
+    nats_url: str, topology: Topology
+) -> None:
+    """A remembers turn 0; B starts turn 1. A's continuation must be a step of turn 1, not
+    the unclaimed (0, 2) that A's stale pointer would name."""
+    clients = [await connect(nats_url) for _ in range(2)]
+    try:
+        a, b = [await StepRegistry.open(c, topology) for c in clients]
+        assert await a.next_step("moved-on", new_turn=True) == (0, 0)
+        assert await a.next_step("moved-on", new_turn=False) == (0, 1)
+        assert await b.next_step("moved-on", new_turn=True) == (1, 0)
+        assert await a.next_step("moved-on", new_turn=False) == (1, 1)
+        assert await b.next_step("moved-on", new_turn=False) == (1, 2)
+    finally:
+        for c in clients:
+            await close_client(c)

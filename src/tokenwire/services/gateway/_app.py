@@ -13,13 +13,12 @@ import hmac
 import logging
 import random
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
 
 from opentelemetry import trace
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 from starlette.routing import Route as HttpRoute
 
@@ -40,14 +39,17 @@ from tokenwire.services.gateway._errors import (
     UpstreamError,
 )
 from tokenwire.services.gateway._identity import (
+    SESSION_HEADER,
     RequestedIdentity,
     StepIdentity,
-    assign_identity,
+    assign_next,
+    claim_explicit,
     read_identity,
 )
 from tokenwire.services.gateway._metrics import GatewayMetrics
 from tokenwire.services.gateway._outbox import Outbox
-from tokenwire.services.gateway._output import FoldingOutput
+from tokenwire.services.gateway._output import CallerOutput, FoldingOutput
+from tokenwire.services.gateway._response import StepStream
 from tokenwire.services.gateway._routing import resolve, with_identity
 from tokenwire.services.gateway._seams import GatewayDeps
 from tokenwire.services.gateway._settings import GatewaySettings
@@ -117,17 +119,20 @@ class Gateway:
         wanted = read_identity(request.headers)
         route = resolve(req.model, ep.dialect, self.settings.provider_env)
         body = ep.provider_body(raw, req, route, self.settings.default_max_tokens)
-        identity = await self._identity(wanted, req.ends_with_tool_result)
+        session = wanted.session or self.deps.new_id()
+        claim = await self._claim(wanted, session, req.ends_with_tool_result)
         reply = Reply(ep.reply_id(self.deps.new_id()), req.model, received_ns // 1_000_000_000)
         span, trace_headers = start_step_span(request.headers, self._rng)
-        route = with_identity(route, identity.headers())
-        plan = StepPlan(identity, route, body, received_ns, trace_headers, self._secrets)
+        route = with_identity(route, {SESSION_HEADER: session})
+        plan = StepPlan(session, claim, route, body, received_ns, trace_headers, self._secrets)
+        output = ep.stream_output(req, route, reply) if req.stream else FoldingOutput()
+        run = self._start(plan, output, span)
         try:
-            if req.stream:
-                return await self._stream(plan, ep.stream_output(req, route, reply), span)
-            return await self._complete(plan, ep, reply, span)
+            if isinstance(output, FoldingOutput):
+                return await self._complete(run, output, ep, reply)
+            return await self._stream(run)
         except GatewayError as exc:
-            return self._error(ep, exc, identity)
+            return self._error(ep, exc, run.identity)
 
     def authenticate(self, headers: Mapping[str, str]) -> None:
         """Raise AuthenticationError unless the headers carry a gateway key (when keys are set)."""
@@ -155,42 +160,42 @@ class Gateway:
             raise InvalidRequestError("the client disconnected while sending the body") from exc
         return bytes(body)
 
-    async def _identity(self, wanted: RequestedIdentity, tool_result: bool) -> StepIdentity:
-        try:
-            return await assign_identity(
-                wanted, self.deps.steps, self.deps.new_id,
-                new_turn=not tool_result, conflict=self.deps.conflicts,
-            )  # fmt: skip
-        except BrokerError as exc:
-            raise BrokerUnavailableError(f"the step registry is unavailable: {exc}") from exc
+    async def _claim(
+        self, wanted: RequestedIdentity, session: str, tool_result: bool
+    ) -> asyncio.Future[StepIdentity]:
+        """The step's claim: an explicit triple is claimed now, so that a 409 never costs a
+        provider call; an assigned one (never a conflict) is claimed while the provider is
+        called, off the time to first chunk (the step waits for it before publishing)."""
+        if wanted.turn is not None and wanted.step is not None:
+            claimed = claim_explicit(
+                session, wanted.turn, wanted.step, self.deps.steps, self.deps.conflicts
+            )
+            try:
+                identity = await claimed
+            except BrokerError as exc:
+                raise BrokerUnavailableError(f"the step registry is unavailable: {exc}") from exc
+            done: asyncio.Future[StepIdentity] = asyncio.get_running_loop().create_future()
+            done.set_result(identity)
+            return done
+        return asyncio.ensure_future(
+            assign_next(session, self.deps.steps, new_turn=not tool_result)
+        )
 
-    def _start(
-        self, plan: StepPlan, output: Any, span: trace.Span
-    ) -> tuple[StepRun, asyncio.Task[None]]:
+    def _start(self, plan: StepPlan, output: CallerOutput, span: trace.Span) -> StepRun:
         outbox = Outbox(self.settings.caller_buffer_bytes)
         run = StepRun(plan, output, outbox, self.deps, self.metrics, self.settings.ack_timeout_s)
-        task = asyncio.create_task(run.execute(), name=f"step {plan.identity}")
+        task = asyncio.create_task(run.execute(), name=f"step of session {plan.session}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(lambda _: span.end())
         run.task = task
-        return run, task
+        return run
 
-    async def _stream(self, plan: StepPlan, output: Any, span: trace.Span) -> Response:
-        run, _ = self._start(plan, output, span)
+    async def _stream(self, run: StepRun) -> Response:
         await asyncio.shield(run.started)  # raises the GatewayError that prevented the start
-        headers = {**plan.identity.headers(), "cache-control": "no-cache"}
-        return StreamingResponse(self._body(run), media_type="text/event-stream", headers=headers)
-
-    async def _body(self, run: StepRun) -> AsyncIterator[bytes]:
-        completed = False
-        try:
-            while (data := await run.outbox.get()) is not None:
-                yield data
-            completed = True
-        finally:
-            if not completed:
-                self._caller_left(run)
+        assert run.identity is not None  # a started step is claimed
+        headers = {**run.identity.headers(), "cache-control": "no-cache"}
+        return StepStream(run.outbox, headers, lambda: self._caller_left(run))
 
     def _caller_left(self, run: StepRun) -> None:
         run.outbox.detach()
@@ -198,12 +203,11 @@ class Gateway:
             run.task.cancel()
 
     async def _complete(
-        self, plan: StepPlan, ep: Endpoint, reply: Reply, span: trace.Span
+        self, run: StepRun, output: FoldingOutput, ep: Endpoint, reply: Reply
     ) -> Response:
-        output = FoldingOutput()
-        run, task = self._start(plan, output, span)
+        assert run.task is not None
         try:
-            await asyncio.shield(task)
+            await asyncio.shield(run.task)
         except asyncio.CancelledError:
             self._caller_left(run)
             raise
@@ -213,10 +217,11 @@ class Gateway:
         result = output.result()
         if isinstance(result, RecordedError):
             raise UpstreamError(result.message, upstream_status=None, retryable=result.retryable)
-        headers = plan.identity.headers()
+        assert run.identity is not None  # a started step is claimed
         return Response(
-            ep.message_body(result, reply), media_type="application/json", headers=headers
-        )
+            ep.message_body(result, reply), media_type="application/json",
+            headers=run.identity.headers(),
+        )  # fmt: skip
 
     # -- responses ------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ step of the same turn when it returns tool results.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -92,24 +92,25 @@ def _count(headers: Mapping[str, str], name: str) -> int | None:
     return int(value)
 
 
-async def assign_identity(
-    wanted: RequestedIdentity,
+async def claim_explicit(
+    session: str,
+    turn: int,
+    step: int,
     steps: StepAllocator,
-    new_session: Callable[[], str],
-    *,
-    new_turn: bool,
     conflict: tuple[type[Exception], ...] = (StepTaken,),
 ) -> StepIdentity:
-    """Claim the explicit triple (409 when taken) or assign the next one of the session.
+    """Claim an explicit triple; :class:`StepConflictError` (409) when it was claimed before.
 
     ``conflict`` names the allocator's "already claimed" exceptions.
     """
-    session = wanted.session or new_session()
-    if wanted.turn is None or wanted.step is None:
-        turn, step = await steps.next_step(session, new_turn)
-        return StepIdentity(session, turn, step)
     try:
-        await steps.claim(session, wanted.turn, wanted.step)
+        await steps.claim(session, turn, step)
     except conflict as exc:
-        raise StepConflictError(session, wanted.turn, wanted.step) from exc
-    return StepIdentity(session, wanted.turn, wanted.step)
+        raise StepConflictError(session, turn, step) from exc
+    return StepIdentity(session, turn, step)
+
+
+async def assign_next(session: str, steps: StepAllocator, *, new_turn: bool) -> StepIdentity:
+    """Assign and claim the session's next step (a new turn, or the next step of this one)."""
+    turn, step = await steps.next_step(session, new_turn)
+    return StepIdentity(session, turn, step)

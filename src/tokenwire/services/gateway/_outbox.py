@@ -45,15 +45,16 @@ class Outbox:
         self._ready.set()
 
     def detach(self) -> None:
-        """The caller left: drop what waits and release a waiting producer."""
+        """The caller left: drop what waits and release a waiting producer and reader."""
         self._detached = True
         self._buffer.clear()
         self._room.set()
+        self._ready.set()
 
     async def get(self) -> bytes | None:
-        """Everything buffered (waiting for some), or ``None`` at the end."""
+        """Everything buffered (waiting for some), or ``None`` at the end or once detached."""
         while not self._buffer:
-            if self._closed:
+            if self._closed or self._detached:
                 return None
             self._ready.clear()
             await self._ready.wait()

@@ -50,9 +50,14 @@ when the step ends): taking the counter's lock per chunk cost ~1% of the gateway
 
 @dataclass(frozen=True)
 class StepPlan:
-    """Everything a step needs, decided before the provider is called."""
+    """Everything a step needs, decided before the provider is called.
 
-    identity: StepIdentity
+    ``claim`` resolves to the step's identity: already done for an explicit triple, running
+    beside the provider call for an assigned one (the step waits for it before it publishes).
+    """
+
+    session: str
+    claim: asyncio.Future[StepIdentity]
     route: Route
     body: bytes
     request_time_ns: int
@@ -90,8 +95,8 @@ class StepRun:
         self._metrics = metrics
         self._ack_timeout = ack_timeout_s
         self._ordinal = 0
-        ident = plan.identity
-        self._key = (ident.session, ident.turn, ident.step)
+        self.identity: StepIdentity | None = None
+        self._key = (plan.session, 0, 0)  # the claimed (session, turn, step), once claimed
         self._chunk_counter = metrics.chunks.labels(plan.route.provider)
 
     async def execute(self) -> None:
@@ -116,6 +121,27 @@ class StepRun:
                 )
             if self.finish is not None:
                 self._metrics.steps.labels(self.finish.reason).inc()
+            self._settle_claim()
+
+    def _settle_claim(self) -> None:
+        """A claim nobody waited for (the step ended before a chunk) is stopped or observed."""
+        claim = self.plan.claim
+        if not claim.done():
+            claim.cancel()
+        elif not claim.cancelled():
+            claim.exception()  # retrieved: a failed claim is already reported by the step
+
+    async def _claimed(self) -> StepIdentity:
+        """The step's identity, waiting for its claim if it is still running."""
+        if self.identity is None:
+            try:
+                identity = await self.plan.claim
+            except BrokerError as exc:
+                text = f"the step registry is unavailable: {exc}"
+                raise BrokerUnavailableError(text) from exc
+            self.identity = identity
+            self._key = (identity.session, identity.turn, identity.step)
+        return self.identity
 
     async def _stream(self) -> None:
         route = self.plan.route
@@ -168,7 +194,8 @@ class StepRun:
         await self.outbox.put(self.output.opening())
 
     async def _publish(self, chunk: StreamChunk) -> None:
-        ident, route, ordinal = self.plan.identity, self.plan.route, self._ordinal
+        ident = self.identity or await self._claimed()
+        route, ordinal = self.plan.route, self._ordinal
         envelope = ChunkEnvelope(
             session=ident.session, turn=ident.turn, step=ident.step, ordinal=ordinal,
             time_ns=self._deps.clock_ns(), provider=route.provider, model=route.model,
