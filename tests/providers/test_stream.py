@@ -147,3 +147,31 @@ async def test_read_timeout_is_a_finish_error() -> None:
     assert isinstance(chunks[-1], Finish)
     assert chunks[-1].error is not None
     assert chunks[-1].error.code == "read_timeout"
+
+
+async def test_an_environment_proxy_carries_the_call_and_no_proxy_bypasses_it(
+    recordings: Path, recording_server: RecordingServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recording server plays the proxy: a proxied request names the absolute URL."""
+    target = "http://provider.invalid/v1/chat/completions"
+    route = Route((recordings / "deepseek/chat-text-usage.sse").read_bytes(), [50, 400])
+    recording_server.serve(target, route)
+    for name in ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{recording_server.port}")
+    request = ProviderRequest(target, b"{}", {"content-type": "application/json"})
+
+    async with provider_session(aiohttp.ClientTimeout(total=10.0)) as session:
+        chunks = [c async for c in stream_chunks(session, request, OpenAIChatNormaliser())]
+    check_contract(chunks)
+    assert "".join(d.text for d in only(chunks, TextDelta)).startswith("Sure! Here's")
+    assert len(route.requests) == 1
+
+    monkeypatch.setenv("NO_PROXY", "provider.invalid")
+    async with provider_session(aiohttp.ClientTimeout(total=10.0)) as session:
+        chunks = [c async for c in stream_chunks(session, request, OpenAIChatNormaliser())]
+    assert len(chunks) == 1  # straight to provider.invalid, which does not resolve
+    assert isinstance(chunks[0], Finish)
+    assert chunks[0].error is not None
+    assert chunks[0].error.code == "connect_error"
+    assert len(route.requests) == 1
