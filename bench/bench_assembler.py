@@ -34,6 +34,8 @@ from typing import Any
 
 import psutil
 import psycopg
+from psycopg import sql
+from tests.fixtures.stores import DelegatingStore
 
 from tokenwire.broker import (
     AssemblerConsumers,
@@ -189,11 +191,11 @@ def _committed(assembler: Assembler) -> float:
     return sum(m._value.get() for m in assembler.metrics.steps._metrics.values())
 
 
-class TimedStore:
+class TimedStore(DelegatingStore):
     """A real store that notes when each step's commit returned (monotonic seconds)."""
 
     def __init__(self, real: Store) -> None:
-        self.real = real
+        super().__init__(real)
         self.done: dict[tuple[str, int], float] = {}
 
     async def commit(self, records: Sequence[StepRecord]) -> list[CommittedStep]:
@@ -202,9 +204,6 @@ class TimedStore:
         for r in records:
             self.done[(r.session, r.turn)] = now
         return results
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.real, name)
 
 
 async def latency(
@@ -218,7 +217,7 @@ async def latency(
     process_gc()
     nc = await connect(url)
     timed = TimedStore(store)
-    assembler = Assembler(settings(url, topology, store.url), nc, timed)  # type: ignore[arg-type]
+    assembler = Assembler(settings(url, topology, store.url), nc, timed)
     await assembler.start()
     tag = topology.prefix
     publishing = publish_elsewhere(url, tag, stagger) if separate else paced(url, tag, stagger)
@@ -313,7 +312,9 @@ async def _main() -> str:
         finally:
             server.stop()
             with psycopg.connect(PG, autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')  # type: ignore[arg-type]
+                conn.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+                )
 
 
 def new_topology(tag: str) -> Topology:
@@ -352,7 +353,7 @@ async def _phases(url: str, tmp: Path, schema: str) -> str:
     b = await assemble(url, topology, sqlite, STEPS, total)
     await fresh_consumers(nc, topology)
     with psycopg.connect(PG, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')  # type: ignore[arg-type]
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
     pg = open_store(f"{PG}?options=-csearch_path%3D{schema}")
     progress("c")
     c = await assemble(url, topology, pg, STEPS, total)

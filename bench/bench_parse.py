@@ -97,7 +97,8 @@ def sdk_run(bodies: list[list[bytes]]) -> int:
                 continue
             data = json.loads(sse.data)
             chunk = construct_type(type_=ChatCompletionChunk, value=data)
-            state.handle_chunk(chunk)  # type: ignore[arg-type]
+            assert isinstance(chunk, ChatCompletionChunk)  # construct_type is typed `object`
+            state.handle_chunk(chunk)
         _ = state.current_completion_snapshot
     return events
 

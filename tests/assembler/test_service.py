@@ -21,8 +21,16 @@ from tests.assembler.harness import (
 )
 from tests.assembler.scripts import text_step, tools_step
 from tests.fixtures.broker import drop_topology, fresh_topology
+from tests.fixtures.stores import DelegatingStore
 from tokenwire.broker import ChunkPublisher, Topology, chunk_subject, connect, ensure_topology
-from tokenwire.schemas import ChunkEnvelope, StepPersisted, TextDelta, json_encoder
+from tokenwire.schemas import (
+    ChunkEnvelope,
+    ErrorEvent,
+    MessageEvent,
+    StepPersisted,
+    TextDelta,
+    json_encoder,
+)
 from tokenwire.services.assembler import Assembler, ProbeServer, run
 from tokenwire.services.assembler._metrics import probe_app
 from tokenwire.services.assembler._takeover import consumer_state
@@ -118,11 +126,11 @@ class CrashAfterCommit(BaseException):
     """Kills the commit task after the store committed, before any acknowledgement."""
 
 
-class CrashingStore:
+class CrashingStore(DelegatingStore):
     """Delegates to a real store; the first commit commits, then the task dies."""
 
     def __init__(self, real: Store) -> None:
-        self.real = real
+        super().__init__(real)
         self.crashed = asyncio.Event()
 
     async def commit(self, records: Sequence[StepRecord]) -> list[CommittedStep]:
@@ -131,9 +139,6 @@ class CrashingStore:
             self.crashed.set()
             raise CrashAfterCommit
         return results
-
-    def __getattr__(self, name: str):
-        return getattr(self.real, name)
 
 
 async def test_kill_after_commit_before_ack_then_a_new_owner_changes_nothing(
@@ -144,7 +149,7 @@ async def test_kill_after_commit_before_ack_then_a_new_owner_changes_nothing(
     await publish_plan(nc, t, plan, seed=13)
     nc1 = await connect(nats_url, name="doomed")
     crashing = CrashingStore(db)
-    doomed = Assembler(settings_for(nats_url, t, db_url, burst=False), nc1, crashing)  # type: ignore[arg-type]
+    doomed = Assembler(settings_for(nats_url, t, db_url, burst=False), nc1, crashing)
     await doomed.start()
     await asyncio.wait_for(crashing.crashed.wait(), 20)
     # the instance dies: no ack, no nak, no unpin
@@ -198,12 +203,13 @@ async def test_poison_goes_to_the_dead_letter_stream_and_the_rest_continues(
     assert assembler.metrics.dead_lettered.labels("undecodable")._value.get() == 1
 
 
-class FlakyStore:
-    """A real store behind a switch: while ``down`` is set every call raises StoreUnavailable
-    (or is sent to ``outage``, a store on a closed port, for PostgreSQL)."""
+class FlakyStore(DelegatingStore):
+    """A real store behind a switch: while ``down`` is set every commit and outcome read
+    raises StoreUnavailable (or is sent to ``outage``, a store on a closed port, for
+    PostgreSQL)."""
 
     def __init__(self, real: Store, outage: Store | None) -> None:
-        self.real = real
+        super().__init__(real)
         self.outage = outage
         self.down = True
         self.failures = 0
@@ -219,7 +225,9 @@ class FlakyStore:
     async def commit(self, records: Sequence[StepRecord]) -> list[CommittedStep]:
         return await self._target().commit(records)
 
-    async def step_outcome(self, session: str, turn: int, step: int):
+    async def step_outcome(
+        self, session: str, turn: int, step: int
+    ) -> MessageEvent | ErrorEvent | None:
         return await self._target().step_outcome(session, turn, step)
 
     async def ping(self) -> None:
@@ -243,7 +251,7 @@ async def test_store_outage_loses_nothing_and_drains_when_it_returns(
     stop = asyncio.Event()
     task = asyncio.create_task(
         run(settings_for(nats_url, topology, db_url, burst=False), stop, store=flaky)
-    )  # type: ignore[arg-type]
+    )
     try:
         await eventually(lambda: _true(flaky.failures >= 3), what="failed commits")
         await asyncio.sleep(0.3)
