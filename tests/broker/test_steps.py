@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 from nats.aio.client import Client
@@ -41,17 +43,25 @@ async def test_next_step_skips_explicitly_claimed_triples(nc: Client, topology: 
     assert await steps.next_step("s3", new_turn=False) == (0, 2)
 
 
-async def test_concurrent_next_step_across_instances_is_unique(
-    nats_url: str, topology: Topology
-) -> None:
-    clients = [await connect(nats_url) for _ in range(3)]
+@contextlib.asynccontextmanager
+async def instances(
+    nats_url: str, topology: Topology, count: int
+) -> AsyncIterator[list[StepRegistry]]:
+    """``count`` registries, each on its own connection, as separate gateways would have."""
+    clients = [await connect(nats_url) for _ in range(count)]
     try:
-        registries = [await StepRegistry.open(c, topology) for c in clients]
-        calls = [registries[i % 3].next_step("busy", new_turn=False) for i in range(30)]
-        got = await asyncio.gather(*calls)
+        yield [await StepRegistry.open(c, topology) for c in clients]
     finally:
         for c in clients:
             await close_client(c)
+
+
+async def test_concurrent_next_step_across_instances_is_unique(
+    nats_url: str, topology: Topology
+) -> None:
+    async with instances(nats_url, topology, 3) as registries:
+        calls = [registries[i % 3].next_step("busy", new_turn=False) for i in range(30)]
+        got = await asyncio.gather(*calls)
     assert sorted(got) == [(0, k) for k in range(30)]
 
 
@@ -60,9 +70,7 @@ async def test_an_instance_with_a_stale_memory_of_the_session_still_assigns_the_
 ) -> None:
     """A remembers the session's pointer from its own assignments; B moves it meanwhile. A's
     compare-and-set from its memory then fails, and A reads the pointer before assigning."""
-    clients = [await connect(nats_url) for _ in range(2)]
-    try:
-        a, b = [await StepRegistry.open(c, topology) for c in clients]
+    async with instances(nats_url, topology, 2) as (a, b):
         assert await a.next_step("shared", new_turn=True) == (0, 0)
         assert await a.next_step("shared", new_turn=False) == (0, 1)
         assert await b.next_step("shared", new_turn=False) == (0, 2)
@@ -71,9 +79,6 @@ async def test_an_instance_with_a_stale_memory_of_the_session_still_assigns_the_
         await b.claim("shared", 1, 2)  # explicit: the next assignment skips it
         assert await a.next_step("shared", new_turn=False) == (1, 3)
         assert await b.next_step("shared", new_turn=True) == (2, 0)
-    finally:
-        for c in clients:
-            await close_client(c)
 
 
 async def test_a_stale_memory_never_assigns_a_step_of_a_finished_turn(
@@ -81,14 +86,9 @@ async def test_a_stale_memory_never_assigns_a_step_of_a_finished_turn(
 ) -> None:
     """A remembers turn 0; B starts turn 1. A's continuation must be a step of turn 1, not
     the unclaimed (0, 2) that A's stale pointer would name."""
-    clients = [await connect(nats_url) for _ in range(2)]
-    try:
-        a, b = [await StepRegistry.open(c, topology) for c in clients]
+    async with instances(nats_url, topology, 2) as (a, b):
         assert await a.next_step("moved-on", new_turn=True) == (0, 0)
         assert await a.next_step("moved-on", new_turn=False) == (0, 1)
         assert await b.next_step("moved-on", new_turn=True) == (1, 0)
         assert await a.next_step("moved-on", new_turn=False) == (1, 1)
         assert await b.next_step("moved-on", new_turn=False) == (1, 2)
-    finally:
-        for c in clients:
-            await close_client(c)

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import itertools
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -239,6 +239,19 @@ def only(chunks: list[StreamChunk], kind: type[Any]) -> list[Any]:
 
 
 Splitter = Callable[[bytes], list[int]]
+
+
+def normalise_events(
+    normaliser: Normaliser, events: Iterable[SseEvent], *, close: bool = True
+) -> list[StreamChunk]:
+    """Every chunk ``normaliser`` makes of ``events`` (and of its close, unless ``close=False``)."""
+    chunks = [chunk for event in events for chunk in normaliser.feed(event)]
+    return chunks + normaliser.close() if close else chunks
+
+
+def recorded_events(folder: str, name: str) -> list[SseEvent]:
+    """The events of recording ``<folder>/<name>.sse``, split by :func:`split_sse`."""
+    return split_sse((recordings_dir() / folder / f"{name}.sse").read_bytes())
 
 
 def split_sse(body: bytes) -> list[SseEvent]:

@@ -27,10 +27,11 @@ from tests.providers.conftest import (
     check_contract,
     ended,
     normalise_bytes,
+    normalise_events,
     random_cuts,
     rebuild_blocks,
+    recorded_events,
     recording_names,
-    split_sse,
     stream_over_socket,
     without_redacted,
 )
@@ -56,13 +57,11 @@ from tokenwire.sse import SseEvent
 
 
 def run(events: list[SseEvent]) -> list[StreamChunk]:
-    normaliser = AnthropicNormaliser()
-    chunks = [c for event in events for c in normaliser.feed(event)]
-    return chunks + normaliser.close()
+    return normalise_events(AnthropicNormaliser(), events)
 
 
 def recording(name: str) -> list[SseEvent]:
-    return split_sse((recordings_dir() / "anthropic" / f"{name}.sse").read_bytes())
+    return recorded_events("anthropic", name)
 
 
 # --- expected values, written by hand from each recording --------------------------------

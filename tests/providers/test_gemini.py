@@ -24,10 +24,11 @@ from tests.providers.conftest import (
     check_contract,
     ended,
     normalise_bytes,
+    normalise_events,
     random_cuts,
     rebuild_blocks,
+    recorded_events,
     recording_names,
-    split_sse,
     stream_over_socket,
 )
 from tokenwire.fold import fold
@@ -52,13 +53,11 @@ from tokenwire.sse import SseEvent
 
 
 def run(events: list[SseEvent]) -> list[StreamChunk]:
-    normaliser = GeminiNormaliser()
-    chunks = [c for event in events for c in normaliser.feed(event)]
-    return chunks + normaliser.close()
+    return normalise_events(GeminiNormaliser(), events)
 
 
 def recording(name: str) -> list[SseEvent]:
-    return split_sse((recordings_dir() / "google" / f"{name}.sse").read_bytes())
+    return recorded_events("google", name)
 
 
 # --- expected values, written from each recording -----------------------------------------

@@ -24,6 +24,7 @@ from tests.providers.conftest import (
     check_contract,
     ended_blocks,
     normalise_bytes,
+    normalise_events,
     only,
     random_cuts,
     rebuild_blocks,
@@ -253,9 +254,7 @@ DONE = SseEvent(data="[DONE]")
 
 
 def run(*events: SseEvent, close: bool = True) -> list[StreamChunk]:
-    norm = OpenAIChatNormaliser()
-    out = [c for e in events for c in norm.feed(e)]
-    return out + norm.close() if close else out
+    return normalise_events(OpenAIChatNormaliser(), events, close=close)
 
 
 def test_body_ending_without_finish_is_an_error_after_what_arrived() -> None:

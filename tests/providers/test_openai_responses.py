@@ -21,6 +21,7 @@ from tests.providers.conftest import (
     check_contract,
     ended_blocks,
     normalise_bytes,
+    normalise_events,
     only,
     random_cuts,
     rebuild_blocks,
@@ -199,8 +200,7 @@ def ev(kind: str, **fields: object) -> SseEvent:
 
 
 def run(*events: SseEvent) -> list[StreamChunk]:
-    norm = OpenAIResponsesNormaliser()
-    return [c for e in events for c in norm.feed(e)] + norm.close()
+    return normalise_events(OpenAIResponsesNormaliser(), events)
 
 
 def test_body_ending_before_response_completed_is_an_error() -> None:
