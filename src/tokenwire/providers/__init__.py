@@ -11,7 +11,7 @@ Example::
     spec = get_provider("deepseek")
     headers = {**spec.auth_headers(spec.api_key()), "content-type": "application/json"}
     request = ProviderRequest(spec.stream_url(), msgspec.json.encode(body), headers)
-    async with provider_session() as session:
+    async with ProviderSession() as session:
         async for chunk in stream_chunks(session, request, spec.normaliser()):
             ...
 
@@ -45,7 +45,6 @@ from tokenwire.providers._stream import (
     KEEPALIVE_S,
     ProviderRequest,
     ProviderSession,
-    provider_session,
     stream_chunks,
     transport_code,
 )
@@ -71,7 +70,6 @@ __all__ = [
     "is_retryable",
     "normalise_body",
     "provider_names",
-    "provider_session",
     "stream_chunks",
     "transport_code",
 ]

@@ -29,7 +29,6 @@ __all__ = [
     "KEEPALIVE_S",
     "ProviderRequest",
     "ProviderSession",
-    "provider_session",
     "stream_chunks",
     "transport_code",
 ]
@@ -72,7 +71,8 @@ _error_body_decoder: Final = msgspec.json.Decoder(_ErrorBody | list[_ErrorBody])
 
 
 class ProviderSession:
-    """A pooled client for provider calls. Build it inside the event loop; ``close`` it.
+    """A pooled client for provider calls. Build it inside the event loop; ``close`` it (or
+    ``async with ProviderSession() as session: ...``).
 
     No connection limit (the gateway's concurrency is bounded by its callers), the system CA
     bundle loaded once, and proxies from the environment (``HTTPS_PROXY``, ``HTTP_PROXY``,
@@ -110,13 +110,6 @@ class ProviderSession:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-
-def provider_session(
-    timeout: aiohttp.ClientTimeout = DEFAULT_TIMEOUT, keepalive_s: float = KEEPALIVE_S
-) -> ProviderSession:
-    """A :class:`ProviderSession` (``async with provider_session() as session: ...``)."""
-    return ProviderSession(timeout, keepalive_s)
 
 
 async def stream_chunks(

@@ -15,7 +15,7 @@ from typing import Protocol
 from starlette.routing import BaseRoute
 
 from tokenwire.broker import PublisherStats, StepClaimConflict
-from tokenwire.providers import Normaliser, ProviderRequest, provider_session, stream_chunks
+from tokenwire.providers import Normaliser, ProviderRequest, ProviderSession, stream_chunks
 from tokenwire.schemas import StreamChunk
 from tokenwire.services.gateway._identity import StepAllocator, StepTaken
 from tokenwire.services.gateway._routing import Route
@@ -69,7 +69,7 @@ class HttpUpstream:
     """
 
     def __init__(self) -> None:
-        self._session = provider_session()
+        self._session = ProviderSession()
 
     def stream(
         self, route: Route, body: bytes, normaliser: Normaliser
