@@ -122,7 +122,7 @@ async def stream_chunks(
     stream began, ends it with ``finish {error, retryable=True}`` after the chunks already
     yielded; its code is one of ``connect_error``, ``connect_timeout``, ``read_timeout``,
     ``incomplete_body``, ``server_disconnected``, ``transport_error``. Timeouts are the
-    session's (:func:`provider_session`).
+    session's (:class:`ProviderSession`).
     """
     try:
         response = await session.http.post(
