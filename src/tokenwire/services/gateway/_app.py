@@ -33,7 +33,6 @@ from tokenwire.services.gateway._endpoints import (
 from tokenwire.services.gateway._errors import (
     AuthenticationError,
     BodyTooLargeError,
-    BrokerUnavailableError,
     GatewayError,
     InvalidRequestError,
     UpstreamError,
@@ -167,13 +166,9 @@ class Gateway:
         provider call; an assigned one (never a conflict) is claimed while the provider is
         called, off the time to first chunk (the step waits for it before publishing)."""
         if wanted.turn is not None and wanted.step is not None:
-            claimed = claim_explicit(
+            identity = await claim_explicit(
                 session, wanted.turn, wanted.step, self.deps.steps, self.deps.conflicts
             )
-            try:
-                identity = await claimed
-            except BrokerError as exc:
-                raise BrokerUnavailableError(f"the step registry is unavailable: {exc}") from exc
             done: asyncio.Future[StepIdentity] = asyncio.get_running_loop().create_future()
             done.set_result(identity)
             return done

@@ -14,7 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from tokenwire.services.gateway._errors import InvalidRequestError, StepConflictError
+from tokenwire.broker import BrokerError
+from tokenwire.services.gateway._errors import (
+    BrokerUnavailableError,
+    InvalidRequestError,
+    StepConflictError,
+)
 
 SESSION_HEADER = "x-tokenwire-session"
 TURN_HEADER = "x-tokenwire-turn"
@@ -99,7 +104,8 @@ async def claim_explicit(
     steps: StepAllocator,
     conflict: tuple[type[Exception], ...] = (StepTaken,),
 ) -> StepIdentity:
-    """Claim an explicit triple; :class:`StepConflictError` (409) when it was claimed before.
+    """Claim an explicit triple; :class:`StepConflictError` (409) when it was claimed before,
+    :class:`BrokerUnavailableError` (503) when the registry does not answer.
 
     ``conflict`` names the allocator's "already claimed" exceptions.
     """
@@ -107,10 +113,20 @@ async def claim_explicit(
         await steps.claim(session, turn, step)
     except conflict as exc:
         raise StepConflictError(session, turn, step) from exc
+    except BrokerError as exc:
+        raise _unavailable(exc) from exc
     return StepIdentity(session, turn, step)
 
 
 async def assign_next(session: str, steps: StepAllocator, *, new_turn: bool) -> StepIdentity:
-    """Assign and claim the session's next step (a new turn, or the next step of this one)."""
-    turn, step = await steps.next_step(session, new_turn)
+    """Assign and claim the session's next step (a new turn, or the next step of this one);
+    :class:`BrokerUnavailableError` (503) when the registry does not answer."""
+    try:
+        turn, step = await steps.next_step(session, new_turn)
+    except BrokerError as exc:
+        raise _unavailable(exc) from exc
     return StepIdentity(session, turn, step)
+
+
+def _unavailable(exc: BrokerError) -> BrokerUnavailableError:
+    return BrokerUnavailableError(f"the step registry is unavailable: {exc}")

@@ -134,11 +134,7 @@ class StepRun:
     async def _claimed(self) -> StepIdentity:
         """The step's identity, waiting for its claim if it is still running."""
         if self.identity is None:
-            try:
-                identity = await self.plan.claim
-            except BrokerError as exc:
-                text = f"the step registry is unavailable: {exc}"
-                raise BrokerUnavailableError(text) from exc
+            identity = await self.plan.claim  # GatewayError (503) when the registry is down
             self.identity = identity
             self._key = (identity.session, identity.turn, identity.step)
         return self.identity
