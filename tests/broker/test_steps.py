@@ -92,3 +92,27 @@ async def test_a_stale_memory_never_assigns_a_step_of_a_finished_turn(
         assert await b.next_step("moved-on", new_turn=True) == (1, 0)
         assert await a.next_step("moved-on", new_turn=False) == (1, 1)
         assert await b.next_step("moved-on", new_turn=False) == (1, 2)
+
+
+async def test_a_dropped_assignment_keeps_its_triple_and_the_next_one_moves_past_it(
+    nc: Client, topology: Topology
+) -> None:
+    """A step that ended before it needed its identity drops the assignment it had sent:
+    the writes stand (the triple stays claimed, unused) and later assignments are unique."""
+    steps = await StepRegistry.open(nc, topology)
+    assert await steps.next_step("dropped", new_turn=True) == (0, 0)
+    pending = await steps.begin_next_step("dropped", new_turn=False)  # (0, 1), sent
+    pending.drop()
+    with pytest.raises(StepClaimConflict):
+        await steps.claim("dropped", 0, 1)
+    assert await steps.next_step("dropped", new_turn=False) == (0, 2)
+    await steps.close()
+
+
+async def test_begin_then_result_is_next_step(nc: Client, topology: Topology) -> None:
+    steps = await StepRegistry.open(nc, topology)
+    first = await steps.begin_next_step("halves", new_turn=True)  # nothing remembered: read
+    assert await first.result() == (0, 0)
+    second = await steps.begin_next_step("halves", new_turn=True)  # remembered: sent at once
+    assert await second.result() == (1, 0)
+    await steps.close()

@@ -49,7 +49,7 @@ from tokenwire.broker._server import (
     find_binary,
     free_port,
 )
-from tokenwire.broker._steps import StepRegistry
+from tokenwire.broker._steps import PendingStep, StepRegistry
 from tokenwire.broker._topology import (
     Topology,
     chunk_subject,
@@ -80,6 +80,7 @@ __all__ = [
     "Handler",
     "NodeConfig",
     "PartitionConsumer",
+    "PendingStep",
     "PublishError",
     "PublishRejected",
     "PublishTimeout",
