@@ -11,7 +11,7 @@ from __future__ import annotations
 import ssl
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -114,7 +114,7 @@ class ProviderSession:
 
 async def stream_chunks(
     session: ProviderSession, request: ProviderRequest, normaliser: Normaliser
-) -> AsyncIterator[StreamChunk]:
+) -> AsyncGenerator[StreamChunk, None]:
     """Send ``request`` and yield its normalised chunks, ending with exactly one ``finish``.
 
     A non-2xx answer raises :class:`ProviderHTTPError` before any chunk (the provider's error

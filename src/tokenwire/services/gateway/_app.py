@@ -40,6 +40,7 @@ from tokenwire.services.gateway._errors import (
 from tokenwire.services.gateway._identity import (
     SESSION_HEADER,
     RequestedIdentity,
+    StepClaim,
     StepIdentity,
     assign_next,
     claim_explicit,
@@ -47,7 +48,7 @@ from tokenwire.services.gateway._identity import (
 )
 from tokenwire.services.gateway._metrics import GatewayMetrics
 from tokenwire.services.gateway._outbox import Outbox
-from tokenwire.services.gateway._output import CallerOutput, FoldingOutput
+from tokenwire.services.gateway._output import FoldingOutput
 from tokenwire.services.gateway._response import StepStream
 from tokenwire.services.gateway._routing import resolve, with_identity
 from tokenwire.services.gateway._seams import GatewayDeps
@@ -125,13 +126,22 @@ class Gateway:
         route = with_identity(route, {SESSION_HEADER: session})
         plan = StepPlan(session, claim, route, body, received_ns, trace_headers, self._secrets)
         output = ep.stream_output(req, route, reply) if req.stream else FoldingOutput()
-        run = self._start(plan, output, span)
+        outbox = Outbox(self.settings.caller_buffer_bytes)
+        run = StepRun(plan, output, outbox, self.deps, self.metrics, self.settings.ack_timeout_s)
         try:
-            if isinstance(output, FoldingOutput):
-                return await self._complete(run, output, ep, reply)
-            return await self._stream(run)
+            await run.begin()  # in this task: no task switch before the first chunk
         except GatewayError as exc:
+            span.end()
             return self._error(ep, exc, run.identity)
+        except BaseException:
+            span.end()
+            raise
+        self._continue(run, span)
+        assert run.identity is not None  # a begun step is claimed
+        if isinstance(output, FoldingOutput):
+            return await self._complete(run, output, ep, reply)
+        headers = {**run.identity.headers(), "cache-control": "no-cache"}
+        return StepStream(run.outbox, headers, lambda: self._caller_left(run))
 
     def authenticate(self, headers: Mapping[str, str]) -> None:
         """Raise AuthenticationError unless the headers carry a gateway key (when keys are set)."""
@@ -159,38 +169,24 @@ class Gateway:
             raise InvalidRequestError("the client disconnected while sending the body") from exc
         return bytes(body)
 
-    async def _claim(
-        self, wanted: RequestedIdentity, session: str, tool_result: bool
-    ) -> asyncio.Future[StepIdentity]:
+    async def _claim(self, wanted: RequestedIdentity, session: str, tool_result: bool) -> StepClaim:
         """The step's claim: an explicit triple is claimed now, so that a 409 never costs a
-        provider call; an assigned one (never a conflict) is claimed while the provider is
-        called, off the time to first chunk (the step waits for it before publishing)."""
+        provider call; an assigned one (never a conflict) is sent now and answered while the
+        provider is called, off the time to first chunk (the step waits for it before it
+        publishes)."""
         if wanted.turn is not None and wanted.step is not None:
-            identity = await claim_explicit(
+            return await claim_explicit(
                 session, wanted.turn, wanted.step, self.deps.steps, self.deps.conflicts
             )
-            done: asyncio.Future[StepIdentity] = asyncio.get_running_loop().create_future()
-            done.set_result(identity)
-            return done
-        return asyncio.ensure_future(
-            assign_next(session, self.deps.steps, new_turn=not tool_result)
-        )
+        return await assign_next(session, self.deps.steps, new_turn=not tool_result)
 
-    def _start(self, plan: StepPlan, output: CallerOutput, span: trace.Span) -> StepRun:
-        outbox = Outbox(self.settings.caller_buffer_bytes)
-        run = StepRun(plan, output, outbox, self.deps, self.metrics, self.settings.ack_timeout_s)
-        task = asyncio.create_task(run.execute(), name=f"step of session {plan.session}")
+    def _continue(self, run: StepRun, span: trace.Span) -> None:
+        """The rest of a begun step, as a task of its own."""
+        task = asyncio.create_task(run.finish_rest(), name=f"step of session {run.plan.session}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(lambda _: span.end())
         run.task = task
-        return run
-
-    async def _stream(self, run: StepRun) -> Response:
-        await asyncio.shield(run.started)  # raises the GatewayError that prevented the start
-        assert run.identity is not None  # a started step is claimed
-        headers = {**run.identity.headers(), "cache-control": "no-cache"}
-        return StepStream(run.outbox, headers, lambda: self._caller_left(run))
 
     def _caller_left(self, run: StepRun) -> None:
         run.outbox.detach()
@@ -200,19 +196,19 @@ class Gateway:
     async def _complete(
         self, run: StepRun, output: FoldingOutput, ep: Endpoint, reply: Reply
     ) -> Response:
-        assert run.task is not None
+        assert run.task is not None  # continued
+        assert run.identity is not None  # begun
         try:
             await asyncio.shield(run.task)
         except asyncio.CancelledError:
             self._caller_left(run)
             raise
-        await run.started
         if run.error is not None:
-            raise run.error
+            return self._error(ep, run.error, run.identity)
         result = output.result()
         if isinstance(result, RecordedError):
-            raise UpstreamError(result.message, upstream_status=None, retryable=result.retryable)
-        assert run.identity is not None  # a started step is claimed
+            error = UpstreamError(result.message, upstream_status=None, retryable=result.retryable)
+            return self._error(ep, error, run.identity)
         return Response(
             ep.message_body(result, reply), media_type="application/json",
             headers=run.identity.headers(),

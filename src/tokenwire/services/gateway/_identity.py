@@ -28,16 +28,26 @@ _SESSION = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _COUNT = re.compile(r"[0-9]{1,15}")
 
 
+class PendingAssignment(Protocol):
+    """An assignment already sent (``tokenwire.broker.PendingStep``'s surface): ``result``
+    waits for the claimed (turn, step); ``drop`` forgets it unread."""
+
+    async def result(self) -> tuple[int, int]: ...
+
+    def drop(self) -> None: ...
+
+
 class StepAllocator(Protocol):
     """Unique steps across gateway instances (``tokenwire.broker.StepRegistry``'s surface).
 
     ``claim`` raises :class:`StepTaken` (or the registry's own conflict, translated by the
-    adapter) when the triple was claimed before; ``next_step`` assigns and claims the next one.
+    adapter) when the triple was claimed before; ``begin_next_step`` sends the assignment of
+    the next one and returns before its answer.
     """
 
     async def claim(self, session: str, turn: int, step: int) -> None: ...
 
-    async def next_step(self, session: str, new_turn: bool) -> tuple[int, int]: ...
+    async def begin_next_step(self, session: str, new_turn: bool) -> PendingAssignment: ...
 
 
 class StepTaken(Exception):  # noqa: N818 (a condition, not a failure, of the allocator seam)
@@ -97,13 +107,53 @@ def _count(headers: Mapping[str, str], name: str) -> int | None:
     return int(value)
 
 
+class StepClaim:
+    """A step's identity: known (an explicit triple, claimed) or being assigned.
+
+    The step awaits :meth:`identity` only when it publishes its first chunk, so the broker's
+    round trip runs beside the provider call; a step that ends before calls :meth:`drop`.
+    """
+
+    def __init__(
+        self, session: str, *, known: StepIdentity | None = None,
+        pending: PendingAssignment | None = None,
+    ) -> None:  # fmt: skip
+        self.session = session
+        self._known = known
+        self._pending = pending
+
+    @property
+    def known(self) -> StepIdentity | None:
+        """The identity once claimed."""
+        return self._known
+
+    async def identity(self) -> StepIdentity:
+        """The claimed identity; :class:`BrokerUnavailableError` (503) when the registry
+        does not answer."""
+        if self._known is None:
+            assert self._pending is not None  # one of the two is always given
+            pending, self._pending = self._pending, None
+            try:
+                turn, step = await pending.result()
+            except BrokerError as exc:
+                raise _unavailable(exc) from exc
+            self._known = StepIdentity(self.session, turn, step)
+        return self._known
+
+    def drop(self) -> None:
+        """The step ended before it needed its identity: forget a running assignment."""
+        if self._pending is not None:
+            self._pending.drop()
+            self._pending = None
+
+
 async def claim_explicit(
     session: str,
     turn: int,
     step: int,
     steps: StepAllocator,
     conflict: tuple[type[Exception], ...] = (StepTaken,),
-) -> StepIdentity:
+) -> StepClaim:
     """Claim an explicit triple; :class:`StepConflictError` (409) when it was claimed before,
     :class:`BrokerUnavailableError` (503) when the registry does not answer.
 
@@ -115,17 +165,18 @@ async def claim_explicit(
         raise StepConflictError(session, turn, step) from exc
     except BrokerError as exc:
         raise _unavailable(exc) from exc
-    return StepIdentity(session, turn, step)
+    return StepClaim(session, known=StepIdentity(session, turn, step))
 
 
-async def assign_next(session: str, steps: StepAllocator, *, new_turn: bool) -> StepIdentity:
-    """Assign and claim the session's next step (a new turn, or the next step of this one);
-    :class:`BrokerUnavailableError` (503) when the registry does not answer."""
+async def assign_next(session: str, steps: StepAllocator, *, new_turn: bool) -> StepClaim:
+    """Send the assignment of the session's next step (a new turn, or the next step of this
+    one); the claim's :meth:`StepClaim.identity` gives it. :class:`BrokerUnavailableError`
+    (503) when the registry does not answer."""
     try:
-        turn, step = await steps.next_step(session, new_turn)
+        pending = await steps.begin_next_step(session, new_turn)
     except BrokerError as exc:
         raise _unavailable(exc) from exc
-    return StepIdentity(session, turn, step)
+    return StepClaim(session, pending=pending)
 
 
 def _unavailable(exc: BrokerError) -> BrokerUnavailableError:

@@ -6,7 +6,7 @@ They never replace the real broker or a real provider in tests that claim the sy
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 
 from tokenwire.broker import BrokerUnavailable, PublisherStats
@@ -81,15 +81,30 @@ class MemorySteps:
             raise StepTaken(f"{session}/{turn}/{step}")
         self.claimed.add((session, turn, step))
 
-    async def next_step(self, session: str, new_turn: bool) -> tuple[int, int]:
-        """(0, 0) first; then (turn + 1, 0) for a new turn, else (turn, step + 1)."""
+    async def begin_next_step(self, session: str, new_turn: bool) -> Assigned:
+        """Assigned at once: (0, 0) first; then (turn + 1, 0) for a new turn, else
+        (turn, step + 1), skipping claimed triples."""
         turn, step = self.latest.get(session, (-1, -1))
         candidate = (0, 0) if turn < 0 else (turn + 1, 0) if new_turn else (turn, step + 1)
         while (session, *candidate) in self.claimed:
             candidate = (candidate[0], candidate[1] + 1)
         self.claimed.add((session, *candidate))
         self.latest[session] = candidate
-        return candidate
+        return Assigned(candidate)
+
+
+@dataclass(frozen=True)
+class Assigned:
+    """An assignment already made (the in-memory allocator's pending step)."""
+
+    triple: tuple[int, int]
+
+    async def result(self) -> tuple[int, int]:
+        """The assigned (turn, step)."""
+        return self.triple
+
+    def drop(self) -> None:
+        """Nothing to forget."""
 
 
 @dataclass
@@ -107,14 +122,14 @@ class CannedUpstream:
 
     def stream(
         self, route: Route, body: bytes, normaliser: Normaliser
-    ) -> AsyncIterator[StreamChunk]:
+    ) -> AsyncGenerator[StreamChunk, None]:
         """Record the call and stream the canned answer."""
         self.requests.append((route, body))
         return self._chunks(self.answer(route, body), normaliser)
 
     async def _chunks(
         self, answer: CannedAnswer, normaliser: Normaliser
-    ) -> AsyncIterator[StreamChunk]:
+    ) -> AsyncGenerator[StreamChunk, None]:
         if isinstance(answer, ProviderHTTPError):
             raise answer
         parser = SseParser()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -38,6 +39,13 @@ PUBLISH_WINDOW = 4096
 acks of a shared-CPU broker took 50-100 ms, so the publisher's default of 1024 capped the
 gateway near 1024 / 0.07 s = 15k chunks/s and made every step wait for acks; 4096 (a few MiB
 of retained envelopes) keeps the window out of the way (bench/bench_gateway.py)."""
+GC_THRESHOLDS = (100_000, 50, 100)
+"""The cyclic collector's thresholds in the gateway process (Python's are 700, 10, 10). A step
+allocates a few dozen objects per chunk, so the default ran a young-generation pass every ~20
+chunks and, with thousands of in-flight chunks surviving into older generations, frequent
+full passes: ~17% of the gateway's CPU per chunk (28.5 against 23.6 us, bench/bench_gateway.py
+load (b)). Objects alive when the gateway starts are frozen out of every pass; garbage cycles
+wait at most one young pass of 100,000 allocations."""
 HTTP_IMPL = "httptools"
 """uvicorn's HTTP/1.1 protocol: httptools (C parser) costs the gateway about half the CPU per
 response write of the pure-Python h11 (bench/bench_gateway.py, docs/gateway.md "Performance")."""
@@ -59,11 +67,13 @@ class BrokerDeps:
 
     deps: GatewayDeps
     publisher: ChunkPublisher
+    steps: StepRegistry
     upstream: HttpUpstream
 
     async def aclose(self) -> None:
-        """Flush the publisher (bounded) and close the provider connections."""
+        """Flush the publisher (bounded), stop the registry, close the provider connections."""
         await self.publisher.close()
+        await self.steps.close()
         await self.upstream.aclose()
 
 
@@ -85,7 +95,7 @@ async def broker_deps(
         return True
 
     deps = GatewayDeps(upstream=upstream, sink=publisher, steps=steps, ready=ready)
-    return BrokerDeps(deps, publisher, upstream)
+    return BrokerDeps(deps, publisher, steps, upstream)
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -195,7 +205,10 @@ def main(settings: GatewaySettings) -> None:
     """Block serving :func:`run` on uvloop, the event loop the gateway is measured on.
 
     uvloop's loop costs a fraction of asyncio's per socket read, write and task switch, which
-    the gateway does several of per streamed chunk (docs/gateway.md, "Performance").
+    the gateway does several of per streamed chunk (docs/gateway.md, "Performance"). The
+    process's garbage collector runs at :data:`GC_THRESHOLDS`.
     """
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(run(settings))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -31,7 +31,7 @@ class Upstream(Protocol):
 
     def stream(
         self, route: Route, body: bytes, normaliser: Normaliser
-    ) -> AsyncIterator[StreamChunk]: ...
+    ) -> AsyncGenerator[StreamChunk, None]: ...
 
 
 class ChunkSink(Protocol):
@@ -73,7 +73,7 @@ class HttpUpstream:
 
     def stream(
         self, route: Route, body: bytes, normaliser: Normaliser
-    ) -> AsyncIterator[StreamChunk]:
+    ) -> AsyncGenerator[StreamChunk, None]:
         """Send ``body`` to the route and stream its chunks."""
         headers = {**route.headers, "content-type": "application/json"}
         return stream_chunks(self._session, ProviderRequest(route.url, body, headers), normaliser)

@@ -15,15 +15,19 @@ Semantics (docs/gateway.md, "Publishing"):
 - when the caller leaves, the step keeps reading the provider to the end (default) or, with
   ``continue_on_disconnect=False``, publishes ``finish {aborted}`` and stops.
 
-:meth:`StepRun.execute` never raises (except cancellation): ``started`` resolves once the
-provider stream began, or with the :class:`GatewayError` that prevented it; ``error`` holds a
-failure after that.
+Two halves, so that nothing between the request and its first chunk waits for another task
+(each task switch waits behind every other ready callback of a busy gateway):
+:meth:`StepRun.begin` runs in the caller's request task, calls the provider and takes the first
+chunk, and raises the :class:`GatewayError` that prevented the start (after recording it);
+:meth:`StepRun.finish_rest` runs as a task of its own, never raises (except cancellation) and
+leaves a failure after the start in ``error``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 import msgspec
@@ -36,7 +40,7 @@ from tokenwire.services.gateway._errors import (
     GatewayError,
     UpstreamError,
 )
-from tokenwire.services.gateway._identity import StepIdentity
+from tokenwire.services.gateway._identity import StepClaim, StepIdentity
 from tokenwire.services.gateway._metrics import GatewayMetrics
 from tokenwire.services.gateway._outbox import Outbox
 from tokenwire.services.gateway._output import CallerOutput
@@ -52,12 +56,12 @@ when the step ends): taking the counter's lock per chunk cost ~1% of the gateway
 class StepPlan:
     """Everything a step needs, decided before the provider is called.
 
-    ``claim`` resolves to the step's identity: already done for an explicit triple, running
+    ``claim`` gives the step's identity: known for an explicit triple, sent to the registry
     beside the provider call for an assigned one (the step waits for it before it publishes).
     """
 
     session: str
-    claim: asyncio.Future[StepIdentity]
+    claim: StepClaim
     route: Route
     body: bytes
     request_time_ns: int
@@ -87,7 +91,6 @@ class StepRun:
         self.plan = plan
         self.output = output
         self.outbox = outbox
-        self.started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.error: GatewayError | None = None
         self.finish: Finish | None = None
         self.task: asyncio.Task[None] | None = None
@@ -98,60 +101,76 @@ class StepRun:
         self.identity: StepIdentity | None = None
         self._key = (plan.session, 0, 0)  # the claimed (session, turn, step), once claimed
         self._chunk_counter = metrics.chunks.labels(plan.route.provider)
+        self._chunks: AsyncGenerator[StreamChunk, None] | None = None
 
-    async def execute(self) -> None:
-        """Run the step to its end; failures go to ``started`` or ``error``, never raised."""
+    async def begin(self) -> None:
+        """Call the provider and take its first chunk: published, and the caller's opening
+        and first chunk in the outbox. Raises the :class:`GatewayError` that prevented the
+        start, once it is recorded; the step is then over."""
         self._metrics.in_flight.inc()
+        route = self.plan.route
+        normaliser = self.output.normaliser(route.normaliser())
+        self._chunks = self._deps.upstream.stream(route, self.plan.body, normaliser)
         try:
-            await self._stream()
+            first = await self._first_chunk(self._chunks)
+            await self._take(first)
+        except asyncio.CancelledError:
+            await self._abort()
+            await self._end()
+            raise
+        except BaseException:
+            await self._end()
+            raise
+
+    async def finish_rest(self) -> None:
+        """Read the provider to the end and settle the step; a failure goes to ``error``."""
+        assert self._chunks is not None  # begun
+        try:
+            async for chunk in self._chunks:
+                await self._take(chunk)
+            await self._settle()
         except GatewayError as exc:
-            await self._fail(exc)
+            self.error = exc
+            await self.outbox.put(self.output.failure(exc.message))
         except asyncio.CancelledError:
             await self._abort()
             raise
         finally:
-            self._chunk_counter.inc(self._ordinal % _COUNT_EVERY)  # the rest of the count
-            self._metrics.in_flight.dec()
-            self.outbox.close()
-            if not self.started.done():
-                self.started.set_exception(
-                    UpstreamError(
-                        "the step ended before it began", upstream_status=None, retryable=True
-                    )
-                )
-            if self.finish is not None:
-                self._metrics.steps.labels(self.finish.reason).inc()
-            self._settle_claim()
+            await self._end()
 
-    def _settle_claim(self) -> None:
-        """A claim nobody waited for (the step ended before a chunk) is stopped or observed."""
-        claim = self.plan.claim
-        if not claim.done():
-            claim.cancel()
-        elif not claim.cancelled():
-            claim.exception()  # retrieved: a failed claim is already reported by the step
-
-    async def _claimed(self) -> StepIdentity:
-        """The step's identity, waiting for its claim if it is still running."""
-        if self.identity is None:
-            identity = await self.plan.claim  # GatewayError (503) when the registry is down
-            self.identity = identity
-            self._key = (identity.session, identity.turn, identity.step)
-        return self.identity
-
-    async def _stream(self) -> None:
-        route = self.plan.route
-        normaliser = self.output.normaliser(route.normaliser())
+    async def _first_chunk(self, chunks: AsyncGenerator[StreamChunk, None]) -> StreamChunk:
         try:
-            async for chunk in self._deps.upstream.stream(route, self.plan.body, normaliser):
-                await self._take(chunk)
+            first = await anext(chunks, None)
         except ProviderHTTPError as exc:
             message = scrub(exc.message, self.plan.secrets)
             error = StepError(message=message, retryable=exc.retryable, code=exc.code)
             await self._record_before_start(Finish(reason="error", error=error))
             text = f"provider returned HTTP {exc.status}: {message}"
             raise UpstreamError(text, upstream_status=exc.status, retryable=exc.retryable) from exc
-        await self._settle()
+        if first is None:
+            raise UpstreamError(
+                "the provider stream ended without a chunk", upstream_status=None, retryable=True
+            )
+        return first
+
+    async def _end(self) -> None:
+        """Whatever way the step ended: counters, the caller's outbox, the provider stream."""
+        self._chunk_counter.inc(self._ordinal % _COUNT_EVERY)  # the rest of the count
+        self._metrics.in_flight.dec()
+        self.outbox.close()
+        if self.finish is not None:
+            self._metrics.steps.labels(self.finish.reason).inc()
+        self.plan.claim.drop()
+        if self._chunks is not None:
+            await self._chunks.aclose()
+
+    async def _claimed(self) -> StepIdentity:
+        """The step's identity, waiting for its claim if it is still running."""
+        if self.identity is None:
+            identity = await self.plan.claim.identity()  # 503 when the registry is down
+            self.identity = identity
+            self._key = (identity.session, identity.turn, identity.step)
+        return self.identity
 
     async def _take(self, chunk: StreamChunk) -> None:
         if self.finish is not None:
@@ -186,7 +205,6 @@ class StepRun:
         """The first chunk is on its way to the broker: the caller's response can begin."""
         elapsed_s = (self._deps.clock_ns() - self.plan.request_time_ns) / 1e9
         self._metrics.ttfc.labels(self.plan.route.provider).observe(max(elapsed_s, 0.0))
-        self.started.set_result(None)
         await self.outbox.put(self.output.opening())
 
     async def _publish(self, chunk: StreamChunk) -> None:
@@ -216,10 +234,6 @@ class StepRun:
 
     async def _settle(self) -> None:
         """Wait for the acks, then complete the caller's stream (or fail the step)."""
-        if not self.started.done():
-            raise UpstreamError(
-                "the provider stream ended without a chunk", upstream_status=None, retryable=True
-            )
         started = self._deps.monotonic()
         await self._wait_acked()
         self._metrics.ack_latency.observe(self._deps.monotonic() - started)
@@ -235,13 +249,6 @@ class StepRun:
             await self._deps.sink.wait_acked(*self._key, timeout_s=self._ack_timeout)
         except BrokerError as exc:
             raise BrokerUnavailableError(f"the broker did not acknowledge the step: {exc}") from exc
-
-    async def _fail(self, exc: GatewayError) -> None:
-        if not self.started.done():
-            self.started.set_exception(exc)
-            return
-        self.error = exc
-        await self.outbox.put(self.output.failure(exc.message))
 
     async def _abort(self) -> None:
         """Cancelled (the caller left and the step may stop): record ``finish {aborted}``."""
