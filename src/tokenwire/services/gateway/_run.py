@@ -44,8 +44,9 @@ GC_THRESHOLDS = (100_000, 50, 100)
 allocates a few dozen objects per chunk, so the default ran a young-generation pass every ~20
 chunks and, with thousands of in-flight chunks surviving into older generations, frequent
 full passes: ~17% of the gateway's CPU per chunk (28.5 against 23.6 us, bench/bench_gateway.py
-load (b)). Objects alive when the gateway starts are frozen out of every pass; garbage cycles
-wait at most one young pass of 100,000 allocations."""
+load (b)). Objects alive when the gateway starts are frozen out of every pass. Garbage cycles
+live longer before they are freed: those found young within 100,000 allocations, older ones
+at the older generations' passes (every 50 young passes, and every 100 of those)."""
 HTTP_IMPL = "httptools"
 """uvicorn's HTTP/1.1 protocol: httptools (C parser) costs the gateway about half the CPU per
 response write of the pure-Python h11 (bench/bench_gateway.py, docs/gateway.md "Performance")."""
