@@ -33,18 +33,20 @@ class StepStream(Response):
         self._left = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watcher = asyncio.ensure_future(self._watch(receive))
+        start = {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+        watcher: asyncio.Future[None] | None = None
         completed = False
         try:
-            start = {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
-            await send(start)
+            await send(start)  # before the watcher starts: it is not on the way to the first bytes
+            watcher = asyncio.ensure_future(self._watch(receive))
             while (data := await self._outbox.get()) is not None:
                 await send({"type": "http.response.body", "body": data, "more_body": True})
             if not self._outbox.detached:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 completed = True
         finally:
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
             if not completed:
                 self._leave()
 

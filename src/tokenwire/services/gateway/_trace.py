@@ -22,7 +22,7 @@ def start_step_span(
     headers: Mapping[str, str], rng: random.Random
 ) -> tuple[trace.Span, dict[str, str]]:
     """The step's span and the headers (``traceparent``, maybe ``tracestate``) to publish."""
-    parent = _propagator.extract(carrier=dict(headers))
+    parent = _propagator.extract(carrier=headers)  # read by key, not copied
     span = _tracer.start_span("tokenwire.gateway.step", context=parent, kind=trace.SpanKind.SERVER)
     if not span.get_span_context().is_valid:
         span = trace.NonRecordingSpan(_fresh_context(rng))
