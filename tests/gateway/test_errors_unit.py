@@ -49,8 +49,9 @@ def assert_dialect_error(dialect: str, response, status: int) -> dict:
     return body["error"]
 
 
-def _bad_cases(ok: dict) -> list[tuple[str, bytes, dict, int]]:
-    """(name, body, extra headers, expected status) of every bad-input case."""
+def _bad_cases(ok: dict, stop: str) -> list[tuple[str, bytes, dict, int]]:
+    """(name, body, extra headers, expected status) of every bad-input case; ``stop`` names
+    the dialect's stop-sequences field."""
     enc = lambda d: json.dumps(d).encode()  # noqa: E731
     return [
         ("malformed json", b'{"model": "openai/gpt-4o", "messages": [', {}, 400),
@@ -80,12 +81,18 @@ def _bad_cases(ok: dict) -> list[tuple[str, bytes, dict, int]]:
             400,
         ),
         ("turn without step", enc(ok), {"x-tokenwire-session": "s", "x-tokenwire-turn": "1"}, 400),
-        ("untranslatable dialect", enc({**ok, "model": "gemini/gemini-2.5-flash"}), {}, 400),
+        (
+            "untranslatable parameter",  # the Responses API has no stop sequences
+            enc({**ok, "model": "openai-responses/gpt-4o", stop: ["END"]}),
+            {},
+            400,
+        ),
         ("oversized body", enc({**ok, "pad": "x" * 5000}), {}, 413),
     ]
 
 
-CASES = [(d, *case) for d, (_, ok) in ENDPOINTS.items() for case in _bad_cases(ok)]
+STOP_FIELD = {"openai": "stop", "anthropic": "stop_sequences"}
+CASES = [(d, *case) for d, (_, ok) in ENDPOINTS.items() for case in _bad_cases(ok, STOP_FIELD[d])]
 
 
 @pytest.mark.parametrize(

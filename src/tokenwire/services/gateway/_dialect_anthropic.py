@@ -25,6 +25,7 @@ from tokenwire.services.gateway._neutral import (
     NeutralRequest,
     NeutralTool,
     ToolChoice,
+    arguments_object,
 )
 from tokenwire.services.gateway._validate import convert
 
@@ -247,7 +248,7 @@ def _render_block(b: ContentBlock) -> dict[str, Any] | None:
         case ReasoningBlock():
             return _render_reasoning(b)
         case ToolCallBlock(id=id_, name=name, arguments=args):
-            return {"type": "tool_use", "id": id_, "name": name, "input": _arguments(args)}
+            return {"type": "tool_use", "id": id_, "name": name, "input": arguments_object(args)}
         case ToolResultBlock(tool_call_id=tid, content=content, is_error=err):
             return {"type": "tool_result", "tool_use_id": tid, "content": content, "is_error": err}
         case ImageBlock():
@@ -267,16 +268,6 @@ def _render_source(b: ImageBlock) -> dict[str, Any]:
     if b.url is not None:
         return {"type": "url", "url": b.url}
     return {"type": "base64", "media_type": b.media_type, "data": b.data}
-
-
-def _arguments(raw: str) -> dict[str, Any]:
-    try:
-        value = json.loads(raw or "{}")
-    except json.JSONDecodeError as exc:
-        raise InvalidRequestError("tool call arguments are not JSON", param="messages") from exc
-    if not isinstance(value, dict):
-        raise InvalidRequestError("tool call arguments must be a JSON object", param="messages")
-    return value
 
 
 def _render_tool(t: NeutralTool) -> dict[str, Any]:

@@ -20,12 +20,14 @@ from tokenwire.services.gateway._dialect_anthropic import (
     neutral_to_anthropic,
     validate_anthropic,
 )
+from tokenwire.services.gateway._dialect_gemini import neutral_to_gemini
 from tokenwire.services.gateway._dialect_openai import (
     OpenAIChatRequest,
     neutral_to_openai,
     openai_to_neutral,
     validate_openai,
 )
+from tokenwire.services.gateway._dialect_responses import neutral_to_responses
 from tokenwire.services.gateway._encode_anthropic import (
     AnthropicStreamEncoder,
     anthropic_error_body,
@@ -79,6 +81,10 @@ def translated_body(neutral: NeutralRequest, route: Route, default_max_tokens: i
         body = neutral_to_openai(neutral, route.model, legacy_max_tokens=route.legacy_max_tokens)
     elif route.dialect == "anthropic-messages":
         body = neutral_to_anthropic(neutral, route.model, default_max_tokens=default_max_tokens)
+    elif route.dialect == "openai-responses":
+        body = neutral_to_responses(neutral, route.model)
+    elif route.dialect == "gemini":
+        body = neutral_to_gemini(neutral)
     else:
         raise TranslationUnsupportedError("the caller's dialect", route.dialect)
     return _encode(body)

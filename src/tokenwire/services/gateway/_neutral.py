@@ -8,11 +8,13 @@ using anything else is forwarded untouched to a provider of its own dialect, or 
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 import msgspec
 
 from tokenwire.schemas import ContentBlock
+from tokenwire.services.gateway._errors import InvalidRequestError
 
 Role = Literal["user", "assistant", "tool"]
 """``tool`` messages carry only tool results; Anthropic puts them in a user message."""
@@ -58,3 +60,15 @@ class NeutralRequest(msgspec.Struct, frozen=True):
     def ends_with_tool_result(self) -> bool:
         """Whether the last message returns tool results (a next step of the same turn)."""
         return bool(self.messages) and self.messages[-1].role == "tool"
+
+
+def arguments_object(raw: str) -> dict[str, Any]:
+    """A tool call's raw JSON arguments as the object dialects that nest them want; 400 if
+    they are not a JSON object."""
+    try:
+        value = json.loads(raw or "{}")
+    except json.JSONDecodeError as exc:
+        raise InvalidRequestError("tool call arguments are not JSON", param="messages") from exc
+    if not isinstance(value, dict):
+        raise InvalidRequestError("tool call arguments must be a JSON object", param="messages")
+    return value

@@ -1,0 +1,128 @@
+"""Gemini ``streamGenerateContent`` requests, translated from the neutral request.
+
+Only this direction: the gateway has no Gemini endpoint, so callers reach Gemini through the
+OpenAI or Anthropic endpoint and the stream comes back in their dialect (the normaliser and
+the caller's stream encoder do that part).
+
+What changes on the way (docs/gateway.md, "Translation"):
+
+- assistant messages become ``model`` contents; tool results become ``functionResponse``
+  parts of a ``user`` content, named after the call they answer (Gemini matches results by
+  name and order, not by id), with the result under ``response.result`` (``response.error``
+  for an error result);
+- tools are ``functionDeclarations`` with the JSON schema as ``parametersJsonSchema`` (full
+  JSON Schema, unlike ``parameters``' OpenAPI subset);
+- reasoning from the history is not sent: Gemini's thought signatures do not survive a
+  caller of another dialect, and other providers' reasoning means nothing to Gemini.
+"""
+
+from __future__ import annotations
+
+from typing import Any, assert_never
+
+from tokenwire.schemas import (
+    ContentBlock,
+    ImageBlock,
+    ReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
+from tokenwire.services.gateway._errors import InvalidRequestError
+from tokenwire.services.gateway._neutral import (
+    NeutralMessage,
+    NeutralRequest,
+    NeutralTool,
+    ToolChoice,
+    arguments_object,
+)
+
+
+def neutral_to_gemini(req: NeutralRequest) -> dict[str, Any]:
+    """A ``streamGenerateContent`` body (the model and streaming are in the URL)."""
+    body: dict[str, Any] = {"contents": _contents(req.messages)}
+    if req.system:
+        body["systemInstruction"] = {"parts": [{"text": req.system}]}
+    if req.tools:
+        body["tools"] = [{"functionDeclarations": [_declaration(t) for t in req.tools]}]
+    if req.tool_choice is not None:
+        body["toolConfig"] = {"functionCallingConfig": _calling(req.tool_choice)}
+    config = {
+        "maxOutputTokens": req.max_tokens,
+        "temperature": req.temperature,
+        "topP": req.top_p,
+        "stopSequences": req.stop or None,
+    }
+    if any(v is not None for v in config.values()):
+        body["generationConfig"] = {k: v for k, v in config.items() if v is not None}
+    return body
+
+
+def _contents(messages: list[NeutralMessage]) -> list[dict[str, Any]]:
+    """One content per run of same-role messages (tool results are the user's)."""
+    names = {b.id: b.name for m in messages for b in m.content if isinstance(b, ToolCallBlock)}
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role = "model" if m.role == "assistant" else "user"
+        parts = [p for b in m.content if (p := _part(b, names)) is not None]
+        if not parts:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["parts"] += parts
+        else:
+            out.append({"role": role, "parts": parts})
+    return out
+
+
+def _part(b: ContentBlock, names: dict[str, str]) -> dict[str, Any] | None:
+    match b:
+        case TextBlock(text=text):
+            return {"text": text} if text else None
+        case ReasoningBlock():
+            return None
+        case ToolCallBlock(name=name, arguments=args):
+            return {"functionCall": {"name": name, "args": arguments_object(args)}}
+        case ToolResultBlock():
+            return {"functionResponse": _response(b, names)}
+        case ImageBlock():
+            return _image(b)
+        case _:
+            assert_never(b)
+
+
+def _response(b: ToolResultBlock, names: dict[str, str]) -> dict[str, Any]:
+    name = names.get(b.tool_call_id)
+    if name is None:
+        raise InvalidRequestError(
+            f"tool result for {b.tool_call_id!r} answers no tool call in the conversation "
+            "(Gemini needs the function's name)",
+            param="messages",
+        )
+    return {"name": name, "response": {"error" if b.is_error else "result": b.content}}
+
+
+def _image(b: ImageBlock) -> dict[str, Any]:
+    if b.url is not None:
+        return {"fileData": {"mimeType": b.media_type, "fileUri": b.url}}
+    return {"inlineData": {"mimeType": b.media_type, "data": b.data}}
+
+
+def _declaration(t: NeutralTool) -> dict[str, Any]:
+    declaration: dict[str, Any] = {"name": t.name, "parametersJsonSchema": t.parameters}
+    if t.description is not None:
+        declaration["description"] = t.description
+    return declaration
+
+
+def _calling(choice: ToolChoice) -> dict[str, Any]:
+    match choice.mode:
+        case "auto":
+            return {"mode": "AUTO"}
+        case "none":
+            return {"mode": "NONE"}
+        case "required":
+            return {"mode": "ANY"}
+        case "tool":
+            return {"mode": "ANY", "allowedFunctionNames": [choice.name]}
+        case _:
+            assert_never(choice.mode)
