@@ -43,6 +43,7 @@ from tokenwire.broker._errors import (
     PublishRejected,
     PublishTimeout,
 )
+from tokenwire.broker._frames import FrameWriter
 from tokenwire.broker._topology import Topology, chunk_subject, msg_id
 
 StepKey = tuple[str, int, int]
@@ -184,6 +185,7 @@ class ChunkPublisher:
         # window every 50 ms cost ~2-5% of the gateway's CPU).
         self._next_due = math.inf
         self._sub: Subscription | None = None
+        self._frames = FrameWriter(nc)
         self._reaper: asyncio.Task[None] | None = None
         self._published = self._acked = self._duplicates = self._retried = self._failures = 0
 
@@ -259,10 +261,14 @@ class ChunkPublisher:
         return state
 
     async def _send(self, token: str, entry: _Pending) -> None:
+        reply = self._prefix + token
         try:
-            await self._nc.publish(
-                entry.subject, entry.payload, reply=self._prefix + token, headers=entry.headers
-            )
+            if self._frames.usable(len(entry.payload)):
+                await self._frames.publish(entry.subject, reply, entry.headers, entry.payload)
+            else:  # reconnecting, draining, oversized: nats-py's own buffering and errors
+                await self._nc.publish(
+                    entry.subject, entry.payload, reply=reply, headers=entry.headers
+                )
         except ConnectionClosedError as exc:
             self._fail(token, BrokerUnavailable(_url(self._nc), "connection closed"))
             raise BrokerUnavailable(_url(self._nc), "connection closed") from exc

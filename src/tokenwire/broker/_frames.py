@@ -1,0 +1,61 @@
+"""Chunk publishes written as HPUB frames straight into nats-py's outgoing buffer.
+
+The one place tokenwire reaches below nats-py's public API (ADR 0008). ``Client.publish``
+checks both subjects and every header name with regular expressions and re-encodes each
+header, about 3-4 us a message here: ~15% of the gateway's CPU per chunk (18.4-19.4 against
+21.6-22.9 us under bench/bench_gateway.py load (b)). The publisher's subjects are built from
+validated session ids and its header names are its own, so a frame is built directly,
+appended with ``Client._send_command`` and the flusher kicked, as ``publish`` does.
+
+Only while the connection is up: reconnecting, draining, or a payload over the server's
+``max_payload`` go through the public ``publish`` and its buffering and errors. If a nats-py
+release renames what this uses, :attr:`FrameWriter.enabled` is false and every message takes
+the public path (tests/broker/test_frames.py fails, so the change is noticed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from nats.aio.client import Client
+
+_PRIVATE_API = ("_send_command", "_flush_pending", "_flush_queue")
+_NO_NEWLINES = str.maketrans({"\r": " ", "\n": " "})
+
+
+def hpub_frame(subject: str, reply: str, headers: Mapping[str, str], payload: bytes) -> bytes:
+    """One ``HPUB`` protocol frame; header values lose CR and LF (as nats-py's own do)."""
+    lines = [f"{k}: {v.translate(_NO_NEWLINES).strip()}\r\n" for k, v in headers.items()]
+    header = ("NATS/1.0\r\n" + "".join(lines) + "\r\n").encode()
+    size = len(header) + len(payload)
+    command = f"HPUB {subject} {reply} {len(header)} {size}\r\n".encode()
+    return b"".join((command, header, payload, b"\r\n"))
+
+
+class FrameWriter:
+    """Writes pre-encoded frames on one connection (see the module docstring)."""
+
+    def __init__(self, nc: Client) -> None:
+        self._nc = nc
+        self.enabled = all(hasattr(nc, name) for name in _PRIVATE_API)
+
+    def usable(self, payload_size: int) -> bool:
+        """Whether a message of this size may be written as a frame now."""
+        nc = self._nc
+        return (
+            self.enabled
+            and nc.is_connected
+            and not nc.is_draining_pubs
+            and payload_size <= nc.max_payload
+        )
+
+    async def publish(
+        self, subject: str, reply: str, headers: Mapping[str, str], payload: bytes
+    ) -> None:
+        """Append the message's frame to the outgoing buffer and kick the flusher."""
+        nc = self._nc
+        await nc._send_command(hpub_frame(subject, reply, headers, payload))
+        if nc._flush_queue is not None and nc._flush_queue.empty():
+            await nc._flush_pending()
+        nc.stats["out_msgs"] += 1
+        nc.stats["out_bytes"] += len(payload)
