@@ -4,7 +4,8 @@
   and says how to reach it and which :class:`Normaliser` reads its stream.
 - A normaliser (:class:`OpenAIChatNormaliser`, :class:`OpenAIResponsesNormaliser`, ...) turns
   one response's :class:`~tokenwire.sse.SseEvent` s into chunks that obey the adapter contract.
-- :func:`stream_chunks` does the HTTP part: send, parse, normalise, map failures.
+- :func:`stream_chunks` does the HTTP part: send, parse, normalise, map failures
+  (:func:`stream_batches`: the same, the chunks of each network read as one list).
 
 Example::
 
@@ -45,6 +46,7 @@ from tokenwire.providers._stream import (
     KEEPALIVE_S,
     ProviderRequest,
     ProviderSession,
+    stream_batches,
     stream_chunks,
     transport_code,
 )
@@ -70,6 +72,7 @@ __all__ = [
     "is_retryable",
     "normalise_body",
     "provider_names",
+    "stream_batches",
     "stream_chunks",
     "transport_code",
 ]

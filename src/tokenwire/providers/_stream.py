@@ -11,7 +11,7 @@ from __future__ import annotations
 import ssl
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -29,6 +29,7 @@ __all__ = [
     "KEEPALIVE_S",
     "ProviderRequest",
     "ProviderSession",
+    "stream_batches",
     "stream_chunks",
     "transport_code",
 ]
@@ -112,10 +113,11 @@ class ProviderSession:
         await self.close()
 
 
-async def stream_chunks(
+async def stream_batches(
     session: ProviderSession, request: ProviderRequest, normaliser: Normaliser
-) -> AsyncGenerator[StreamChunk, None]:
-    """Send ``request`` and yield its normalised chunks, ending with exactly one ``finish``.
+) -> AsyncGenerator[list[StreamChunk], None]:
+    """Send ``request`` and yield its normalised chunks, those of each network read together
+    (a list per read, maybe empty), ending with exactly one ``finish``.
 
     A non-2xx answer raises :class:`ProviderHTTPError` before any chunk (the provider's error
     text, never the request's headers). A transport failure or timeout, before or after the
@@ -123,6 +125,9 @@ async def stream_chunks(
     yielded; its code is one of ``connect_error``, ``connect_timeout``, ``read_timeout``,
     ``incomplete_body``, ``server_disconnected``, ``transport_error``. Timeouts are the
     session's (:class:`ProviderSession`).
+
+    A busy gateway reads dozens of events per read (65 on average under bench load (b)):
+    handing them over as one list costs one generator step per read instead of two per chunk.
     """
     try:
         response = await session.http.post(
@@ -130,34 +135,37 @@ async def stream_chunks(
             proxy=session.proxy(request.url),
         )  # fmt: skip
     except (aiohttp.ClientError, TimeoutError) as exc:
-        yield _transport_finish(exc)
+        yield [_transport_finish(exc)]
         return
     try:
         if not 200 <= response.status < 300:
             raise await _http_error(response, _secrets(request.headers))
-        async for chunk in _normalise(response, normaliser):
-            yield chunk
+        parser = SseParser()
+        try:
+            async for data in response.content.iter_any():
+                yield [chunk for event in parser.feed(data) for chunk in normaliser.feed(event)]
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            yield [_transport_finish(exc)]
+            return
+        except SseError as exc:
+            yield [Finish(reason="error", error=step_error(str(exc), False, "sse"))]
+            return
+        yield normaliser.close()
     finally:
         response.release()  # back to the pool when read to the end, closed otherwise
 
 
-async def _normalise(
-    response: aiohttp.ClientResponse, normaliser: Normaliser
-) -> AsyncIterator[StreamChunk]:
-    parser = SseParser()
+async def stream_chunks(
+    session: ProviderSession, request: ProviderRequest, normaliser: Normaliser
+) -> AsyncGenerator[StreamChunk, None]:
+    """:func:`stream_batches` one chunk at a time."""
+    batches = stream_batches(session, request, normaliser)
     try:
-        async for data in response.content.iter_any():
-            for event in parser.feed(data):
-                for chunk in normaliser.feed(event):
-                    yield chunk
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        yield _transport_finish(exc)
-        return
-    except SseError as exc:
-        yield Finish(reason="error", error=step_error(str(exc), False, "sse"))
-        return
-    for chunk in normaliser.close():
-        yield chunk
+        async for batch in batches:
+            for chunk in batch:
+                yield chunk
+    finally:
+        await batches.aclose()
 
 
 def transport_code(exc: BaseException) -> str:

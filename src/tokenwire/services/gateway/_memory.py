@@ -122,25 +122,21 @@ class CannedUpstream:
 
     def stream(
         self, route: Route, body: bytes, normaliser: Normaliser
-    ) -> AsyncGenerator[StreamChunk, None]:
-        """Record the call and stream the canned answer."""
+    ) -> AsyncGenerator[list[StreamChunk], None]:
+        """Record the call and stream the canned answer, a list of chunks per piece."""
         self.requests.append((route, body))
         return self._chunks(self.answer(route, body), normaliser)
 
     async def _chunks(
         self, answer: CannedAnswer, normaliser: Normaliser
-    ) -> AsyncGenerator[StreamChunk, None]:
+    ) -> AsyncGenerator[list[StreamChunk], None]:
         if isinstance(answer, ProviderHTTPError):
             raise answer
         parser = SseParser()
         for start in range(0, len(answer), self.split):
             if self.pause_s:
                 await asyncio.sleep(self.pause_s)
-            for event in parser.feed(answer[start : start + self.split]):
-                for chunk in normaliser.feed(event):
-                    yield chunk
-        for event in parser.close():
-            for chunk in normaliser.feed(event):
-                yield chunk
-        for chunk in normaliser.close():
-            yield chunk
+            events = parser.feed(answer[start : start + self.split])
+            yield [chunk for event in events for chunk in normaliser.feed(event)]
+        yield [chunk for event in parser.close() for chunk in normaliser.feed(event)]
+        yield normaliser.close()

@@ -15,23 +15,24 @@ from typing import Protocol
 from starlette.routing import BaseRoute
 
 from tokenwire.broker import PublisherStats, StepClaimConflict
-from tokenwire.providers import Normaliser, ProviderRequest, ProviderSession, stream_chunks
+from tokenwire.providers import Normaliser, ProviderRequest, ProviderSession, stream_batches
 from tokenwire.schemas import StreamChunk
 from tokenwire.services.gateway._identity import StepAllocator, StepTaken
 from tokenwire.services.gateway._routing import Route
 
 
 class Upstream(Protocol):
-    """Calls a provider and yields its normalised chunks, ending with exactly one ``finish``.
+    """Calls a provider and yields its normalised chunks in lists (those of one network read
+    together, maybe none), ending with exactly one ``finish``.
 
     A non-2xx answer raises :class:`tokenwire.providers.ProviderHTTPError` before any chunk;
     a transport failure ends the stream with ``finish {error}`` (the contract of
-    :func:`tokenwire.providers.stream_chunks`).
+    :func:`tokenwire.providers.stream_batches`).
     """
 
     def stream(
         self, route: Route, body: bytes, normaliser: Normaliser
-    ) -> AsyncGenerator[StreamChunk, None]: ...
+    ) -> AsyncGenerator[list[StreamChunk], None]: ...
 
 
 class ChunkSink(Protocol):
@@ -73,10 +74,11 @@ class HttpUpstream:
 
     def stream(
         self, route: Route, body: bytes, normaliser: Normaliser
-    ) -> AsyncGenerator[StreamChunk, None]:
-        """Send ``body`` to the route and stream its chunks."""
+    ) -> AsyncGenerator[list[StreamChunk], None]:
+        """Send ``body`` to the route and stream its chunks, a list per network read."""
         headers = {**route.headers, "content-type": "application/json"}
-        return stream_chunks(self._session, ProviderRequest(route.url, body, headers), normaliser)
+        request = ProviderRequest(route.url, body, headers)
+        return stream_batches(self._session, request, normaliser)
 
     async def aclose(self) -> None:
         """Close the pooled connections."""

@@ -101,7 +101,7 @@ class StepRun:
         self.identity: StepIdentity | None = None
         self._key = (plan.session, 0, 0)  # the claimed (session, turn, step), once claimed
         self._chunk_counter = metrics.chunks.labels(plan.route.provider)
-        self._chunks: AsyncGenerator[StreamChunk, None] | None = None
+        self._chunks: AsyncGenerator[list[StreamChunk], None] | None = None
 
     async def begin(self) -> None:
         """Call the provider and take its first chunk: published, and the caller's opening
@@ -112,8 +112,7 @@ class StepRun:
         normaliser = self.output.normaliser(route.normaliser())
         self._chunks = self._deps.upstream.stream(route, self.plan.body, normaliser)
         try:
-            first = await self._first_chunk(self._chunks)
-            await self._take(first)
+            await self._take(await self._first_batch(self._chunks))
         except asyncio.CancelledError:
             await self._abort()
             await self._end()
@@ -126,8 +125,8 @@ class StepRun:
         """Read the provider to the end and settle the step; a failure goes to ``error``."""
         assert self._chunks is not None  # begun
         try:
-            async for chunk in self._chunks:
-                await self._take(chunk)
+            async for batch in self._chunks:
+                await self._take(batch)
             await self._settle()
         except GatewayError as exc:
             self.error = exc
@@ -138,20 +137,23 @@ class StepRun:
         finally:
             await self._end()
 
-    async def _first_chunk(self, chunks: AsyncGenerator[StreamChunk, None]) -> StreamChunk:
+    async def _first_batch(
+        self, batches: AsyncGenerator[list[StreamChunk], None]
+    ) -> list[StreamChunk]:
+        """The chunks of the first read that brought any."""
         try:
-            first = await anext(chunks, None)
+            async for batch in batches:
+                if batch:
+                    return batch
         except ProviderHTTPError as exc:
             message = scrub(exc.message, self.plan.secrets)
             error = StepError(message=message, retryable=exc.retryable, code=exc.code)
             await self._record_before_start(Finish(reason="error", error=error))
             text = f"provider returned HTTP {exc.status}: {message}"
             raise UpstreamError(text, upstream_status=exc.status, retryable=exc.retryable) from exc
-        if first is None:
-            raise UpstreamError(
-                "the provider stream ended without a chunk", upstream_status=None, retryable=True
-            )
-        return first
+        raise UpstreamError(
+            "the provider stream ended without a chunk", upstream_status=None, retryable=True
+        )
 
     async def _end(self) -> None:
         """Whatever way the step ended: counters, the caller's outbox, the provider stream."""
@@ -172,9 +174,16 @@ class StepRun:
             self._key = (identity.session, identity.turn, identity.step)
         return self.identity
 
-    async def _take(self, chunk: StreamChunk) -> None:
-        if self.finish is not None:
-            return  # the adapter contract: nothing after finish
+    async def _take(self, batch: list[StreamChunk]) -> None:
+        """Publish the chunks of one read in order and hand the caller their bytes at once."""
+        out: list[bytes] = []
+        for chunk in batch:
+            if self.finish is not None:
+                break  # the adapter contract: nothing after finish
+            await self._take_one(chunk, out)
+        await self.outbox.put(b"".join(out))
+
+    async def _take_one(self, chunk: StreamChunk, out: list[bytes]) -> None:
         first = self._ordinal == 0
         if isinstance(chunk, Finish):
             chunk = self._scrubbed(chunk)
@@ -184,8 +193,9 @@ class StepRun:
         if isinstance(chunk, Finish):
             self.finish = chunk
         if first:
-            await self._begin()
-        await self.outbox.put(self.output.chunk(chunk))
+            self._observe_first_chunk()
+            out.append(self.output.opening())
+        out.append(self.output.chunk(chunk))
 
     def _scrubbed(self, finish: Finish) -> Finish:
         """The finish with credentials removed from its error (providers may echo a key)."""
@@ -201,11 +211,10 @@ class StepRun:
         await self._record_before_start(finish)
         raise UpstreamError(error.message, upstream_status=None, retryable=error.retryable)
 
-    async def _begin(self) -> None:
-        """The first chunk is on its way to the broker: the caller's response can begin."""
+    def _observe_first_chunk(self) -> None:
+        """The first chunk is on its way to the broker: the time to first chunk is known."""
         elapsed_s = (self._deps.clock_ns() - self.plan.request_time_ns) / 1e9
         self._metrics.ttfc.labels(self.plan.route.provider).observe(max(elapsed_s, 0.0))
-        await self.outbox.put(self.output.opening())
 
     async def _publish(self, chunk: StreamChunk) -> None:
         ident = self.identity or await self._claimed()
