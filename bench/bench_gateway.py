@@ -1,12 +1,15 @@
 """The gateway on one embedded nats-server, against the publish limit and the direct call.
 
-(a) the limit: ``ChunkPublisher`` (pipelined JetStream publish, Msg-Id, every ack counted)
-    with gateway-sized envelopes, in this process, plus its CPU per chunk;
+(a) the limit: raw pipelined JetStream publish with acks through nats-py's public API (core
+    publish with a reply subject, ``Nats-Msg-Id`` and trace headers, every ack counted in a
+    callback, nothing else), gateway-sized envelopes, in this process, plus its CPU per chunk;
+(a') ``ChunkPublisher`` (the gateway's publisher: window, retries, per-step acks) the same way;
 (b) the gateway (its own process, uvicorn + httptools on uvloop, as ``gateway.main`` runs it)
     with 200 concurrent streaming sessions from the scripted provider (its own process) at
     full speed: chunks published per second from the first request to the last response
     (each response ends only after its acks), and the gateway process's own CPU per chunk,
-    which gives its one-core ceiling;
+    which gives its one-core ceiling; with short answers (100 fragments, where the requests'
+    own work and the rounds' ramp-up and ramp-down weigh) and long ones (500 fragments);
 (b0) the same load sent to the scripted provider directly: the upstream's own ceiling;
 (d) added time to first chunk (first body bytes): 50 sessions at once, each sending requests
     one after another, alternating direct and through the gateway, with the provider pacing
@@ -39,19 +42,23 @@ from pathlib import Path
 import msgspec
 import psutil
 import uvloop
+from nats.aio.msg import Msg
 
 from tokenwire.broker import (
     ChunkPublisher,
     EmbeddedServer,
     Topology,
+    chunk_subject,
     connect,
     ensure_topology,
     free_port,
+    msg_id,
 )
 from tokenwire.schemas import ChunkEnvelope, TextDelta, json_encoder
 
 SESSIONS_B = 200
 FRAGMENTS_B = 100
+FRAGMENTS_LONG = 500
 ROUNDS_B = 3
 SESSIONS_D = 50
 PAIRS_D = 20  # per session
@@ -181,10 +188,38 @@ Counter = Callable[[], Awaitable[int]]
 
 
 async def bench_publish_limit(url: str) -> tuple[float, float]:
-    """(a) chunks/s of the broker package's publisher, acks included; and its CPU us/chunk."""
+    """(a) chunks/s of raw pipelined publishes with acks counted in a callback; CPU us/chunk."""
     nc = await connect(url)
-    t = Topology(prefix="bench", stream="BENCH", events_stream="BENCHE", dlq_stream="BENCHD",
-                 steps_bucket="bench-steps", partitions=16, max_bytes=1024**3)  # fmt: skip
+    t = _bench_topology("raw")
+    await ensure_topology(nc, t)
+    acked, done = 0, asyncio.Event()
+
+    async def on_ack(msg: Msg) -> None:
+        nonlocal acked
+        acked += 1
+        if acked == N_A:
+            done.set()
+
+    prefix = nc.new_inbox() + "."
+    sub = await nc.subscribe(prefix + "*", cb=on_ack)
+    cpu, started = time.process_time(), time.perf_counter()
+    for i in range(N_A):
+        session, ordinal = f"s{i % SESSIONS_B}", i // SESSIONS_B
+        headers = {**TRACE, "Nats-Msg-Id": msg_id(session, 0, 0, ordinal)}
+        subject = chunk_subject(t, session, first=ordinal == 0)
+        await nc.publish(subject, ENVELOPE, reply=f"{prefix}{i}", headers=headers)
+    await asyncio.wait_for(done.wait(), 60)
+    rate = N_A / (time.perf_counter() - started)
+    cpu_us = (time.process_time() - cpu) / N_A * 1e6
+    await sub.unsubscribe()
+    await nc.close()
+    return rate, cpu_us
+
+
+async def bench_chunk_publisher(url: str) -> tuple[float, float]:
+    """(a') chunks/s of the broker package's publisher, acks included; and its CPU us/chunk."""
+    nc = await connect(url)
+    t = _bench_topology("pub")
     await ensure_topology(nc, t)
     publisher = await ChunkPublisher(nc, t).start()
     cpu, started = time.process_time(), time.perf_counter()
@@ -197,6 +232,15 @@ async def bench_publish_limit(url: str) -> tuple[float, float]:
     await publisher.close()
     await nc.close()
     return rate, cpu_us
+
+
+def _bench_topology(tag: str) -> Topology:
+    up = tag.upper()
+    return Topology(
+        prefix=f"bench{tag}", stream=f"BENCH{up}", events_stream=f"BENCHE{up}",
+        dlq_stream=f"BENCHD{up}", steps_bucket=f"bench-{tag}-steps", partitions=16,
+        max_bytes=1024**3,
+    )  # fmt: skip
 
 
 # -- (b), (b0) ------------------------------------------------------------------------------
@@ -221,11 +265,11 @@ class Load:
 
 
 async def _round(
-    port: int, tag: str, procs: dict[str, psutil.Process]
+    port: int, tag: str, procs: dict[str, psutil.Process], fragments: int = FRAGMENTS_B
 ) -> tuple[float, dict[str, float]]:
     callers = await asyncio.gather(*(Caller.open(port) for _ in range(SESSIONS_B)))
     requests = [
-        streaming_request(port, "/v1/chat/completions", f"{tag}-{i}", f"fragments={FRAGMENTS_B}")
+        streaming_request(port, "/v1/chat/completions", f"{tag}-{i}", f"fragments={fragments}")
         for i in range(SESSIONS_B)
     ]
     before = {name: _cpu_s(p) for name, p in procs.items()}
@@ -239,19 +283,23 @@ async def _round(
 
 
 async def bench_load(
-    port: int, tag: str, procs: dict[str, psutil.Process], counted: Counter | None
+    port: int,
+    tag: str,
+    procs: dict[str, psutil.Process],
+    counted: Counter | None,
+    fragments: int = FRAGMENTS_B,
 ) -> Load:
     """The best of ``ROUNDS_B`` rounds (after a warm-up) of 200 sessions streaming at once.
 
     ``counted`` gives the chunks in the broker (the gateway's units); without it a round's
     units are the events the provider streams.
     """
-    await _round(port, f"{tag}-warm", procs)
+    await _round(port, f"{tag}-warm", procs, fragments)
     best: Load | None = None
     for r in range(ROUNDS_B):
         before = await counted() if counted else 0
-        elapsed, cpu = await _round(port, f"{tag}-{r}", procs)
-        units = await counted() - before if counted else SESSIONS_B * (FRAGMENTS_B + 4)
+        elapsed, cpu = await _round(port, f"{tag}-{r}", procs, fragments)
+        units = await counted() - before if counted else SESSIONS_B * (fragments + 4)
         load = Load(elapsed, units, cpu)  # events: text deltas + role, finish, usage, [DONE]
         best = load if best is None or load.rate > best.rate else best
     assert best is not None
@@ -336,8 +384,11 @@ class Results:
 
     limit: float
     limit_cpu_us: float
+    publisher: float
+    publisher_cpu_us: float
     direct: Load
     gateway: Load
+    gateway_long: Load
     ttfc: list[tuple[float, float]]
     serial: list[tuple[float, float]]
     floor: list[tuple[float, float]]
@@ -362,8 +413,11 @@ async def _run() -> Results:
                 "load": me, "nats": next(p for p in me.children() if p.name() == "nats-server"),
             }  # fmt: skip
             limit, limit_cpu = await bench_publish_limit(server.url)
+            publisher, publisher_cpu = await bench_chunk_publisher(server.url)
             direct = await bench_load(sp_port, "b0", procs, None)
-            gw = await bench_load(gw_port, "b", procs, lambda: _stream_count(server.url))
+            count = lambda: _stream_count(server.url)  # noqa: E731
+            gw = await bench_load(gw_port, "b", procs, count)
+            gw_long = await bench_load(gw_port, "bl", procs, count, FRAGMENTS_LONG)
             ttfc = await bench_ttfc(sp_port, gw_port, SESSIONS_D, PAIRS_D)
             serial = await bench_ttfc(sp_port, gw_port, 1, SERIAL_D)
             floor = await bench_ttfc(sp_port, px_port, SESSIONS_D, PAIRS_D)
@@ -373,7 +427,10 @@ async def _run() -> Results:
                 proc.terminate()
                 proc.wait(10)
             server.stop()
-    return Results(limit, limit_cpu, direct, gw, ttfc, serial, floor, floor_serial)
+    return Results(
+        limit, limit_cpu, publisher, publisher_cpu, direct, gw, gw_long, ttfc, serial, floor,
+        floor_serial,
+    )  # fmt: skip
 
 
 def _pct(samples: list[float], q: float) -> float:
@@ -382,28 +439,22 @@ def _pct(samples: list[float], q: float) -> float:
 
 
 def _table(r: Results) -> str:
-    gw, direct = r.gateway, r.direct
-    gw_us = gw.us_per_unit("gateway")
-    ceiling = 1e6 / gw_us
+    direct = r.direct
     limit_ceiling = 1e6 / r.limit_cpu_us
     sp_ceiling = 1e6 / direct.us_per_unit("scripted")
     rows = [
         "| measure | baseline | gateway | ratio / added | target |",
         "| --- | --- | --- | --- | --- |",
-        f"| (a)/(b) chunks/s published with acks, end to end | {r.limit:,.0f} (ChunkPublisher "
-        f"alone) | {gw.rate:,.0f} ({SESSIONS_B} sessions, {gw.units:,} chunks) "
-        f"| {gw.rate / r.limit:.2f}x | >= 0.5x |",
-        f"| (a)/(b) CPU per chunk in its own process, us | {r.limit_cpu_us:.1f} (publisher) "
-        f"| {gw_us:.1f} (gateway process) | {gw_us / r.limit_cpu_us:.1f}x the CPU | |",
-        f"| (a)/(b) one-core ceiling, chunks/s (1 / CPU per chunk) | {limit_ceiling:,.0f} "
-        f"| {ceiling:,.0f} | {ceiling / limit_ceiling:.2f}x | >= 0.5x |",
+        *_load_rows(r, r.gateway, FRAGMENTS_B),
+        *_load_rows(r, r.gateway_long, FRAGMENTS_LONG),
         f"| (b0)/(b) vs the scripted provider alone, events/s | {direct.rate:,.0f} (direct) "
-        f"| {gw.rate:,.0f} | {gw.rate / direct.rate:.2f}x | |",
+        f"| {r.gateway.rate:,.0f} | {r.gateway.rate / direct.rate:.2f}x | |",
         f"| (b0) scripted provider CPU per event, us (its ceiling, events/s) "
         f"| {direct.us_per_unit('scripted'):.1f} ({sp_ceiling:,.0f}) | | | |",
-        f"| (b) CPU s during the gateway round: gateway / provider / load generator / nats "
-        f"| | {gw.cpu['gateway']:.2f} / {gw.cpu['scripted']:.2f} / {gw.cpu['load']:.2f} "
-        f"/ {gw.cpu['nats']:.2f} in {gw.seconds:.2f} s wall | | |",
+        f"| (a) raw pipelined publish CPU per chunk, us (its one-core ceiling, chunks/s) "
+        f"| {r.limit_cpu_us:.1f} ({limit_ceiling:,.0f}) | | | |",
+        f"| (a') ChunkPublisher alone: chunks/s, CPU per chunk us | {r.limit:,.0f} (a) "
+        f"| {r.publisher:,.0f}, {r.publisher_cpu_us:.1f} us | {r.publisher / r.limit:.2f}x | |",
     ]
     label = f"(d) {SESSIONS_D} sessions at once, {RATE_D} fragments/s"
     return "\n".join(
@@ -415,6 +466,24 @@ def _table(r: Results) -> str:
             *_ttfc_rows("(d0) bare proxy, one at a time", r.floor_serial, "bare proxy"),
         ]
     )
+
+
+def _load_rows(r: Results, gw: Load, fragments: int) -> list[str]:
+    us = gw.us_per_unit("gateway")
+    ceiling, limit_ceiling = 1e6 / us, 1e6 / r.limit_cpu_us
+    label = f"(b) {SESSIONS_B} sessions x {fragments} fragments"
+    return [
+        f"| {label}: chunks/s published with acks, end to end | {r.limit:,.0f} (a: raw "
+        f"pipelined publish) | {gw.rate:,.0f} ({gw.units:,} chunks) "
+        f"| {gw.rate / r.limit:.2f}x | >= 0.5x |",
+        f"| {label}: CPU per chunk in its own process, us | {r.limit_cpu_us:.1f} (raw loop) "
+        f"| {us:.1f} (gateway process) | {us / r.limit_cpu_us:.1f}x the CPU | |",
+        f"| {label}: one-core ceiling, chunks/s (1 / CPU per chunk) | {limit_ceiling:,.0f} "
+        f"| {ceiling:,.0f} | {ceiling / limit_ceiling:.2f}x | |",
+        f"| {label}: CPU s in the round, gateway / provider / load generator / nats "
+        f"| | {gw.cpu['gateway']:.2f} / {gw.cpu['scripted']:.2f} / {gw.cpu['load']:.2f} "
+        f"/ {gw.cpu['nats']:.2f} in {gw.seconds:.2f} s wall | | |",
+    ]
 
 
 def _ttfc_rows(label: str, pairs: list[tuple[float, float]], via: str = "gateway") -> list[str]:
