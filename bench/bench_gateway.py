@@ -10,6 +10,8 @@
     (each response ends only after its acks), and the gateway process's own CPU per chunk,
     which gives its one-core ceiling; with short answers (100 fragments, where the requests'
     own work and the rounds' ramp-up and ramp-down weigh) and long ones (500 fragments);
+(b2) the same loads dealt between two gateway processes on the same broker (as docker-compose
+    deploys them behind nginx): what the gateway tier does with the CPU one process leaves;
 (b0) the same load sent to the scripted provider directly: the upstream's own ceiling;
 (d) added time to first chunk (first body bytes): 50 sessions at once, each sending requests
     one after another, alternating direct and through the gateway, with the provider pacing
@@ -19,6 +21,9 @@
 (d0) the floor of any Python gateway: (d) and (d1) through a bare streaming proxy (uvicorn +
     httptools on uvloop, aiohttp to the provider, bytes passed through; no checks, no broker),
     so the gateway's own share of the added time is visible.
+
+The latency rows run first, on a quiet broker: after the load rounds the broker is still
+writing ~150k messages out for a while, which would be measured as the gateway's latency.
 
 The load generator is a raw HTTP/1.1 client on uvloop (one pre-encoded request, bytes counted,
 nothing parsed but the header end and the last chunk), so that on these 2 shared cores it
@@ -259,18 +264,20 @@ class Load:
         """Units per second."""
         return self.units / self.seconds
 
-    def us_per_unit(self, name: str) -> float:
-        """CPU microseconds of process ``name`` per unit."""
-        return self.cpu[name] / self.units * 1e6
+    def us_per_unit(self, *names: str) -> float:
+        """CPU microseconds of the processes ``names`` together per unit."""
+        return sum(self.cpu[name] for name in names) / self.units * 1e6
 
 
 async def _round(
-    port: int, tag: str, procs: dict[str, psutil.Process], fragments: int = FRAGMENTS_B
+    ports: list[int], tag: str, procs: dict[str, psutil.Process], fragments: int = FRAGMENTS_B
 ) -> tuple[float, dict[str, float]]:
-    callers = await asyncio.gather(*(Caller.open(port) for _ in range(SESSIONS_B)))
+    """One round of 200 sessions, dealt round-robin over ``ports`` (as a load balancer would)."""
+    at = [ports[i % len(ports)] for i in range(SESSIONS_B)]
+    callers = await asyncio.gather(*(Caller.open(port) for port in at))
     requests = [
         streaming_request(port, "/v1/chat/completions", f"{tag}-{i}", f"fragments={fragments}")
-        for i in range(SESSIONS_B)
+        for i, port in enumerate(at)
     ]
     before = {name: _cpu_s(p) for name, p in procs.items()}
     started = time.perf_counter()
@@ -283,7 +290,7 @@ async def _round(
 
 
 async def bench_load(
-    port: int,
+    ports: list[int],
     tag: str,
     procs: dict[str, psutil.Process],
     counted: Counter | None,
@@ -294,11 +301,11 @@ async def bench_load(
     ``counted`` gives the chunks in the broker (the gateway's units); without it a round's
     units are the events the provider streams.
     """
-    await _round(port, f"{tag}-warm", procs, fragments)
+    await _round(ports, f"{tag}-warm", procs, fragments)
     best: Load | None = None
     for r in range(ROUNDS_B):
         before = await counted() if counted else 0
-        elapsed, cpu = await _round(port, f"{tag}-{r}", procs, fragments)
+        elapsed, cpu = await _round(ports, f"{tag}-{r}", procs, fragments)
         units = await counted() - before if counted else SESSIONS_B * (fragments + 4)
         load = Load(elapsed, units, cpu)  # events: text deltas + role, finish, usage, [DONE]
         best = load if best is None or load.rate > best.rate else best
@@ -389,6 +396,8 @@ class Results:
     direct: Load
     gateway: Load
     gateway_long: Load
+    pair: Load
+    pair_long: Load
     ttfc: list[tuple[float, float]]
     serial: list[tuple[float, float]]
     floor: list[tuple[float, float]]
@@ -399,37 +408,43 @@ async def _run() -> Results:
     with tempfile.TemporaryDirectory() as tmp:
         server = EmbeddedServer(Path(tmp))
         server.start()
-        sp_port, gw_port, px_port = free_port(), free_port(), free_port()
+        sp_port, gw_port, gw2_port, px_port = free_port(), free_port(), free_port(), free_port()
+        upstream = f"http://127.0.0.1:{sp_port}"
         scripted = _spawn(_SCRIPTED, str(sp_port), str(FRAGMENTS_B))
-        gateway = _spawn(_GATEWAY, str(gw_port), server.url, f"http://127.0.0.1:{sp_port}")
+        gateway = _spawn(_GATEWAY, str(gw_port), server.url, upstream)
+        gateway2 = _spawn(_GATEWAY, str(gw2_port), server.url, upstream)
         proxy = _spawn(_PROXY, str(px_port), str(sp_port))
         try:
-            await _wait_up(sp_port)
-            await _wait_up(gw_port)
-            await _wait_up(px_port)
+            for port in (sp_port, gw_port, gw2_port, px_port):
+                await _wait_up(port)
             me = psutil.Process()
             procs = {
-                "gateway": psutil.Process(gateway.pid), "scripted": psutil.Process(scripted.pid),
-                "load": me, "nats": next(p for p in me.children() if p.name() == "nats-server"),
+                "gateway": psutil.Process(gateway.pid), "gateway2": psutil.Process(gateway2.pid),
+                "scripted": psutil.Process(scripted.pid), "load": me,
+                "nats": next(p for p in me.children() if p.name() == "nats-server"),
             }  # fmt: skip
-            limit, limit_cpu = await bench_publish_limit(server.url)
-            publisher, publisher_cpu = await bench_chunk_publisher(server.url)
-            direct = await bench_load(sp_port, "b0", procs, None)
-            count = lambda: _stream_count(server.url)  # noqa: E731
-            gw = await bench_load(gw_port, "b", procs, count)
-            gw_long = await bench_load(gw_port, "bl", procs, count, FRAGMENTS_LONG)
+            # Latency first, on a quiet broker: after the load rounds it is still writing
+            # their ~150k messages out, which would be measured as the gateway's latency.
             ttfc = await bench_ttfc(sp_port, gw_port, SESSIONS_D, PAIRS_D)
             serial = await bench_ttfc(sp_port, gw_port, 1, SERIAL_D)
             floor = await bench_ttfc(sp_port, px_port, SESSIONS_D, PAIRS_D)
             floor_serial = await bench_ttfc(sp_port, px_port, 1, SERIAL_D)
+            limit, limit_cpu = await bench_publish_limit(server.url)
+            publisher, publisher_cpu = await bench_chunk_publisher(server.url)
+            direct = await bench_load([sp_port], "b0", procs, None)
+            count = lambda: _stream_count(server.url)  # noqa: E731
+            gw = await bench_load([gw_port], "b", procs, count)
+            gw_long = await bench_load([gw_port], "bl", procs, count, FRAGMENTS_LONG)
+            pair = await bench_load([gw_port, gw2_port], "b2", procs, count)
+            pair_long = await bench_load([gw_port, gw2_port], "b2l", procs, count, FRAGMENTS_LONG)
         finally:
-            for proc in (gateway, scripted, proxy):
+            for proc in (gateway, gateway2, scripted, proxy):
                 proc.terminate()
                 proc.wait(10)
             server.stop()
     return Results(
-        limit, limit_cpu, publisher, publisher_cpu, direct, gw, gw_long, ttfc, serial, floor,
-        floor_serial,
+        limit, limit_cpu, publisher, publisher_cpu, direct, gw, gw_long, pair, pair_long,
+        ttfc, serial, floor, floor_serial,
     )  # fmt: skip
 
 
@@ -447,6 +462,8 @@ def _table(r: Results) -> str:
         "| --- | --- | --- | --- | --- |",
         *_load_rows(r, r.gateway, FRAGMENTS_B),
         *_load_rows(r, r.gateway_long, FRAGMENTS_LONG),
+        *_pair_rows(r, r.pair, FRAGMENTS_B),
+        *_pair_rows(r, r.pair_long, FRAGMENTS_LONG),
         f"| (b0)/(b) vs the scripted provider alone, events/s | {direct.rate:,.0f} (direct) "
         f"| {r.gateway.rate:,.0f} | {r.gateway.rate / direct.rate:.2f}x | |",
         f"| (b0) scripted provider CPU per event, us (its ceiling, events/s) "
@@ -483,6 +500,16 @@ def _load_rows(r: Results, gw: Load, fragments: int) -> list[str]:
         f"| {label}: CPU s in the round, gateway / provider / load generator / nats "
         f"| | {gw.cpu['gateway']:.2f} / {gw.cpu['scripted']:.2f} / {gw.cpu['load']:.2f} "
         f"/ {gw.cpu['nats']:.2f} in {gw.seconds:.2f} s wall | | |",
+    ]
+
+
+def _pair_rows(r: Results, pair: Load, fragments: int) -> list[str]:
+    label = f"(b2) two gateway processes, sessions dealt between them, x {fragments} fragments"
+    us = pair.us_per_unit("gateway", "gateway2")
+    return [
+        f"| {label}: chunks/s end to end | {r.limit:,.0f} (a) | {pair.rate:,.0f} "
+        f"| {pair.rate / r.limit:.2f}x | |",
+        f"| {label}: CPU per chunk of both gateways, us | | {us:.1f} | | |",
     ]
 
 
