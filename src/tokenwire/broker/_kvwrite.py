@@ -26,24 +26,11 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 
 from tokenwire.broker._errors import StepRegistryError
+from tokenwire.broker._puback import puback_decoder
 
 _WRONG_LAST_SEQUENCE = 10071
 """JetStream's error code when the key's last revision is not the expected one."""
 _EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
-
-
-class _ApiErr(msgspec.Struct):
-    code: int = 0
-    err_code: int = 0
-    description: str = ""
-
-
-class _PubAck(msgspec.Struct):
-    seq: int = 0
-    error: _ApiErr | None = None
-
-
-_ack_decoder = msgspec.json.Decoder(_PubAck)
 
 
 class KvWriter:
@@ -108,7 +95,7 @@ class KvWriter:
             future.set_exception(StepRegistryError(f"write to {msg.subject}: status {status}"))
             return
         try:
-            ack = _ack_decoder.decode(msg.data)
+            ack = puback_decoder.decode(msg.data)
         except msgspec.DecodeError as exc:
             future.set_exception(StepRegistryError(f"undecodable KV ack: {exc}"))
             return

@@ -29,7 +29,6 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -44,27 +43,12 @@ from tokenwire.broker._errors import (
     PublishTimeout,
 )
 from tokenwire.broker._frames import FrameWriter
+from tokenwire.broker._puback import puback_decoder
 from tokenwire.broker._topology import Topology, chunk_subject, msg_id
 
 StepKey = tuple[str, int, int]
 _RETRYABLE_CODES = frozenset({408, 503})
 _MAX_REMEMBERED_FAILURES = 10_000
-
-
-class _ApiErr(msgspec.Struct):
-    code: int = 0
-    err_code: int = 0
-    description: str = ""
-
-
-class _PubAck(msgspec.Struct):
-    stream: str = ""
-    seq: int = 0
-    duplicate: bool = False
-    error: _ApiErr | None = None
-
-
-_ack_decoder = msgspec.json.Decoder(_PubAck)
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,7 +274,7 @@ class ChunkPublisher:
         if status is not None:
             self._retry_later(entry, int(status) if status.isdigit() else 503)
             return
-        ack = _ack_decoder.decode(msg.data)
+        ack = puback_decoder.decode(msg.data)
         if ack.error is None:
             self._resolve(token, ack.duplicate)
         elif ack.error.code in _RETRYABLE_CODES:
