@@ -33,6 +33,7 @@ costs a fraction of the gateway's CPU; the CPU of every process is measured and 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
 import statistics
@@ -432,7 +433,7 @@ async def _run() -> Results:
             limit, limit_cpu = await bench_publish_limit(server.url)
             publisher, publisher_cpu = await bench_chunk_publisher(server.url)
             direct = await bench_load([sp_port], "b0", procs, None)
-            count = lambda: _stream_count(server.url)  # noqa: E731
+            count = functools.partial(_stream_count, server.url)
             gw = await bench_load([gw_port], "b", procs, count)
             gw_long = await bench_load([gw_port], "bl", procs, count, FRAGMENTS_LONG)
             pair = await bench_load([gw_port, gw2_port], "b2", procs, count)
