@@ -33,6 +33,7 @@ from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_de
 
 GEMINI_KEY = "gm-SENTINEL-0a1b2c3d"
 GEMINI_PATH = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+SKIP = "skip_thought_signature_validator"  # Google's documented value, written out here
 
 
 def gemini_rig(body: bytes) -> Any:
@@ -183,8 +184,9 @@ async def test_tool_round_trip_to_gemini_names_results_after_their_calls():
                 "role": "model",
                 "parts": [
                     {"text": "Checking."},
-                    {"functionCall": {"name": "w", "args": {"c": 1}}},
-                    {"functionCall": {"name": "v", "args": {}}},
+                    # Gemini 3 refuses function calls without a signature (documented skip value)
+                    {"functionCall": {"name": "w", "args": {"c": 1}}, "thoughtSignature": SKIP},
+                    {"functionCall": {"name": "v", "args": {}}, "thoughtSignature": SKIP},
                 ],
             },
             {

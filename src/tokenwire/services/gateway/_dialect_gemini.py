@@ -12,8 +12,12 @@ What changes on the way (docs/gateway.md, "Translation"):
   for an error result);
 - tools are ``functionDeclarations`` with the JSON schema as ``parametersJsonSchema`` (full
   JSON Schema, unlike ``parameters``' OpenAPI subset);
-- reasoning from the history is not sent: Gemini's thought signatures do not survive a
-  caller of another dialect, and other providers' reasoning means nothing to Gemini.
+- reasoning from the history is not sent: other providers' reasoning means nothing to
+  Gemini, and Gemini's own thought signatures (in the step's ``finish.replay_state``) never
+  reach a caller of another dialect. Gemini 3 refuses (400) a history whose function calls
+  lack their signature, so each ``functionCall`` part carries Google's documented skip
+  value instead (:data:`SKIP_SIGNATURE`): the request validates, without the model's
+  earlier reasoning state.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ from tokenwire.services.gateway._neutral import (
     ToolChoice,
     arguments_object,
 )
+
+SKIP_SIGNATURE = "skip_thought_signature_validator"
+"""The thought signature Google accepts in place of one a client could not keep."""
 
 
 def neutral_to_gemini(req: NeutralRequest) -> dict[str, Any]:
@@ -81,7 +88,8 @@ def _part(b: ContentBlock, names: dict[str, str]) -> dict[str, Any] | None:
         case ReasoningBlock():
             return None
         case ToolCallBlock(name=name, arguments=args):
-            return {"functionCall": {"name": name, "args": arguments_object(args)}}
+            call = {"name": name, "args": arguments_object(args)}
+            return {"functionCall": call, "thoughtSignature": SKIP_SIGNATURE}
         case ToolResultBlock():
             return {"functionResponse": _response(b, names)}
         case ImageBlock():
