@@ -184,9 +184,10 @@ async def test_tool_round_trip_to_gemini_names_results_after_their_calls():
                 "role": "model",
                 "parts": [
                     {"text": "Checking."},
-                    # Gemini 3 refuses function calls without a signature (documented skip value)
+                    # No signature kept (ids from elsewhere): Google's skip value goes on the
+                    # turn's first call, where Gemini puts a turn's signature itself
                     {"functionCall": {"name": "w", "args": {"c": 1}}, "thoughtSignature": SKIP},
-                    {"functionCall": {"name": "v", "args": {}}, "thoughtSignature": SKIP},
+                    {"functionCall": {"name": "v", "args": {}}},
                 ],
             },
             {
@@ -211,6 +212,56 @@ async def test_tool_round_trip_to_gemini_names_results_after_their_calls():
         ],
         "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["w"]}},
         "generationConfig": {"topP": 0.5, "stopSequences": ["END"]},
+    }
+
+
+async def test_a_gemini_thought_signature_goes_back_with_its_call():
+    """Gemini 3 needs each function call's signature in the next request: an OpenAI caller
+    that returns the tool call's id as it got it returns the signature with it."""
+    name = "google/gemini-stream-function-call-thought-signature"
+    body = recording(f"{name}.sse")
+    rig = gemini_rig(body)
+    first = [{"role": "user", "content": "What is the capital of the user country?"}]
+    stream = await rig.openai().chat.completions.create(
+        model="gemini/gemini-2.5-flash", messages=first, stream=True
+    )
+    (call,) = (await collect_openai(stream))["tool_calls"]
+    history = [
+        *first,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": call["id"], "type": "function",
+                 "function": {"name": call["name"], "arguments": call["arguments"]}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": call["id"], "content": "France"},
+    ]  # fmt: skip
+    async with rig.client(authorization=f"Bearer {GATEWAY_KEY}") as client:
+        response = await client.post(
+            "/v1/chat/completions", json={"model": "gemini/gemini-2.5-flash", "messages": history}
+        )
+    assert response.status_code == 200, response.text
+    recorded_signature = next(
+        part["thoughtSignature"]
+        for line in body.decode().splitlines()
+        if line.startswith("data: ")
+        for candidate in json.loads(line[6:])["candidates"]
+        for part in candidate["content"]["parts"]
+        if "functionCall" in part
+    )
+    sent_back = msgspec.json.decode(rig.upstream.requests[1][1])["contents"]
+    assert sent_back[1] == {
+        "role": "model",
+        "parts": [
+            {"functionCall": {"name": "get_country", "args": {}},
+             "thoughtSignature": recorded_signature}
+        ],
+    }  # fmt: skip
+    assert sent_back[2] == {
+        "role": "user",
+        "parts": [{"functionResponse": {"name": "get_country", "response": {"result": "France"}}}],
     }
 
 

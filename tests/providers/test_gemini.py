@@ -9,6 +9,7 @@ There is no Gemini SDK accumulator to use as an oracle: the arithmetic is checke
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 from typing import Any
@@ -32,7 +33,7 @@ from tests.providers.conftest import (
     stream_over_socket,
 )
 from tokenwire.fold import fold
-from tokenwire.providers._gemini import GeminiNormaliser
+from tokenwire.providers._gemini import GeminiNormaliser, signed_call_id, split_call_id
 from tokenwire.schemas import (
     BlockEnd,
     BlockStart,
@@ -160,9 +161,32 @@ def test_recording_matches_hand_expected(name: str) -> None:
     check_expected(name, run(recording(name)))
 
 
+def expected_blocks(name: str) -> dict[int, Any]:
+    """EXPECTED's blocks, each tool call's id carrying the thought signature of its
+    ``functionCall`` part, read from the recording with ``json`` and re-encoded base64url
+    without padding by the standard library (the id scheme in docs/providers.md)."""
+    signatures: dict[str, str] = {}
+    for line in (recordings_dir() / "google" / f"{name}.sse").read_text().splitlines():
+        if not line.startswith("data: "):
+            continue
+        for candidate in json.loads(line[6:]).get("candidates", []):
+            for part in candidate.get("content", {}).get("parts", []):
+                if "functionCall" in part and "thoughtSignature" in part:
+                    signatures[part["functionCall"]["name"]] = part["thoughtSignature"]
+    out: dict[int, Any] = {}
+    for index, block in EXPECTED[name]["blocks"].items():
+        out[index] = block
+        if isinstance(block, ToolCallBlock) and block.name in signatures:
+            raw = base64.b64decode(signatures[block.name])
+            suffix = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+            signed = f"{block.id}__thought__{suffix}"
+            out[index] = ToolCallBlock(signed, block.name, block.arguments)
+    return out
+
+
 def check_expected(name: str, chunks: list[StreamChunk]) -> None:
     want = EXPECTED[name]
-    assert ended(chunks) == want["blocks"]
+    assert ended(chunks) == expected_blocks(name)
     assert chunks[-2] == Usage(want["usage"])
     finish = chunks[-1]
     assert isinstance(finish, Finish)
@@ -214,11 +238,12 @@ def test_recording_any_split_gives_the_same_chunks(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_recording_folds_to_expected_message(name: str) -> None:
     want = EXPECTED[name]
+    blocks = expected_blocks(name)
     message = fold(run(recording(name)))
     assert isinstance(message, Message)
-    assert message.content == [want["blocks"][i] for i in sorted(want["blocks"])]
+    assert message.content == [blocks[i] for i in sorted(blocks)]
     assert (message.finish_reason, message.usage) == (want["finish"], want["usage"])
-    calls = [b for b in want["blocks"].values() if isinstance(b, ToolCallBlock)]
+    calls = [b for b in blocks.values() if isinstance(b, ToolCallBlock)]
     assert message.tool_calls == calls
     assert message.dropped_tool_calls == []
 
@@ -381,3 +406,22 @@ def test_no_usage_metadata_means_no_usage_chunk() -> None:
         BlockEnd(0, TextBlock("a")),
         Finish("stop"),
     ]
+
+
+def test_a_signed_call_id_gives_back_the_signature_exactly() -> None:
+    signature = base64.b64encode(bytes(range(256))).decode()  # has +, / and = padding
+    signed = signed_call_id("call_0_f", signature)
+    assert signed.startswith("call_0_f__thought__")
+    assert set(signed) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+    assert split_call_id(signed) == ("call_0_f", signature)
+    assert split_call_id("call_0_f") == ("call_0_f", None)
+    assert signed_call_id("call_0_f", None) == "call_0_f"
+    assert signed_call_id("call_0_f", "not base64!") == "call_0_f"
+
+
+def test_a_function_call_with_a_signature_gets_a_signed_id() -> None:
+    signature = base64.b64encode(b"opaque signature bytes").decode()
+    parts = [{"functionCall": {"name": "f", "args": {}}, "thoughtSignature": signature}]
+    chunks = run([chunk_event(parts, "STOP")])
+    (call,) = [c for c in chunks if isinstance(c, ToolCallDelta)]
+    assert split_call_id(call.id) == ("call_0_f", signature)

@@ -31,7 +31,7 @@ from tokenwire.providers._errors import (
     UnknownProviderError,
     is_retryable,
 )
-from tokenwire.providers._gemini import GeminiNormaliser
+from tokenwire.providers._gemini import GeminiNormaliser, signed_call_id, split_call_id
 from tokenwire.providers._openai_chat import OpenAIChatNormaliser
 from tokenwire.providers._openai_responses import OpenAIResponsesNormaliser
 from tokenwire.providers._registry import (
@@ -72,6 +72,8 @@ __all__ = [
     "is_retryable",
     "normalise_body",
     "provider_names",
+    "signed_call_id",
+    "split_call_id",
     "stream_batches",
     "stream_chunks",
     "transport_code",

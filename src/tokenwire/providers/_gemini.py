@@ -9,8 +9,11 @@ more than one candidate.
   ends the open block and the next one gets the next index (0, 1, 2, ...).
 - A ``functionCall`` part arrives complete: it becomes block-start, one tool-call delta holding
   all of its arguments (the provider's JSON text of ``args``, untouched) and block-end. Its id
-  is the provider's ``id`` when sent, else ``call_<index>_<name>`` (stable across replays).
-- ``thoughtSignature``s are kept in ``finish.replay_state["thought_signatures"]`` as
+  is the provider's ``id`` when sent, else ``call_<index>_<name>`` (stable across replays),
+  and when the part carries a thought signature, ``<id>__thought__<signature, base64url>``
+  (:func:`signed_call_id`): whoever returns the call's id returns its signature, which
+  Gemini 3 requires with the call in the next request (:func:`split_call_id` reads it back).
+- All ``thoughtSignature``s are also kept in ``finish.replay_state["thought_signatures"]`` as
   ``[{"index": block_index, "signature": sig}]`` (``index`` ``None`` for a signature that came
   on an empty text part): Gemini attaches them to the part they must be sent back on (a
   function call, or the first text part after the thoughts), not to the thought summaries, and
@@ -24,6 +27,8 @@ more than one candidate.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any, Final, Literal
 
 import msgspec
@@ -50,6 +55,34 @@ from tokenwire.sse import SseEvent
 __all__ = ["GeminiNormaliser"]
 
 # --- the provider's wire format, decoded once (unknown fields ignored) ----------------------
+
+
+SIGNATURE_MARK: Final = "__thought__"
+"""Separates a Gemini tool call's id from the thought signature it carries."""
+
+
+def signed_call_id(call_id: str, signature: str | None) -> str:
+    """``call_id`` carrying ``signature`` (standard base64 in, base64url without padding in the
+    id, so the id stays letters, digits, ``-`` and ``_``), or ``call_id`` without one."""
+    if not signature:
+        return call_id
+    try:
+        raw = base64.b64decode(signature, validate=True)
+    except (binascii.Error, ValueError):
+        return call_id  # not base64: Gemini's are; keep the id plain rather than guess
+    return f"{call_id}{SIGNATURE_MARK}{base64.urlsafe_b64encode(raw).rstrip(b'=').decode()}"
+
+
+def split_call_id(call_id: str) -> tuple[str, str | None]:
+    """(the plain id, the thought signature in standard base64 or None) of a tool call id."""
+    plain, mark, encoded = call_id.rpartition(SIGNATURE_MARK)
+    if not mark or not encoded:
+        return call_id, None
+    try:
+        raw = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+    except (binascii.Error, ValueError):
+        return call_id, None
+    return plain, base64.b64encode(raw).decode()
 
 
 class _FunctionCall(msgspec.Struct, frozen=True):
@@ -204,7 +237,7 @@ class GeminiNormaliser:
             ended = self._end_open()
             index = self._next_index
             self._sign(index, part.thought_signature)
-            return ended + self._tool_call(index, part.function_call)
+            return ended + self._tool_call(index, part.function_call, part.thought_signature)
         if not part.text:  # empty (or non-text: inline data, code execution) parts
             self._sign(self._open.index if self._open else None, part.thought_signature)
             return []
@@ -236,13 +269,15 @@ class GeminiNormaliser:
             return [BlockEnd(block.index, TextBlock(text))]
         return [BlockEnd(block.index, ReasoningBlock(text))]
 
-    def _tool_call(self, index: int, call: _FunctionCall) -> list[StreamChunk]:
+    def _tool_call(
+        self, index: int, call: _FunctionCall, signature: str | None
+    ) -> list[StreamChunk]:
         self._next_index += 1
         self._tool_calls += 1
         # Gemini sends the whole args object at once; its JSON text is kept byte for byte.
         arguments = bytes(call.args).decode()
         self._chars += len(arguments)
-        call_id = call.id or f"call_{index}_{call.name}"
+        call_id = signed_call_id(call.id or f"call_{index}_{call.name}", signature)
         return [
             BlockStart(index, "tool-call"),
             ToolCallDelta(index, call_id, call.name, arguments),

@@ -12,18 +12,21 @@ What changes on the way (docs/gateway.md, "Translation"):
   for an error result);
 - tools are ``functionDeclarations`` with the JSON schema as ``parametersJsonSchema`` (full
   JSON Schema, unlike ``parameters``' OpenAPI subset);
-- reasoning from the history is not sent: other providers' reasoning means nothing to
-  Gemini, and Gemini's own thought signatures (in the step's ``finish.replay_state``) never
-  reach a caller of another dialect. Gemini 3 refuses (400) a history whose function calls
-  lack their signature, so each ``functionCall`` part carries Google's documented skip
-  value instead (:data:`SKIP_SIGNATURE`): the request validates, without the model's
-  earlier reasoning state.
+- reasoning text from the history is not sent (other providers' reasoning means nothing to
+  Gemini). Thought signatures are: Gemini 3 refuses (400) a history whose function calls
+  lack theirs. A Gemini tool call's id carries its signature (``<id>__thought__<sig>``, see
+  ``tokenwire.providers.signed_call_id``), so a caller that returns the ids returns the
+  signatures, and each goes back on its ``functionCall`` part. A model turn whose calls
+  carry none (history from another provider, or ids the caller rewrote) gets Google's
+  documented skip value on its first call (:data:`SKIP_SIGNATURE`), where Gemini itself puts
+  a turn's signature: the request validates, without that turn's reasoning state.
 """
 
 from __future__ import annotations
 
 from typing import Any, assert_never
 
+from tokenwire.providers import split_call_id
 from tokenwire.schemas import (
     ContentBlock,
     ImageBlock,
@@ -72,6 +75,8 @@ def _contents(messages: list[NeutralMessage]) -> list[dict[str, Any]]:
     for m in messages:
         role = "model" if m.role == "assistant" else "user"
         parts = [p for b in m.content if (p := _part(b, names)) is not None]
+        if role == "model":
+            _sign_first_call(parts)
         if not parts:
             continue
         if out and out[-1]["role"] == role:
@@ -87,15 +92,25 @@ def _part(b: ContentBlock, names: dict[str, str]) -> dict[str, Any] | None:
             return {"text": text} if text else None
         case ReasoningBlock():
             return None
-        case ToolCallBlock(name=name, arguments=args):
-            call = {"name": name, "args": arguments_object(args)}
-            return {"functionCall": call, "thoughtSignature": SKIP_SIGNATURE}
+        case ToolCallBlock(id=id_, name=name, arguments=args):
+            part: dict[str, Any] = {"functionCall": {"name": name, "args": arguments_object(args)}}
+            _, signature = split_call_id(id_)
+            if signature is not None:
+                part["thoughtSignature"] = signature
+            return part
         case ToolResultBlock():
             return {"functionResponse": _response(b, names)}
         case ImageBlock():
             return _image(b)
         case _:
             assert_never(b)
+
+
+def _sign_first_call(parts: list[dict[str, Any]]) -> None:
+    """A model turn whose calls kept no signature: the skip value on its first call."""
+    calls = [p for p in parts if "functionCall" in p]
+    if calls and not any("thoughtSignature" in p for p in calls):
+        calls[0]["thoughtSignature"] = SKIP_SIGNATURE
 
 
 def _response(b: ToolResultBlock, names: dict[str, str]) -> dict[str, Any]:
