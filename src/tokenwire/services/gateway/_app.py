@@ -129,19 +129,12 @@ class Gateway:
         outbox = Outbox(self.settings.caller_buffer_bytes)
         run = StepRun(plan, output, outbox, self.deps, self.metrics, self.settings.ack_timeout_s)
         try:
-            await run.begin()  # in this task: no task switch before the first chunk
+            await self._begin(run, span)
         except GatewayError as exc:
-            span.end()
             return self._error(ep, exc, run.identity)
-        except BaseException:
-            span.end()
-            raise
-        self._continue(run, span)
-        assert run.identity is not None  # a begun step is claimed
         if isinstance(output, FoldingOutput):
             return await self._complete(run, output, ep, reply)
-        headers = {**run.identity.headers(), "cache-control": "no-cache"}
-        return StepStream(run.outbox, headers, lambda: self._caller_left(run))
+        return self._stream(run)
 
     def authenticate(self, headers: Mapping[str, str]) -> None:
         """Raise AuthenticationError unless the headers carry a gateway key (when keys are set)."""
@@ -180,13 +173,24 @@ class Gateway:
             )
         return await assign_next(session, self.deps.steps, new_turn=not tool_result)
 
-    def _continue(self, run: StepRun, span: trace.Span) -> None:
-        """The rest of a begun step, as a task of its own."""
+    async def _begin(self, run: StepRun, span: trace.Span) -> None:
+        """Call the provider and take the first chunk in this task (no task switch before the
+        first chunk), then go on with the step in a task of its own; the span ends with it."""
+        try:
+            await run.begin()
+        except BaseException:
+            span.end()
+            raise
         task = asyncio.create_task(run.finish_rest(), name=f"step of session {run.plan.session}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(lambda _: span.end())
         run.task = task
+
+    def _stream(self, run: StepRun) -> Response:
+        assert run.identity is not None  # a begun step is claimed
+        headers = {**run.identity.headers(), "cache-control": "no-cache"}
+        return StepStream(run.outbox, headers, lambda: self._caller_left(run))
 
     def _caller_left(self, run: StepRun) -> None:
         run.outbox.detach()

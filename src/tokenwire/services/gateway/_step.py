@@ -17,10 +17,10 @@ Semantics (docs/gateway.md, "Publishing"):
 
 Two halves, so that nothing between the request and its first chunk waits for another task
 (each task switch waits behind every other ready callback of a busy gateway):
-:meth:`StepRun.begin` runs in the caller's request task, calls the provider and takes the first
-chunk, and raises the :class:`GatewayError` that prevented the start (after recording it);
-:meth:`StepRun.finish_rest` runs as a task of its own, never raises (except cancellation) and
-leaves a failure after the start in ``error``.
+:meth:`StepRun.begin` runs in the caller's request task, calls the provider, takes the chunks
+of its first read, and raises the :class:`GatewayError` that prevented the start (after
+recording it); :meth:`StepRun.finish_rest` runs as a task of its own, never raises (except
+cancellation) and leaves a failure after the start in ``error``.
 """
 
 from __future__ import annotations
@@ -104,9 +104,9 @@ class StepRun:
         self._chunks: AsyncGenerator[list[StreamChunk], None] | None = None
 
     async def begin(self) -> None:
-        """Call the provider and take its first chunk: published, and the caller's opening
-        and first chunk in the outbox. Raises the :class:`GatewayError` that prevented the
-        start, once it is recorded; the step is then over."""
+        """Call the provider and take the chunks of its first read: published, and the caller's
+        opening and their bytes in the outbox. Raises the :class:`GatewayError` that prevented
+        the start, once it is recorded; the step is then over."""
         self._metrics.in_flight.inc()
         route = self.plan.route
         normaliser = self.output.normaliser(route.normaliser())
