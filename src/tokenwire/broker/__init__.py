@@ -40,6 +40,7 @@ from tokenwire.broker._errors import (
 from tokenwire.broker._provision import ensure_topology
 from tokenwire.broker._publisher import ChunkPublisher, PublisherStats
 from tokenwire.broker._reader import SessionReader, StoredChunk
+from tokenwire.broker._retained import retained_sessions
 from tokenwire.broker._server import (
     URL_FILE,
     EmbeddedCluster,
@@ -113,6 +114,7 @@ __all__ = [
     "parse_stored_subject",
     "partition_consumer",
     "partition_of",
+    "retained_sessions",
     "stored_subject",
     "valid_session",
 ]

@@ -24,7 +24,7 @@ import click
 import msgspec
 from nats.aio.client import Client
 
-from tokenwire.broker import Topology, connect, parse_stored_subject
+from tokenwire.broker import Topology, connect, retained_sessions
 from tokenwire.cli._common import nats_url, run_until_signal, settings, topology
 from tokenwire.cli._errors import CheckFailedError, NotFoundError
 from tokenwire.replay import stored_chunks
@@ -103,12 +103,6 @@ async def rebuild_store(
         return rebuilt, [s for s in only if s not in retained]
     stored = {summary.session for summary in await store.sessions(limit=1_000_000)}
     return rebuilt, sorted(stored - retained)
-
-
-async def retained_sessions(nc: Client, t: Topology) -> set[str]:
-    """The sessions with at least one chunk on the stream (from the stream's subject counts)."""
-    info = await nc.jetstream().stream_info(t.stream, subjects_filter=f"{t.prefix}.chunks.>")
-    return {parse_stored_subject(t, subject)[1] for subject in (info.state.subjects or {})}
 
 
 async def rebuild_session(
