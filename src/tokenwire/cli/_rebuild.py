@@ -101,8 +101,19 @@ async def rebuild_store(
     rebuilt = [await rebuild_session(nc, t, store, s, config) for s in wanted if s in retained]
     if only is not None:
         return rebuilt, [s for s in only if s not in retained]
-    stored = {summary.session for summary in await store.sessions(limit=1_000_000)}
-    return rebuilt, sorted(stored - retained)
+    return rebuilt, sorted(await _stored_sessions(store) - retained)
+
+
+async def _stored_sessions(store: Store, page: int = 10_000) -> set[str]:
+    """Every session the store holds, read a page at a time."""
+    sessions: set[str] = set()
+    offset = 0
+    while True:
+        batch = await store.sessions(limit=page, offset=offset)
+        sessions.update(summary.session for summary in batch)
+        if len(batch) < page:
+            return sessions
+        offset += page
 
 
 async def rebuild_session(
