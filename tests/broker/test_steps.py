@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from tests.fixtures.broker import close_client
 from tokenwire.broker import StepClaimConflict, StepRegistry, Topology, connect
@@ -115,4 +116,28 @@ async def test_begin_then_result_is_next_step(nc: Client, topology: Topology) ->
     assert await first.result() == (0, 0)
     second = await steps.begin_next_step("halves", new_turn=True)  # remembered: sent at once
     assert await second.result() == (1, 0)
+    await steps.close()
+
+
+async def test_a_write_nobody_acknowledges_fails_within_the_bound(
+    nc: Client, topology: Topology
+) -> None:
+    """A subscriber that swallows the KV writes (a responder that never answers): the claim
+    and the assignment end with StepRegistryError after ``timeout_s``, not never."""
+    from tokenwire.broker import StepRegistryError
+    from tokenwire.broker._kvwrite import KvWriter
+
+    swallowed: list[str] = []
+
+    async def swallow(msg: Msg) -> None:
+        swallowed.append(msg.subject)
+
+    await nc.subscribe("$KV.silent.>", cb=swallow)
+    kv = await nc.jetstream().key_value(topology.steps_bucket)
+    steps = StepRegistry(kv, await KvWriter(nc, "silent").start(), timeout_s=0.3)
+    with pytest.raises(StepRegistryError, match=r"no KV ack within 0\.3 s"):
+        await steps.claim("quiet", 0, 0)
+    with pytest.raises(StepRegistryError, match=r"no KV ack within 0\.3 s"):
+        await steps.next_step("quiet", new_turn=True)
+    assert "$KV.silent.quiet.0.0" in swallowed
     await steps.close()
