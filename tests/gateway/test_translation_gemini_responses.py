@@ -452,3 +452,70 @@ async def stored_step(nc: Client, topology: Topology, session: str) -> list[Chun
         envs.append(envelope_decoder.decode((await sub.next_msg(timeout=5)).data))
     await sub.unsubscribe()
     return envs
+
+
+SIGNED = "call_0_get_country__thought__c2lnbmF0dXJl"  # base64url of b"signature", by hand
+
+
+def openai_history(call_id: str) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": "country?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": call_id, "type": "function",
+                 "function": {"name": "get_country", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": call_id, "content": "France"},
+    ]  # fmt: skip
+
+
+async def test_signed_ids_go_plain_to_an_openai_compatible_provider():
+    """OpenAI caps tool call ids at 40 characters: a conversation that continues on another
+    provider (a fallback, a switch) loses the signatures, keeps its ids' pairing."""
+    rig = make_rig(recording("openai/chat-text-include-usage.sse"))
+    async with rig.client(authorization=f"Bearer {GATEWAY_KEY}") as client:
+        response = await client.post(
+            "/v1/chat/completions",
+            json={"model": "openai/gpt-4o", "messages": openai_history(SIGNED), "top_p": 0.5},
+        )
+    assert response.status_code == 200, response.text
+    body = sent(rig)
+    assert body["messages"] == openai_history("call_0_get_country")
+    assert body["top_p"] == 0.5
+
+
+async def test_signed_ids_go_plain_when_translated_to_anthropic():
+    rig = make_rig(recording("anthropic/messages-text-short.sse"))
+    async with rig.client(authorization=f"Bearer {GATEWAY_KEY}") as client:
+        response = await client.post(
+            "/v1/chat/completions",
+            json={"model": "anthropic/claude-sonnet-4-5", "messages": openai_history(SIGNED)},
+        )
+    assert response.status_code == 200, response.text
+    blocks = [b for m in sent(rig)["messages"] for b in m["content"]]
+    assert [b.get("id") or b.get("tool_use_id") for b in blocks if "text" not in b] == [
+        "call_0_get_country",
+        "call_0_get_country",
+    ]
+
+
+async def test_signed_ids_go_plain_from_an_anthropic_caller_to_anthropic():
+    rig = make_rig(recording("anthropic/messages-text-short.sse"))
+    messages = [
+        {"role": "user", "content": "country?"},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": SIGNED, "name": "get_country", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": SIGNED, "content": "France"}]},
+    ]  # fmt: skip
+    async with rig.anthropic() as client:
+        await client.messages.create(
+            model="anthropic/claude-sonnet-4-5", max_tokens=10, messages=messages
+        )
+    sent_messages = sent(rig)["messages"]
+    assert sent_messages[1]["content"][0]["id"] == "call_0_get_country"
+    assert sent_messages[2]["content"][0]["tool_use_id"] == "call_0_get_country"
+    assert sent_messages[0] == messages[0]

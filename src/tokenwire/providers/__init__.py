@@ -31,7 +31,12 @@ from tokenwire.providers._errors import (
     UnknownProviderError,
     is_retryable,
 )
-from tokenwire.providers._gemini import GeminiNormaliser, signed_call_id, split_call_id
+from tokenwire.providers._gemini import (
+    SIGNATURE_MARK,
+    GeminiNormaliser,
+    signed_call_id,
+    split_call_id,
+)
 from tokenwire.providers._openai_chat import OpenAIChatNormaliser
 from tokenwire.providers._openai_responses import OpenAIResponsesNormaliser
 from tokenwire.providers._registry import (
@@ -54,6 +59,7 @@ from tokenwire.providers._stream import (
 __all__ = [
     "DEFAULT_TIMEOUT",
     "KEEPALIVE_S",
+    "SIGNATURE_MARK",
     "AnthropicNormaliser",
     "AuthStyle",
     "Dialect",

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from tokenwire.providers import SIGNATURE_MARK
 from tokenwire.schemas import (
     ContentBlock,
     ImageBlock,
@@ -26,6 +27,7 @@ from tokenwire.services.gateway._neutral import (
     NeutralTool,
     ToolChoice,
     arguments_object,
+    plain_call_id,
 )
 from tokenwire.services.gateway._validate import convert
 
@@ -275,3 +277,35 @@ def _render_tool(t: NeutralTool) -> dict[str, Any]:
     if t.description is not None:
         tool["description"] = t.description
     return tool
+
+
+def anthropic_plain_ids(messages: Any) -> Any:
+    """Messages (as sent) with Gemini thought signatures taken out of ``tool_use`` ids and
+    ``tool_result`` references (:func:`plain_call_id`); unchanged when none carries one."""
+    if not isinstance(messages, list) or not any(_anthropic_signed(m) for m in messages):
+        return messages
+    return [_plain_anthropic_message(m) if isinstance(m, dict) else m for m in messages]
+
+
+def _anthropic_signed(m: Any) -> bool:
+    content = m.get("content") if isinstance(m, dict) else None
+    if not isinstance(content, list):
+        return False
+    ids = [b.get("id") or b.get("tool_use_id") for b in content if isinstance(b, dict)]
+    return any(isinstance(i, str) and SIGNATURE_MARK in i for i in ids)
+
+
+def _plain_anthropic_message(m: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(m.get("content"), list):
+        return m
+    return {**m, "content": [_plain_block(b) for b in m["content"]]}
+
+
+def _plain_block(b: Any) -> Any:
+    if not isinstance(b, dict):
+        return b
+    if b.get("type") == "tool_use" and isinstance(b.get("id"), str):
+        return {**b, "id": plain_call_id(b["id"])}
+    if b.get("type") == "tool_result" and isinstance(b.get("tool_use_id"), str):
+        return {**b, "tool_use_id": plain_call_id(b["tool_use_id"])}
+    return b

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from tokenwire.providers import SIGNATURE_MARK
 from tokenwire.schemas import ContentBlock, ImageBlock, TextBlock, ToolCallBlock, ToolResultBlock
 from tokenwire.services.gateway._errors import InvalidRequestError
 from tokenwire.services.gateway._neutral import (
@@ -18,6 +19,7 @@ from tokenwire.services.gateway._neutral import (
     NeutralRequest,
     NeutralTool,
     ToolChoice,
+    plain_call_id,
 )
 from tokenwire.services.gateway._validate import convert
 
@@ -244,3 +246,33 @@ def _render_choice(choice: ToolChoice) -> str | dict[str, Any]:
     if choice.mode == "tool":
         return {"type": "function", "function": {"name": choice.name}}
     return choice.mode
+
+
+def openai_plain_ids(messages: Any) -> Any:
+    """Chat messages (as sent) with Gemini thought signatures taken out of tool call ids and
+    ``tool_call_id`` references (:func:`plain_call_id`); unchanged when none carries one."""
+    if not isinstance(messages, list) or not any(_openai_signed(m) for m in messages):
+        return messages
+    return [_plain_openai_message(m) if isinstance(m, dict) else m for m in messages]
+
+
+def _openai_signed(m: Any) -> bool:
+    if not isinstance(m, dict):
+        return False
+    ids = [m.get("tool_call_id")]
+    if isinstance(m.get("tool_calls"), list):
+        ids += [c.get("id") for c in m["tool_calls"] if isinstance(c, dict)]
+    return any(isinstance(i, str) and SIGNATURE_MARK in i for i in ids)
+
+
+def _plain_openai_message(m: dict[str, Any]) -> dict[str, Any]:
+    out = dict(m)
+    if isinstance(m.get("tool_call_id"), str):
+        out["tool_call_id"] = plain_call_id(m["tool_call_id"])
+    if isinstance(m.get("tool_calls"), list):
+        out["tool_calls"] = [
+            {**c, "id": plain_call_id(c["id"])} if isinstance(c.get("id"), str) else c
+            for c in m["tool_calls"]
+            if isinstance(c, dict)
+        ]
+    return out

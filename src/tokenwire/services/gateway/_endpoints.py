@@ -16,6 +16,7 @@ import msgspec
 from tokenwire.schemas import Message
 from tokenwire.services.gateway._dialect_anthropic import (
     AnthropicRequest,
+    anthropic_plain_ids,
     anthropic_to_neutral,
     neutral_to_anthropic,
     validate_anthropic,
@@ -24,6 +25,7 @@ from tokenwire.services.gateway._dialect_gemini import neutral_to_gemini
 from tokenwire.services.gateway._dialect_openai import (
     OpenAIChatRequest,
     neutral_to_openai,
+    openai_plain_ids,
     openai_to_neutral,
     validate_openai,
 )
@@ -39,7 +41,7 @@ from tokenwire.services.gateway._encode_openai import (
     openai_error_body,
 )
 from tokenwire.services.gateway._errors import GatewayError, TranslationUnsupportedError
-from tokenwire.services.gateway._neutral import NeutralRequest
+from tokenwire.services.gateway._neutral import NeutralRequest, without_signatures
 from tokenwire.services.gateway._output import CallerOutput, EncodingOutput, ForwardingOutput
 from tokenwire.services.gateway._routing import CallerDialect, Route
 
@@ -77,6 +79,8 @@ class Endpoint(Protocol):
 
 def translated_body(neutral: NeutralRequest, route: Route, default_max_tokens: int) -> bytes:
     """The provider body for a request from another dialect; 400 if there is no translation."""
+    if route.dialect != "gemini":
+        neutral = without_signatures(neutral)
     if route.dialect == "openai-chat":
         body = neutral_to_openai(neutral, route.model, legacy_max_tokens=route.legacy_max_tokens)
     elif route.dialect == "anthropic-messages":
@@ -107,6 +111,8 @@ class OpenAIEndpoint:
             except TranslationUnsupportedError as exc:
                 raise TranslationUnsupportedError(self.dialect, exc.target) from None
         options = {**(body.get("stream_options") or {}), "include_usage": True}
+        if (messages := openai_plain_ids(body.get("messages"))) is not body.get("messages"):
+            body = {**body, "messages": messages}  # Gemini thought signatures left out
         return _encode({**body, "model": route.model, "stream": True, "stream_options": options})
 
     def stream_output(self, req: OpenAIChatRequest, route: Route, reply: Reply) -> CallerOutput:
@@ -152,6 +158,8 @@ class AnthropicEndpoint:
                 return translated_body(anthropic_to_neutral(req), route, default_max_tokens)
             except TranslationUnsupportedError as exc:
                 raise TranslationUnsupportedError(self.dialect, exc.target) from None
+        if (messages := anthropic_plain_ids(body.get("messages"))) is not body.get("messages"):
+            body = {**body, "messages": messages}  # Gemini thought signatures left out
         return _encode({**body, "model": route.model, "stream": True})
 
     def stream_output(self, req: AnthropicRequest, route: Route, reply: Reply) -> CallerOutput:

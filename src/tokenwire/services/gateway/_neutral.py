@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from tokenwire.schemas import ContentBlock
+from tokenwire.providers import SIGNATURE_MARK, split_call_id
+from tokenwire.schemas import ContentBlock, ToolCallBlock, ToolResultBlock
 from tokenwire.services.gateway._errors import InvalidRequestError
 
 Role = Literal["user", "assistant", "tool"]
@@ -72,3 +73,33 @@ def arguments_object(raw: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidRequestError("tool call arguments must be a JSON object", param="messages")
     return value
+
+
+def plain_call_id(call_id: str) -> str:
+    """A tool call id without the Gemini thought signature it may carry: other providers cap
+    ids (OpenAI at 40 characters) and have no use for the signature."""
+    return split_call_id(call_id)[0] if SIGNATURE_MARK in call_id else call_id
+
+
+def without_signatures(req: NeutralRequest) -> NeutralRequest:
+    """The request with every tool call id and tool result reference plain (see above)."""
+    if not any(_signed(b) for m in req.messages for b in m.content):
+        return req
+    messages = [
+        msgspec.structs.replace(m, content=[_plain(b) for b in m.content]) for m in req.messages
+    ]
+    return msgspec.structs.replace(req, messages=messages)
+
+
+def _signed(b: ContentBlock) -> bool:
+    if isinstance(b, ToolCallBlock):
+        return SIGNATURE_MARK in b.id
+    return isinstance(b, ToolResultBlock) and SIGNATURE_MARK in b.tool_call_id
+
+
+def _plain(b: ContentBlock) -> ContentBlock:
+    if isinstance(b, ToolCallBlock):
+        return msgspec.structs.replace(b, id=plain_call_id(b.id))
+    if isinstance(b, ToolResultBlock):
+        return msgspec.structs.replace(b, tool_call_id=plain_call_id(b.tool_call_id))
+    return b
