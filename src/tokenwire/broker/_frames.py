@@ -24,12 +24,21 @@ _NO_NEWLINES = str.maketrans({"\r": " ", "\n": " "})
 
 
 def hpub_frame(subject: str, reply: str, headers: Mapping[str, str], payload: bytes) -> bytes:
-    """One ``HPUB`` protocol frame; header values lose CR and LF (as nats-py's own do)."""
-    lines = [f"{k}: {v.translate(_NO_NEWLINES).strip()}\r\n" for k, v in headers.items()]
-    header = ("NATS/1.0\r\n" + "".join(lines) + "\r\n").encode()
-    size = len(header) + len(payload)
-    command = f"HPUB {subject} {reply} {len(header)} {size}\r\n".encode()
-    return b"".join((command, header, payload, b"\r\n"))
+    """One ``HPUB`` protocol frame; header values lose CR and LF (as nats-py's own do).
+
+    ~0.6 us a frame (the first version, a comprehension translating every value, took 2 us:
+    bench/bench_gateway.py (a')).
+    """
+    parts = ["NATS/1.0\r\n"]
+    for name, value in headers.items():
+        clean = value.translate(_NO_NEWLINES) if "\r" in value or "\n" in value else value
+        parts += (name, ": ", clean.strip(), "\r\n")
+    parts.append("\r\n")
+    header = "".join(parts).encode()
+    return b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
+        subject.encode(), reply.encode(), len(header), len(header) + len(payload), header,
+        payload,
+    )  # fmt: skip
 
 
 class FrameWriter:
