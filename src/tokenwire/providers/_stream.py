@@ -96,9 +96,11 @@ class ProviderSession:
         parts = urllib.parse.urlsplit(url)
         key = (parts.scheme, parts.netloc)
         if key not in self._proxy_for:
+            # proxy_bypass_environment is the stdlib's own NO_PROXY matcher, but typeshed's
+            # stubs do not declare it: hence the one ignore.
             bypass = urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]
                 parts.netloc, self._proxies
-            )  # in the stdlib, not in typeshed
+            )
             self._proxy_for[key] = None if bypass else self._proxies.get(parts.scheme)
         return self._proxy_for[key]
 
