@@ -54,6 +54,12 @@ async def api_request(
     return data
 
 
+def server_url(nc: Client) -> str:
+    """The URL of the server ``nc`` is connected to, for errors (``nats://?`` when none)."""
+    server = nc.connected_url
+    return server.geturl() if server is not None else "nats://?"
+
+
 def split_urls(urls: str | Sequence[str]) -> list[str]:
     """``"a,b"`` or ``["a", "b"]`` -> a list of server URLs."""
     if isinstance(urls, str):

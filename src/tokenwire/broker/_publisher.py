@@ -35,6 +35,7 @@ from nats.aio.subscription import Subscription
 from nats.errors import ConnectionClosedError
 from nats.errors import Error as NatsError
 
+from tokenwire.broker._api import server_url
 from tokenwire.broker._errors import (
     BrokerError,
     BrokerUnavailable,
@@ -254,8 +255,8 @@ class ChunkPublisher:
                     entry.subject, entry.payload, reply=reply, headers=entry.headers
                 )
         except ConnectionClosedError as exc:
-            self._fail(token, BrokerUnavailable(_url(self._nc), "connection closed"))
-            raise BrokerUnavailable(_url(self._nc), "connection closed") from exc
+            self._fail(token, BrokerUnavailable(server_url(self._nc), "connection closed"))
+            raise BrokerUnavailable(server_url(self._nc), "connection closed") from exc
         except NatsError:
             # Disconnected with a full outbound buffer: the reaper resends when due.
             entry.due = self._clock() + self._backoff(entry.attempts)
@@ -389,8 +390,3 @@ class ChunkPublisher:
             self._published, self._acked, self._duplicates, self._retried, self._failures,
             len(self._pending),
         )  # fmt: skip
-
-
-def _url(nc: Client) -> str:
-    server = nc.connected_url
-    return server.geturl() if server is not None else "nats://?"

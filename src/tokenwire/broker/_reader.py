@@ -20,6 +20,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api
 from nats.js.errors import Error as JsError
 
+from tokenwire.broker._api import server_url
 from tokenwire.broker._errors import BrokerUnavailable, ReaderStalled
 from tokenwire.broker._topology import Topology
 
@@ -87,7 +88,8 @@ class SessionReader:
                 idle_heartbeat=2.0,
             )
         except (JsError, NatsError) as exc:
-            raise BrokerUnavailable(_url(self._nc), f"cannot read {self._session}: {exc}") from exc
+            reason = f"cannot read {self._session}: {exc}"
+            raise BrokerUnavailable(server_url(self._nc), reason) from exc
 
     async def replay(self) -> AsyncIterator[StoredChunk]:
         """Yield the session's stored chunks in stream order, then stop (caught up).
@@ -150,8 +152,3 @@ def _to_chunk(msg: Msg) -> StoredChunk:
 async def _unsubscribe(sub: object) -> None:
     with contextlib.suppress(NatsError, JsError):
         await sub.unsubscribe()  # type: ignore[attr-defined]
-
-
-def _url(nc: Client) -> str:
-    server = nc.connected_url
-    return server.geturl() if server is not None else "nats://?"

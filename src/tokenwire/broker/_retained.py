@@ -12,34 +12,15 @@ expiring while the pages are read may be missed; one at rest is always listed.
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
-import msgspec
 from nats.aio.client import Client
-from nats.errors import Error as NatsError
 
+from tokenwire.broker._api import ApiError, api_request, server_url
 from tokenwire.broker._errors import BrokerUnavailable, TopologyError
 from tokenwire.broker._topology import Topology, parse_stored_subject
 
 _TIMEOUT_S = 30.0  # one page walks up to 100,000 subjects under the stream's lock
-
-
-class _State(msgspec.Struct):
-    subjects: dict[str, int] | None = None
-
-
-class _ApiErr(msgspec.Struct):
-    code: int = 0
-    description: str = ""
-
-
-class _InfoPage(msgspec.Struct):
-    state: _State | None = None
-    total: int = 0  # subjects matching the filter, over all pages
-    error: _ApiErr | None = None
-
-
-_page_decoder = msgspec.json.Decoder(_InfoPage)
 
 
 async def retained_sessions(nc: Client, topology: Topology) -> set[str]:
@@ -55,20 +36,15 @@ async def retained_sessions(nc: Client, topology: Topology) -> set[str]:
 
 
 async def _page(nc: Client, t: Topology, offset: int) -> tuple[list[str], int]:
-    request = json.dumps({"subjects_filter": f"{t.prefix}.chunks.>", "offset": offset})
+    """One page of subjects and the number over all pages (``total``)."""
+    request = {"subjects_filter": f"{t.prefix}.chunks.>", "offset": offset}
     try:
-        reply = await nc.request(
-            f"$JS.API.STREAM.INFO.{t.stream}", request.encode(), timeout=_TIMEOUT_S
+        page: dict[str, Any] = await api_request(
+            nc, f"$JS.API.STREAM.INFO.{t.stream}", request, timeout_s=_TIMEOUT_S
         )
-    except NatsError as exc:
-        raise BrokerUnavailable(_url(nc), f"stream info: {exc!r}") from exc
-    page = _page_decoder.decode(reply.data)
-    if page.error is not None:
-        raise TopologyError(f"stream {t.stream}", page.error.description)
-    subjects = list((page.state.subjects if page.state else None) or {})
-    return subjects, max(page.total, offset + len(subjects))
-
-
-def _url(nc: Client) -> str:
-    server = nc.connected_url
-    return server.geturl() if server is not None else "nats://?"
+    except ApiError as exc:
+        if exc.code == 503:
+            raise BrokerUnavailable(server_url(nc), exc.description) from exc
+        raise TopologyError(f"stream {t.stream}", exc.description) from exc
+    subjects = list((page.get("state") or {}).get("subjects") or {})
+    return subjects, max(int(page.get("total", 0)), offset + len(subjects))
