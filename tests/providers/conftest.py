@@ -19,12 +19,17 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import msgspec
 import pytest
 
 from tests.fixtures.recordings import recordings_dir
-from tokenwire.providers import Normaliser, ProviderRequest, ProviderSession, stream_chunks
+from tokenwire.providers import (
+    Normaliser,
+    ProviderRequest,
+    ProviderSession,
+    Timeouts,
+    stream_chunks,
+)
 from tokenwire.schemas import (
     BlockEnd,
     BlockStart,
@@ -163,7 +168,7 @@ async def stream_over_socket(
     url = server.serve("/v1/chat/completions", route)
     body = msgspec.json.encode({"stream": True})
     request = ProviderRequest(url, body, {"content-type": "application/json", **headers})
-    async with ProviderSession(aiohttp.ClientTimeout(total=10.0)) as session:
+    async with ProviderSession(Timeouts(connect_s=10.0, read_s=10.0)) as session:
         return [chunk async for chunk in stream_chunks(session, request, normaliser)]
 
 

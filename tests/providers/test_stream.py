@@ -7,7 +7,6 @@ import contextlib
 import socket
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from tests.providers.conftest import (
@@ -22,6 +21,7 @@ from tokenwire.providers import (
     ProviderHTTPError,
     ProviderRequest,
     ProviderSession,
+    Timeouts,
     stream_chunks,
 )
 from tokenwire.schemas import BlockEnd, Finish, StepError, TextDelta
@@ -104,7 +104,7 @@ async def test_connection_refused_is_a_finish_error() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     request = ProviderRequest(f"http://127.0.0.1:{port}/v1/chat/completions", b"{}", {})
-    async with ProviderSession(aiohttp.ClientTimeout(total=5.0)) as session:
+    async with ProviderSession(Timeouts(connect_s=5.0)) as session:
         chunks = [c async for c in stream_chunks(session, request, OpenAIChatNormaliser())]
     assert len(chunks) == 1
     assert isinstance(chunks[0], Finish)
@@ -136,7 +136,7 @@ async def test_read_timeout_is_a_finish_error() -> None:
     port = server.sockets[0].getsockname()[1]
     try:
         request = ProviderRequest(f"http://127.0.0.1:{port}/", b"{}", {})
-        async with ProviderSession(aiohttp.ClientTimeout(total=5.0, sock_read=0.2)) as session:
+        async with ProviderSession(Timeouts(connect_s=5.0, read_s=0.2)) as session:
             chunks = [c async for c in stream_chunks(session, request, OpenAIChatNormaliser())]
     finally:
         release.set()
@@ -161,14 +161,14 @@ async def test_an_environment_proxy_carries_the_call_and_no_proxy_bypasses_it(
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{recording_server.port}")
     request = ProviderRequest(target, b"{}", {"content-type": "application/json"})
 
-    async with ProviderSession(aiohttp.ClientTimeout(total=10.0)) as session:
+    async with ProviderSession(Timeouts(connect_s=10.0, read_s=10.0)) as session:
         chunks = [c async for c in stream_chunks(session, request, OpenAIChatNormaliser())]
     check_contract(chunks)
     assert "".join(d.text for d in only(chunks, TextDelta)).startswith("Sure! Here's")
     assert len(route.requests) == 1
 
     monkeypatch.setenv("NO_PROXY", "provider.invalid")
-    async with ProviderSession(aiohttp.ClientTimeout(total=10.0)) as session:
+    async with ProviderSession(Timeouts(connect_s=10.0, read_s=10.0)) as session:
         chunks = [c async for c in stream_chunks(session, request, OpenAIChatNormaliser())]
     assert len(chunks) == 1  # straight to provider.invalid, which does not resolve
     assert isinstance(chunks[0], Finish)

@@ -5,7 +5,8 @@
 - A normaliser (:class:`OpenAIChatNormaliser`, :class:`OpenAIResponsesNormaliser`, ...) turns
   one response's :class:`~tokenwire.sse.SseEvent` s into chunks that obey the adapter contract.
 - :func:`stream_chunks` does the HTTP part: send, parse, normalise, map failures
-  (:func:`stream_batches`: the same, the chunks of each network read as one list).
+  (:func:`stream_batches`: the same, the chunks of each network read as one list), over
+  :class:`HttpClient`, a small pooled HTTP/1.1 client (ADR 0009).
 
 Example::
 
@@ -37,6 +38,13 @@ from tokenwire.providers._gemini import (
     signed_call_id,
     split_call_id,
 )
+from tokenwire.providers._http import (
+    READ_BUFFER,
+    HttpClient,
+    HttpResponse,
+    Timeouts,
+    TransportError,
+)
 from tokenwire.providers._openai_chat import OpenAIChatNormaliser
 from tokenwire.providers._openai_responses import OpenAIResponsesNormaliser
 from tokenwire.providers._registry import (
@@ -47,7 +55,7 @@ from tokenwire.providers._registry import (
     provider_names,
 )
 from tokenwire.providers._stream import (
-    DEFAULT_TIMEOUT,
+    DEFAULT_TIMEOUTS,
     KEEPALIVE_S,
     ProviderRequest,
     ProviderSession,
@@ -57,13 +65,16 @@ from tokenwire.providers._stream import (
 )
 
 __all__ = [
-    "DEFAULT_TIMEOUT",
+    "DEFAULT_TIMEOUTS",
     "KEEPALIVE_S",
+    "READ_BUFFER",
     "SIGNATURE_MARK",
     "AnthropicNormaliser",
     "AuthStyle",
     "Dialect",
     "GeminiNormaliser",
+    "HttpClient",
+    "HttpResponse",
     "Normaliser",
     "OpenAIChatNormaliser",
     "OpenAIResponsesNormaliser",
@@ -73,6 +84,8 @@ __all__ = [
     "ProviderRequest",
     "ProviderSession",
     "ProviderSpec",
+    "Timeouts",
+    "TransportError",
     "UnknownProviderError",
     "get_provider",
     "is_retryable",

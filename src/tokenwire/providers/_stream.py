@@ -1,31 +1,27 @@
 """One provider response over HTTP: bytes -> SseParser -> normaliser -> stream chunks.
 
-The HTTP client is aiohttp (ADR 0007): its C parser hands over everything one socket read
-brought, where httpx went through h11 once per HTTP chunk (one per SSE event), which cost the
-gateway about three times the CPU per event and ~0.7 ms more to the first byte
-(bench/bench_upstream.py).
+The HTTP client is :class:`tokenwire.providers.HttpClient` (ADR 0009): a small HTTP/1.1
+client on httptools that hands over everything one socket read brought, with none of a
+general client's per-request machinery on the way to the first byte.
 """
 
 from __future__ import annotations
 
-import ssl
-import urllib.parse
-import urllib.request
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-import aiohttp
 import msgspec
 
 from tokenwire.providers._base import Normaliser
 from tokenwire.providers._builder import step_error
 from tokenwire.providers._errors import ProviderHTTPError, is_retryable
+from tokenwire.providers._http import HttpClient, HttpResponse, Timeouts, TransportError
 from tokenwire.schemas import Finish, StreamChunk
 from tokenwire.sse import SseError, SseParser
 
 __all__ = [
-    "DEFAULT_TIMEOUT",
+    "DEFAULT_TIMEOUTS",
     "KEEPALIVE_S",
     "ProviderRequest",
     "ProviderSession",
@@ -34,12 +30,10 @@ __all__ = [
     "transport_code",
 ]
 
-DEFAULT_TIMEOUT: Final = aiohttp.ClientTimeout(
-    total=None, connect=30.0, sock_connect=10.0, sock_read=120.0
-)
-"""Bounds for a provider call: ``sock_connect`` for the TCP/TLS connection, ``connect`` for
-that plus any wait for a pooled connection, ``sock_read`` the longest silence between bytes
-(a stalled provider ends the step). No total: a long answer may stream for minutes."""
+DEFAULT_TIMEOUTS: Final = Timeouts(connect_s=10.0, read_s=120.0)
+"""Bounds for a provider call: 10 s for the TCP/TLS connection (and a proxy's tunnel), 120 s
+the longest silence while the answer streams (a stalled provider ends the step). No total:
+a long answer may stream for minutes."""
 KEEPALIVE_S: Final = 2.0
 """Idle provider connections are closed after this long. Servers keep idle connections at
 least this long (uvicorn 5 s, nginx 75 s), so a reused connection is not one the server is
@@ -72,37 +66,20 @@ _error_body_decoder: Final = msgspec.json.Decoder(_ErrorBody | list[_ErrorBody])
 
 
 class ProviderSession:
-    """A pooled client for provider calls. Build it inside the event loop; ``close`` it (or
-    ``async with ProviderSession() as session: ...``).
+    """A pooled client for provider calls (:class:`tokenwire.providers.HttpClient`). Build it
+    inside the event loop; ``close`` it (or ``async with ProviderSession() as session: ...``).
 
     No connection limit (the gateway's concurrency is bounded by its callers), the system CA
     bundle loaded once, and proxies from the environment (``HTTPS_PROXY``, ``HTTP_PROXY``,
-    ``NO_PROXY``) read once at construction: aiohttp's own ``trust_env`` reads the
-    environment and ``~/.netrc`` on every request, ~0.4 ms of the time to first chunk.
+    ``NO_PROXY``) read once at construction.
     """
 
-    def __init__(
-        self, timeout: aiohttp.ClientTimeout = DEFAULT_TIMEOUT, keepalive_s: float = KEEPALIVE_S
-    ) -> None:
-        connector = aiohttp.TCPConnector(
-            limit=0, keepalive_timeout=keepalive_s, ssl=ssl.create_default_context()
-        )
-        self.http = aiohttp.ClientSession(connector=connector, timeout=timeout)
-        self._proxies = urllib.request.getproxies_environment()
-        self._proxy_for: dict[tuple[str, str], str | None] = {}
+    def __init__(self, timeouts: Timeouts = DEFAULT_TIMEOUTS, keepalive_s: float = KEEPALIVE_S):
+        self.http = HttpClient(timeouts, keepalive_s)
 
     def proxy(self, url: str) -> str | None:
-        """The proxy for ``url`` from the environment, or ``None`` (cached per scheme and host)."""
-        parts = urllib.parse.urlsplit(url)
-        key = (parts.scheme, parts.netloc)
-        if key not in self._proxy_for:
-            # proxy_bypass_environment is the stdlib's own NO_PROXY matcher, but typeshed's
-            # stubs do not declare it: hence the one ignore.
-            bypass = urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]
-                parts.netloc, self._proxies
-            )
-            self._proxy_for[key] = None if bypass else self._proxies.get(parts.scheme)
-        return self._proxy_for[key]
+        """The proxy for ``url`` from the environment, or ``None``."""
+        return self.http.proxy(url)
 
     async def close(self) -> None:
         """Close the pooled connections."""
@@ -132,11 +109,8 @@ async def stream_batches(
     handing them over as one list costs one generator step per read instead of two per chunk.
     """
     try:
-        response = await session.http.post(
-            request.url, data=request.body, headers=request.headers, allow_redirects=False,
-            proxy=session.proxy(request.url),
-        )  # fmt: skip
-    except (aiohttp.ClientError, TimeoutError) as exc:
+        response = await session.http.post(request.url, request.body, request.headers)
+    except TransportError as exc:
         yield [_transport_finish(exc)]
         return
     try:
@@ -144,9 +118,9 @@ async def stream_batches(
             raise await _http_error(response, _secrets(request.headers))
         parser = SseParser()
         try:
-            async for data in response.content.iter_any():
+            while data := await response.read():
                 yield [chunk for event in parser.feed(data) for chunk in normaliser.feed(event)]
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except TransportError as exc:
             yield [_transport_finish(exc)]
             return
         except SseError as exc:
@@ -172,16 +146,10 @@ async def stream_chunks(
 
 def transport_code(exc: BaseException) -> str:
     """A stable code for a transport failure (stored with the step error)."""
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return "connect_timeout"
-    if isinstance(exc, aiohttp.SocketTimeoutError | TimeoutError):
+    if isinstance(exc, TransportError):
+        return exc.code
+    if isinstance(exc, TimeoutError):
         return "read_timeout"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return "connect_error"
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        return "incomplete_body"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "server_disconnected"
     return "transport_error"
 
 
@@ -200,16 +168,12 @@ def _secrets(headers: Mapping[str, str]) -> list[str]:
     return [v for v in values if len(v) >= 8]
 
 
-async def _http_error(response: aiohttp.ClientResponse, secrets: list[str]) -> ProviderHTTPError:
-    body = b""
+async def _http_error(response: HttpResponse, secrets: list[str]) -> ProviderHTTPError:
     try:
-        async for data in response.content.iter_any():
-            body += data
-            if len(body) >= _MAX_ERROR_BODY:
-                break
-    except (aiohttp.ClientError, TimeoutError):
-        pass  # the status alone is enough to report
-    message, code = _error_text(body[:_MAX_ERROR_BODY])
+        body = await response.read_up_to(_MAX_ERROR_BODY)
+    except TransportError:
+        body = b""  # the status alone is enough to report
+    message, code = _error_text(body)
     for secret in secrets:  # some providers echo the key back (OpenAI masks it, others may not)
         message = message.replace(secret, "[redacted]")
     status = response.status

@@ -1,0 +1,558 @@
+"""A small HTTP/1.1 client for provider streams (ADR 0009): one ``POST``, the body as it arrives.
+
+aiohttp (ADR 0007) cost the gateway ~0.4-0.5 ms of its time to first chunk at p50 in its
+request machinery alone (bench/bench_gateway.py, "(e)"); this client does only what a
+provider call needs, on the same C parser uvicorn uses (httptools, llhttp):
+
+- HTTP/1.1 over TCP or TLS (the system CA bundle, or the context given); chunked,
+  ``content-length`` and read-to-close bodies;
+- a keep-alive pool per origin (at most :data:`IDLE_PER_ORIGIN` idle connections, each closed
+  after ``keepalive_s`` idle);
+- proxies: ``http://`` targets through an HTTP proxy in absolute form, ``https://`` targets
+  through a ``CONNECT`` tunnel; credentials in the proxy URL become ``Proxy-Authorization``;
+- ``accept-encoding: identity`` is asked for, and ``gzip``/``deflate`` bodies are decoded
+  anyway;
+- bounds: ``Timeouts.connect_s`` for TCP, the tunnel and TLS together; ``Timeouts.read_s``
+  the longest silence while a response is read; at most :data:`READ_BUFFER` bytes buffered
+  before the socket is no longer read (the provider is slowed, memory is not grown).
+
+Failures below HTTP raise :class:`TransportError` with a stable ``code``. No redirects (a
+provider call is never redirected), no HTTP/2, no cookies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ssl
+import urllib.parse
+import urllib.request
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, cast
+
+import httptools
+
+__all__ = [
+    "IDLE_PER_ORIGIN",
+    "READ_BUFFER",
+    "HttpClient",
+    "HttpResponse",
+    "Timeouts",
+    "TransportError",
+]
+
+READ_BUFFER: Final = 1 << 20
+"""Bytes of one response held unread before the connection stops reading the socket."""
+IDLE_PER_ORIGIN: Final = 256
+"""Idle connections kept per origin; one released beyond this is closed."""
+_USER_AGENT: Final = "tokenwire"
+_URL_CACHE: Final = 1024
+_OWN_HEADERS: Final = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+
+
+class TransportError(Exception):
+    """A provider call failed below HTTP. ``code`` is one of ``connect_error``,
+    ``connect_timeout``, ``read_timeout``, ``incomplete_body``, ``server_disconnected``,
+    ``transport_error`` (an invalid response)."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """``connect_s``: TCP, proxy tunnel and TLS handshake together; ``read_s``: the longest
+    silence while a response is read (a stalled provider fails the call). No total: a long
+    answer may stream for minutes."""
+
+    connect_s: float = 10.0
+    read_s: float = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """Where a URL points: origin, ``host`` header and request path."""
+
+    tls: bool
+    host: str
+    port: int
+    netloc: str  # the host header: host[:port] as the URL wrote it, without credentials
+    path: str  # path and query
+
+    @classmethod
+    def parse(cls, url: str) -> _Target:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        tls = parts.scheme == "https"
+        port = parts.port or (443 if tls else 80)
+        netloc = parts.netloc.rpartition("@")[2]
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        return cls(tls, parts.hostname, port, netloc, path)
+
+
+@dataclass(frozen=True, slots=True)
+class _Proxy:
+    host: str
+    port: int
+    authorization: str | None  # the Proxy-Authorization value, from the URL's credentials
+
+    @classmethod
+    def parse(cls, url: str) -> _Proxy:
+        parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"only http:// proxies are supported, not {url!r}")
+        auth = None
+        if parts.username is not None:
+            user = urllib.parse.unquote(parts.username)
+            secret = urllib.parse.unquote(parts.password or "")
+            auth = "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode()
+        return cls(parts.hostname, parts.port or 80, auth)
+
+
+_PoolKey = tuple[bool, str, int, _Proxy | None]
+
+
+class _Connection(asyncio.Protocol):
+    """One connection and the response being read on it (one at a time)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, read_s: float) -> None:
+        self._loop = loop
+        self._read_s = read_s
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._begin()
+
+    def _begin(self) -> None:
+        """Fresh state for the next response."""
+        self._parser = httptools.HttpResponseParser(self)
+        self.status = 0
+        self.reason = ""
+        self.headers: dict[str, str] = {}
+        self.headers_done = False
+        self._keep_alive = False
+        self.complete = False
+        self._buffer: list[bytes] = []
+        self._buffered = 0
+        self._paused = False
+        self._error: TransportError | None = None
+        self._last_read = self._loop.time()
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+
+    def data_received(self, data: bytes) -> None:
+        self._last_read = self._loop.time()
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail("transport_error", f"invalid HTTP response from the provider: {exc}")
+            self.close()
+            return
+        if self._buffered > READ_BUFFER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        return False  # close; connection_lost settles the response
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._cancel_timers()
+        if not self.complete and self._error is None:
+            if not self.headers_done:
+                self._fail("server_disconnected", "the provider closed the connection")
+            elif self._reads_to_close():
+                self.complete = True
+            else:
+                detail = f": {exc}" if exc else ""
+                self._fail("incomplete_body", f"the provider's body ended early{detail}")
+        self._wake()
+
+    # -- httptools callbacks ---------------------------------------------------------------
+
+    def on_status(self, reason: bytes) -> None:
+        self.reason = reason.decode("latin-1")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+        self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
+
+    def on_headers_complete(self) -> None:
+        self.status = self._parser.get_status_code()
+        self._keep_alive = self._parser.should_keep_alive()  # llhttp forgets it at the end
+        self.headers_done = True
+
+    def on_body(self, body: bytes) -> None:
+        self._buffer.append(body)
+        self._buffered += len(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+
+    # -- the client's side -----------------------------------------------------------------
+
+    def send(self, data: bytes) -> None:
+        """Write a request; its response is read from now on, silence bounded by ``read_s``."""
+        assert self.transport is not None  # connected
+        self._cancel_timers()
+        self._begin()
+        self.transport.write(data)
+        self._watchdog = self._loop.call_at(self._last_read + self._read_s, self._check_silence)
+
+    async def wait_headers(self) -> None:
+        """Until the response's status and headers arrived; raises its TransportError."""
+        while not self.headers_done:
+            if self._error is not None:
+                raise self._error
+            await self._wait()
+
+    async def next_data(self) -> bytes:
+        """Everything read since the last call (waiting for some); ``b""`` at the end."""
+        while not self._buffer:
+            if self._error is not None:
+                raise self._error
+            if self.complete:
+                return b""
+            await self._wait()
+        data = self._buffer[0] if len(self._buffer) == 1 else b"".join(self._buffer)
+        self._buffer = []
+        self._buffered = 0
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self._last_read = self._loop.time()  # the silence was ours, not the provider's
+            self.transport.resume_reading()
+        return data
+
+    def reusable(self) -> bool:
+        """Read to its end, nothing left over, and both sides keep the connection."""
+        return (
+            self.complete
+            and self._error is None
+            and not self._buffer
+            and not self.closed
+            and self._keep_alive
+        )
+
+    def park(self, expiry: asyncio.TimerHandle) -> None:
+        """Idle in the pool until taken or ``expiry`` runs."""
+        self._idle_timer = expiry
+
+    def take(self) -> bool:
+        """Taken from the pool: whether it is still usable."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        return not self.closed and self.transport is not None and not self.transport.is_closing()
+
+    def close(self) -> None:
+        """Close the connection (a response being read fails, unless complete)."""
+        self._cancel_timers()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+        self.closed = True
+
+    # -- inside ------------------------------------------------------------------------------
+
+    def _check_silence(self) -> None:
+        self._watchdog = None
+        if self.complete or self._error is not None or self.closed:
+            return
+        due = self._last_read + self._read_s
+        if self._paused or self._loop.time() < due:
+            self._watchdog = self._loop.call_at(max(due, self._loop.time()), self._check_silence)
+            return
+        self._fail("read_timeout", f"the provider sent nothing for {self._read_s:g} s")
+        self.close()
+        self._wake()
+
+    def _reads_to_close(self) -> bool:
+        """A body framed by the end of the connection (neither length nor chunked)."""
+        chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
+        return "content-length" not in self.headers and not chunked
+
+    def _fail(self, code: str, detail: str) -> None:
+        if self._error is None:
+            self._error = TransportError(code, detail)
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._watchdog, self._idle_timer):
+            if timer is not None:
+                timer.cancel()
+        self._watchdog = self._idle_timer = None
+
+    async def _wait(self) -> None:
+        self._waiter = self._loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+
+class HttpResponse:
+    """One response: ``status``, ``reason``, ``headers`` (lower-case names), the body by reads.
+
+    Call :meth:`release` when done: a response read to its end gives its connection back to
+    the pool; one left unread closes it.
+    """
+
+    def __init__(self, client: HttpClient, key: _PoolKey, conn: _Connection) -> None:
+        self._client = client
+        self._key = key
+        self._conn = conn
+        self._released = False
+        self.status = conn.status
+        self.reason = conn.reason
+        self.headers = conn.headers
+        encoding = conn.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("identity", "gzip", "deflate", "x-gzip"):
+            conn.close()
+            raise TransportError("transport_error", f"unsupported content-encoding {encoding!r}")
+        # wbits 47: a gzip or zlib header, detected
+        self._inflate = zlib.decompressobj(47) if encoding != "identity" else None
+
+    async def read(self) -> bytes:
+        """The body bytes of the next socket reads (waiting for some); ``b""`` at the end.
+        Raises :class:`TransportError` (after every byte that arrived before it)."""
+        data = await self._conn.next_data()
+        if self._inflate is None:
+            return data
+        try:
+            return self._inflate.decompress(data) if data else self._inflate.flush()
+        except zlib.error as exc:
+            raise TransportError("transport_error", f"undecodable compressed body: {exc}") from exc
+
+    async def read_up_to(self, limit: int) -> bytes:
+        """At most ``limit`` bytes of the body (an error body: the rest is not read)."""
+        body = b""
+        while len(body) < limit and (data := await self.read()):
+            body += data
+        return body[:limit]
+
+    def release(self) -> None:
+        """Give the connection back (read to its end) or close it; once."""
+        if not self._released:
+            self._released = True
+            self._client.give_back(self._key, self._conn)
+
+
+class HttpClient:
+    """Pooled HTTP/1.1 ``POST`` for provider calls; build it in the event loop, :meth:`close`
+    it when done.
+
+    Proxies come from ``proxies`` (scheme to proxy URL, with ``no`` for the bypass list) or, by
+    default, from the environment (``HTTPS_PROXY``, ``HTTP_PROXY``, ``NO_PROXY``), read once.
+    """
+
+    def __init__(
+        self,
+        timeouts: Timeouts | None = None,
+        keepalive_s: float = 2.0,
+        ssl_context: ssl.SSLContext | None = None,
+        proxies: Mapping[str, str] | None = None,
+    ) -> None:
+        self._timeouts = timeouts or Timeouts()
+        self._keepalive_s = keepalive_s
+        self._ssl = ssl_context
+        self._proxies = dict(
+            urllib.request.getproxies_environment() if proxies is None else proxies
+        )
+        self._idle: dict[_PoolKey, list[_Connection]] = {}
+        self._targets: dict[str, tuple[_Target, _Proxy | None]] = {}
+        self._closed = False
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> HttpResponse:
+        """Send ``body`` to ``url`` and return once the response's headers arrived.
+
+        Raises :class:`TransportError` (connect, tunnel, TLS, a closed connection, silence)
+        and ``ValueError`` for a URL that is not http(s) or a header holding a line break.
+        """
+        target, proxy = self._route(url)
+        key = (target.tls, target.host, target.port, proxy)
+        conn = self._pooled(key) or await self._connect(target, proxy)
+        conn.send(_head(target, proxy, headers, len(body)) + body)
+        try:
+            await conn.wait_headers()
+            return HttpResponse(self, key, conn)
+        except BaseException:
+            conn.close()
+            raise
+
+    def proxy(self, url: str) -> str | None:
+        """The proxy URL the environment (or ``proxies``) gives for ``url``, or ``None``."""
+        parts = urllib.parse.urlsplit(url)
+        # proxy_bypass_environment is the stdlib's own NO_PROXY matcher, but typeshed's stubs
+        # do not declare it: hence the one ignore.
+        bypass = urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]
+            parts.netloc, self._proxies
+        )
+        return None if bypass else self._proxies.get(parts.scheme)
+
+    def give_back(self, key: _PoolKey, conn: _Connection) -> None:
+        """Pool ``conn`` if it can carry another request, else close it."""
+        idle = self._idle.setdefault(key, [])
+        if self._closed or not conn.reusable() or len(idle) >= IDLE_PER_ORIGIN:
+            conn.close()
+            return
+        conn.park(
+            asyncio.get_running_loop().call_later(self._keepalive_s, self._expire, idle, conn)
+        )
+        idle.append(conn)
+
+    async def close(self) -> None:
+        """Close every idle connection; responses still being read close on release."""
+        self._closed = True
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()
+
+    # -- inside ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _expire(idle: list[_Connection], conn: _Connection) -> None:
+        """An idle connection's keep-alive ran out: out of the pool, closed."""
+        idle.remove(conn)
+        conn.close()
+
+    def _route(self, url: str) -> tuple[_Target, _Proxy | None]:
+        routed = self._targets.get(url)
+        if routed is None:
+            proxy_url = self.proxy(url)
+            routed = (_Target.parse(url), _Proxy.parse(proxy_url) if proxy_url else None)
+            if len(self._targets) >= _URL_CACHE:
+                self._targets.clear()
+            self._targets[url] = routed
+        return routed
+
+    def _pooled(self, key: _PoolKey) -> _Connection | None:
+        idle = self._idle.get(key)
+        while idle:
+            conn = idle.pop()
+            if conn.take():
+                return conn
+        return None
+
+    async def _connect(self, target: _Target, proxy: _Proxy | None) -> _Connection:
+        loop = asyncio.get_running_loop()
+        where = f"{target.host}:{target.port}" + (
+            f" via {proxy.host}:{proxy.port}" if proxy else ""
+        )
+        try:
+            async with asyncio.timeout(self._timeouts.connect_s):
+                return await self._open(loop, target, proxy)
+        except TimeoutError:
+            detail = f"no connection to {where} within {self._timeouts.connect_s:g} s"
+            raise TransportError("connect_timeout", detail) from None
+        except OSError as exc:  # refused, unresolvable, unreachable, TLS (ssl.SSLError)
+            raise TransportError("connect_error", f"cannot connect to {where}: {exc}") from exc
+
+    async def _open(
+        self, loop: asyncio.AbstractEventLoop, target: _Target, proxy: _Proxy | None
+    ) -> _Connection:
+        tls = self._context() if target.tls else None
+        conn = _Connection(loop, self._timeouts.read_s)
+        if proxy is None:
+            await loop.create_connection(
+                lambda: conn, target.host, target.port, ssl=tls,
+                server_hostname=target.host if tls else None,
+            )  # fmt: skip
+            return conn
+        if tls is None:  # plain HTTP through the proxy: absolute-form requests
+            await loop.create_connection(lambda: conn, proxy.host, proxy.port)
+            return conn
+        tunnel = _Tunnel(loop)
+        raw, _ = await loop.create_connection(lambda: tunnel, proxy.host, proxy.port)
+        try:
+            await tunnel.open(target, proxy)
+            secured = await loop.start_tls(raw, conn, tls, server_hostname=target.host)
+        except BaseException:
+            raw.close()
+            raise
+        if secured is None:  # only a loop without TLS support answers so
+            raise ConnectionError("the event loop could not start TLS on the tunnel")
+        conn.connection_made(secured)
+        return conn
+
+    def _context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        return self._ssl
+
+
+class _Tunnel(asyncio.Protocol):
+    """The ``CONNECT`` exchange with a proxy, before TLS takes the connection over."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._answer: asyncio.Future[bytes] = loop.create_future()
+        self._head = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+
+    def data_received(self, data: bytes) -> None:
+        self._head += data
+        if b"\r\n\r\n" in self._head and not self._answer.done():
+            self._answer.set_result(self._head)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._answer.done():
+            self._answer.set_exception(ConnectionError("the proxy closed the connection"))
+
+    async def open(self, target: _Target, proxy: _Proxy) -> None:
+        """Ask for the tunnel; raises ``ConnectionError`` unless the proxy answers 2xx."""
+        assert self.transport is not None  # connected
+        authority = f"{target.host}:{target.port}"
+        lines = [f"CONNECT {authority} HTTP/1.1", f"host: {authority}"]
+        if proxy.authorization:
+            lines.append(f"proxy-authorization: {proxy.authorization}")
+        self.transport.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        head = await self._answer
+        status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        parts = status_line.split(" ", 2)
+        if (
+            len(parts) < 2
+            or not parts[1].startswith("2")
+            or head.index(b"\r\n\r\n") + 4 != len(head)
+        ):
+            raise ConnectionError(f"the proxy refused the tunnel: {status_line!r}")
+
+
+def _head(target: _Target, proxy: _Proxy | None, headers: Mapping[str, str], length: int) -> bytes:
+    """The request line and headers; ``ValueError`` if a name or value holds a line break."""
+    absolute = proxy is not None and not target.tls
+    path = f"http://{target.netloc}{target.path}" if absolute else target.path
+    lines = [f"POST {path} HTTP/1.1\r\nhost: {target.netloc}\r\ncontent-length: {length}\r\n"]
+    given = set()
+    for name, value in headers.items():
+        if name.lower() in _OWN_HEADERS:
+            continue  # framing is this client's
+        if "\n" in value or "\r" in value or "\n" in name or "\r" in name or ":" in name:
+            raise ValueError(f"the request header {name!r} holds a line break or colon")
+        lines.append(f"{name}: {value}\r\n")
+        given.add(name.lower())
+    if "accept-encoding" not in given:
+        lines.append("accept-encoding: identity\r\n")
+    if "user-agent" not in given:
+        lines.append(f"user-agent: {_USER_AGENT}\r\n")
+    if absolute and proxy is not None and proxy.authorization:
+        lines.append(f"proxy-authorization: {proxy.authorization}\r\n")
+    lines.append("\r\n")
+    return "".join(lines).encode("latin-1")
