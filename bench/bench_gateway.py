@@ -20,7 +20,10 @@
 (d1) the same pairs one at a time (no concurrency at all);
 (d0) the floor of any Python gateway: (d) and (d1) through a bare streaming proxy (uvicorn +
     httptools on uvloop, aiohttp to the provider, bytes passed through; no checks, no broker),
-    so the gateway's own share of the added time is visible.
+    so the gateway's own share of the added time is visible;
+(e) the provider client alone (ADR 0009): time to the first body bytes of a scripted stream
+    through aiohttp and through tokenwire's HttpClient, alternating, 20 callers at once in this
+    process (keep-alive connections, the same request).
 
 The latency rows run first, on a quiet broker: after the load rounds the broker is still
 writing ~150k messages out for a while, which would be measured as the gateway's latency.
@@ -45,6 +48,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import msgspec
 import psutil
 import uvloop
@@ -60,6 +64,7 @@ from tokenwire.broker import (
     free_port,
     msg_id,
 )
+from tokenwire.providers import HttpClient
 from tokenwire.schemas import ChunkEnvelope, TextDelta, json_encoder
 
 SESSIONS_B = 200
@@ -69,6 +74,8 @@ ROUNDS_B = 3
 SESSIONS_D = 50
 PAIRS_D = 20  # per session
 SERIAL_D = 100
+CALLERS_E = 20
+REQUESTS_E = 50  # per caller and client
 RATE_D = 50  # fragments per second, a fast model's pace
 N_A = 60_000
 ENVELOPE = json_encoder.encode(
@@ -359,6 +366,56 @@ async def bench_ttfc(
     return [pair for pairs in results for pair in pairs]
 
 
+# -- (e) ------------------------------------------------------------------------------------
+
+
+async def bench_clients(sp_port: int) -> tuple[list[float], list[float]]:
+    """(e) seconds to the first body bytes: (aiohttp, HttpClient), alternating per caller."""
+    url = f"http://127.0.0.1:{sp_port}/v1/chat/completions"
+    body = msgspec.json.encode(
+        {"model": f"text?fragments=8&rate={RATE_D}", "stream": True,
+         "messages": [{"role": "user", "content": "hi"}]}
+    )  # fmt: skip
+    headers = {"content-type": "application/json"}
+    times: tuple[list[float], list[float]] = ([], [])
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    client = HttpClient(proxies={})
+
+    async def with_aiohttp() -> float:
+        started = time.perf_counter()
+        async with session.post(url, data=body, headers=headers) as response:
+            await response.content.readany()
+            first = time.perf_counter() - started
+            await response.read()
+        return first
+
+    async def with_ours() -> float:
+        started = time.perf_counter()
+        response = await client.post(url, body, headers)
+        await response.read()
+        first = time.perf_counter() - started
+        while await response.read():
+            pass
+        response.release()
+        return first
+
+    async def caller(seed: int) -> None:
+        pause = random.Random(seed)
+        for i in range(REQUESTS_E + 1):
+            a, b = await with_aiohttp(), await with_ours()
+            if i:  # the first pair opens the connections
+                times[0].append(a)
+                times[1].append(b)
+            await asyncio.sleep(pause.uniform(0, 0.05))
+
+    try:
+        await asyncio.gather(*(caller(seed) for seed in range(CALLERS_E)))
+    finally:
+        await session.close()
+        await client.close()
+    return times
+
+
 # -- the run and the table ------------------------------------------------------------------
 
 
@@ -403,6 +460,7 @@ class Results:
     serial: list[tuple[float, float]]
     floor: list[tuple[float, float]]
     floor_serial: list[tuple[float, float]]
+    clients: tuple[list[float], list[float]]
 
 
 async def _run() -> Results:
@@ -430,6 +488,7 @@ async def _run() -> Results:
             serial = await bench_ttfc(sp_port, gw_port, 1, SERIAL_D)
             floor = await bench_ttfc(sp_port, px_port, SESSIONS_D, PAIRS_D)
             floor_serial = await bench_ttfc(sp_port, px_port, 1, SERIAL_D)
+            clients = await bench_clients(sp_port)
             limit, limit_cpu = await bench_publish_limit(server.url)
             publisher, publisher_cpu = await bench_chunk_publisher(server.url)
             direct = await bench_load([sp_port], "b0", procs, None)
@@ -445,7 +504,7 @@ async def _run() -> Results:
             server.stop()
     return Results(
         limit, limit_cpu, publisher, publisher_cpu, direct, gw, gw_long, pair, pair_long,
-        ttfc, serial, floor, floor_serial,
+        ttfc, serial, floor, floor_serial, clients,
     )  # fmt: skip
 
 
@@ -482,8 +541,19 @@ def _table(r: Results) -> str:
             *_ttfc_rows("(d1) one at a time", r.serial),
             *_ttfc_rows("(d0) bare proxy, " + label[4:], r.floor, "bare proxy"),
             *_ttfc_rows("(d0) bare proxy, one at a time", r.floor_serial, "bare proxy"),
+            *_client_rows(r.clients),
         ]
     )
+
+
+def _client_rows(clients: tuple[list[float], list[float]]) -> list[str]:
+    label = f"(e) provider client alone, {CALLERS_E} callers: first body bytes"
+    aio, ours = ([t * 1000.0 for t in side] for side in clients)
+    return [
+        f"| {label} p{q}, ms | {_pct(aio, q / 100):.2f} (aiohttp) | {_pct(ours, q / 100):.2f} "
+        f"(HttpClient) | {_pct(ours, q / 100) - _pct(aio, q / 100):+.2f} ms | |"
+        for q in (50, 99)
+    ]
 
 
 def _load_rows(r: Results, gw: Load, fragments: int) -> list[str]:
@@ -531,7 +601,7 @@ def _ttfc_rows(label: str, pairs: list[tuple[float, float]], via: str = "gateway
 
 
 def main() -> str:
-    """Run (a), (b), (b0), (d), (d1) and (d0) on one fresh embedded broker; a Markdown table."""
+    """Run (a), (b), (b0), (d), (d1), (d0) and (e) on one fresh embedded broker; a table."""
     return _table(uvloop.run(_run()))
 
 
