@@ -17,16 +17,14 @@ forgotten; a connection that is closed fails the write at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import msgspec
 from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 
 from tokenwire.broker._errors import StepRegistryError
 from tokenwire.broker._puback import puback_decoder
+from tokenwire.broker._replies import ReplyInbox
 
 _WRONG_LAST_SEQUENCE = 10071
 """JetStream's error code when the key's last revision is not the expected one."""
@@ -48,21 +46,18 @@ class KvWriter:
         self._prefix = ""
         self._serial = 0
         self._waiting: dict[str, asyncio.Future[int | None]] = {}
-        self._sub: Subscription | None = None
+        self._inbox = ReplyInbox(nc, self._on_reply)
 
     async def start(self) -> KvWriter:
         """Subscribe the reply inbox; returns self."""
-        self._prefix = self._nc.new_inbox() + "."
-        self._sub = await self._nc.subscribe(self._prefix + "*", cb=self._on_reply)
+        self._prefix = (await self._inbox.start()).prefix
         return self
 
     async def close(self) -> None:
         """Unsubscribe; writes still waiting fail."""
         for future in list(self._waiting.values()):
             future.cancel()
-        if self._sub is not None and not self._nc.is_closed:
-            with contextlib.suppress(NatsError):
-                await self._sub.unsubscribe()
+        await self._inbox.close()
 
     async def put_if(self, key: str, value: bytes, last: int) -> asyncio.Future[int | None]:
         """Send the write now: ``value`` under ``key`` if the key's revision is ``last``.
@@ -86,16 +81,15 @@ class KvWriter:
             raise StepRegistryError(f"write {key}: {exc!r}") from exc
         return future
 
-    async def _on_reply(self, msg: Msg) -> None:
-        future = self._waiting.get(msg.subject[len(self._prefix) :])
+    def _on_reply(self, token: str, data: bytes, status: int | None) -> None:
+        future = self._waiting.get(token)
         if future is None or future.done():
             return  # an ack after its waiter gave up
-        status = msg.headers.get("Status") if msg.headers else None
         if status is not None:  # 503: no responders (the bucket's stream is not there)
-            future.set_exception(StepRegistryError(f"write to {msg.subject}: status {status}"))
+            future.set_exception(StepRegistryError(f"write to {self._subject}: status {status}"))
             return
         try:
-            ack = puback_decoder.decode(msg.data)
+            ack = puback_decoder.decode(data)
         except msgspec.DecodeError as exc:
             future.set_exception(StepRegistryError(f"undecodable KV ack: {exc}"))
             return

@@ -29,9 +29,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import msgspec
 from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 from nats.errors import ConnectionClosedError
 from nats.errors import Error as NatsError
 
@@ -45,6 +44,7 @@ from tokenwire.broker._errors import (
 )
 from tokenwire.broker._frames import FrameWriter
 from tokenwire.broker._puback import puback_decoder
+from tokenwire.broker._replies import ReplyInbox
 from tokenwire.broker._topology import Topology, chunk_subject, msg_id
 
 StepKey = tuple[str, int, int]
@@ -169,15 +169,14 @@ class ChunkPublisher:
         # scans the pending messages only from then on, not every tick (a scan of a full
         # window every 50 ms cost ~2-5% of the gateway's CPU).
         self._next_due = math.inf
-        self._sub: Subscription | None = None
+        self._inbox = ReplyInbox(nc, self._on_ack)
         self._frames = FrameWriter(nc)
         self._reaper: asyncio.Task[None] | None = None
         self._published = self._acked = self._duplicates = self._retried = self._failures = 0
 
     async def start(self) -> ChunkPublisher:
         """Subscribe the ack inbox and start the retry loop; returns self."""
-        self._prefix = self._nc.new_inbox() + "."
-        self._sub = await self._nc.subscribe(self._prefix + "*", cb=self._on_ack)
+        self._prefix = (await self._inbox.start()).prefix
         self._reaper = asyncio.create_task(self._reap_forever(), name="publisher-reaper")
         return self
 
@@ -192,9 +191,7 @@ class ChunkPublisher:
         for token in list(self._pending):
             entry = self._pending[token]
             self._fail(token, PublishTimeout(entry.subject, entry.msg_id, timeout_s))
-        if self._sub is not None and not self._nc.is_closed:
-            with contextlib.suppress(NatsError):
-                await self._sub.unsubscribe()
+        await self._inbox.close()
 
     async def publish(
         self,
@@ -266,16 +263,18 @@ class ChunkPublisher:
         """Keep ``_next_due`` at or before the entry's next resend or expiry."""
         self._next_due = min(self._next_due, entry.due, entry.first_sent + self._horizon)
 
-    async def _on_ack(self, msg: Msg) -> None:
-        token = msg.subject[len(self._prefix) :]
+    def _on_ack(self, token: str, data: bytes, status: int | None) -> None:
         entry = self._pending.get(token)
         if entry is None:
             return  # a late ack of a message already resolved
-        status = msg.headers.get("Status") if msg.headers else None
         if status is not None:
-            self._retry_later(entry, int(status) if status.isdigit() else 503)
+            self._retry_later(entry, status)
             return
-        ack = puback_decoder.decode(msg.data)
+        try:
+            ack = puback_decoder.decode(data)
+        except msgspec.DecodeError:
+            self._retry_later(entry, 503)  # not an ack: resent with its id, deduplicated
+            return
         if ack.error is None:
             self._resolve(token, ack.duplicate)
         elif ack.error.code in _RETRYABLE_CODES:

@@ -1,0 +1,139 @@
+"""``ReplyInbox``: replies on one wildcard inbox handed to a plain function as they are parsed.
+
+The second place tokenwire reaches below nats-py's public API (ADR 0008; the first is
+``_frames.py``). Every chunk the gateway publishes comes back as a JetStream ack on the
+publisher's inbox. nats-py's path for a message builds a ``Msg``, puts it on the
+subscription's queue and runs the callback as a coroutine in the subscription's task: about
+a quarter of the gateway's CPU per chunk, and one more task step per read of acks on a loop
+that also serves the callers' first chunks (bench/bench_gateway.py (b) and (d)). Here the
+inbox's subscription id is looked up first when nats-py's parser hands over a message
+(``Client._process_msg``, wrapped once per connection), and a reply goes straight to
+``on_reply(token, data, status)`` in the reading task.
+
+The subscription itself is an ordinary one, so nats-py re-subscribes it after a reconnect. If
+a nats-py release renames what this uses (:data:`_PRIVATE_API`), replies take the public path
+(a callback per ``Msg``) with the same ``on_reply``, and tests/broker/test_replies.py fails so
+the change is noticed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import Error as NatsError
+
+log = logging.getLogger("tokenwire.broker")
+
+OnReply = Callable[[str, bytes, int | None], None]
+"""``on_reply(token, data, status)``: the subject's last token, the payload, and the status of
+a status-only message (``503``: no responders) or ``None``. Runs in nats-py's reading task:
+it must not block, and what it raises is logged, never raised into the parser."""
+
+_PROCESS_MSG = "_process_msg"
+_PRIVATE_API = (_PROCESS_MSG, "stats")
+_TAPS = "_tokenwire_reply_taps"
+_STATUS_AT = len(b"NATS/1.0 ")
+
+
+class _ProcessMsg(Protocol):
+    """``Client._process_msg``; ``headers`` is the raw header block, ``None`` for a plain
+    ``MSG`` (nats-py annotates it as bytes)."""
+
+    def __call__(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
+    ) -> Awaitable[None]: ...
+
+
+def status_of(headers: bytes | None) -> int | None:
+    """The inline status of a message's raw header block (``NATS/1.0 503\\r\\n\\r\\n``)."""
+    if not headers or headers[_STATUS_AT - 1 : _STATUS_AT] != b" ":
+        return None
+    code = headers[_STATUS_AT : _STATUS_AT + 3]
+    return int(code) if code.isdigit() else None
+
+
+class ReplyInbox:
+    """One wildcard inbox on ``nc`` whose replies go to ``on_reply``.
+
+    ::
+
+        inbox = await ReplyInbox(nc, on_reply).start()
+        await nc.publish(subject, data, reply=inbox.prefix + token)
+        ...
+        await inbox.close()
+    """
+
+    def __init__(self, nc: Client, on_reply: OnReply) -> None:
+        self._nc = nc
+        self._on_reply = on_reply
+        self.prefix = ""
+        self.direct = all(hasattr(nc, name) for name in _PRIVATE_API)
+        self._sub: Subscription | None = None
+
+    async def start(self) -> ReplyInbox:
+        """Subscribe ``<new inbox>.*``; returns self."""
+        self.prefix = self._nc.new_inbox() + "."
+        self._sub = await self._nc.subscribe(self.prefix + "*", cb=self._on_msg)
+        if self.direct:
+            _taps(self._nc)[self._sub._id] = (len(self.prefix), self._on_reply)
+        return self
+
+    async def close(self) -> None:
+        """Unsubscribe (replies after this are dropped)."""
+        if self._sub is None:
+            return
+        if self.direct:
+            _taps(self._nc).pop(self._sub._id, None)
+        if not self._nc.is_closed:
+            with contextlib.suppress(NatsError):
+                await self._sub.unsubscribe()
+        self._sub = None
+
+    async def _on_msg(self, msg: Msg) -> None:
+        """The public path (see the module docstring)."""
+        status = msg.headers.get("Status") if msg.headers else None
+        code = (int(status) if status.isdigit() else 503) if status is not None else None
+        _deliver(self._on_reply, msg.subject[len(self.prefix) :], msg.data, code)
+
+
+def _taps(nc: Client) -> dict[int, tuple[int, OnReply]]:
+    """The connection's tapped subscriptions (sid -> prefix length, handler), installing the
+    wrapper of ``_process_msg`` on first use."""
+    taps: dict[int, tuple[int, OnReply]] | None = getattr(nc, _TAPS, None)
+    if taps is None:
+        taps = {}
+        setattr(nc, _TAPS, taps)
+        # setattr: mypy refuses assigning to a method, which is what this does on purpose
+        setattr(nc, _PROCESS_MSG, _tapped(nc, nc._process_msg, taps))
+    return taps
+
+
+def _tapped(nc: Client, original: _ProcessMsg, taps: dict[int, tuple[int, OnReply]]) -> _ProcessMsg:
+    stats = nc.stats
+
+    async def process_msg(
+        sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
+    ) -> None:
+        tap = taps.get(sid)
+        if tap is None:
+            await original(sid, subject, reply, data, headers)
+            return
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += len(data)
+        cut, on_reply = tap
+        _deliver(on_reply, subject[cut:].decode(), data, status_of(headers))
+
+    return process_msg
+
+
+def _deliver(on_reply: OnReply, token: str, data: bytes, status: int | None) -> None:
+    try:
+        on_reply(token, data, status)
+    except Exception:
+        log.exception("a reply handler failed on %r", token)
