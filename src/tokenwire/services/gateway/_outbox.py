@@ -1,15 +1,24 @@
 """The bounded byte buffer between a step (reading the provider) and its caller's response.
 
 The step appends; the response takes everything buffered at once, so writes coalesce while
-the caller is busy. Bounds: when more than ``limit`` bytes wait, the step waits too (a slow
-caller slows the provider read, as if it had called the provider directly). When the caller
-leaves, :meth:`detach` drops the buffer and every later write, so the step reads on at full
-speed and the durable log stays complete.
+the caller is busy. Once the response has started it attaches its writer, and data that
+finds nothing buffered and no write in progress is written by the step itself: one task
+step per provider read fewer (bench/bench_gateway.py (d): most reads bring one event, and
+each task step waits behind every other ready callback).
+
+Bounds: when more than ``limit`` bytes wait, the step waits too (a slow caller slows the
+provider read, as if it had called the provider directly); a write the step makes itself
+waits for the caller's connection to drain. When the caller leaves, :meth:`Outbox.detach`
+drops the buffer and every later write, so the step reads on at full speed and the durable
+log stays complete.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+
+Writer = Callable[[bytes], Awaitable[None]]
 
 
 class Outbox:
@@ -23,15 +32,25 @@ class Outbox:
         self._room.set()
         self._closed = False
         self._detached = False
+        self._writer: Writer | None = None
+        self._writing = False
 
     @property
     def detached(self) -> bool:
         """Whether the caller is gone."""
         return self._detached
 
+    def attach(self, writer: Writer) -> None:
+        """The response has started: ``put`` may write through ``writer`` itself."""
+        self._writer = writer
+
     async def put(self, data: bytes) -> None:
-        """Append ``data``; waits while more than ``limit`` bytes wait for the caller."""
+        """Append ``data`` (or write it, see the module docstring); waits while more than
+        ``limit`` bytes wait for the caller."""
         if self._detached or not data:
+            return
+        if self._writer is not None and not self._writing and not self._buffer:
+            await self.write(data)
             return
         self._buffer += data
         self._ready.set()
@@ -51,10 +70,21 @@ class Outbox:
         self._room.set()
         self._ready.set()
 
+    async def write(self, data: bytes) -> None:
+        """Write ``data`` through the attached writer, marked as the write in progress."""
+        assert self._writer is not None  # attached
+        self._writing = True
+        try:
+            await self._writer(data)
+        finally:
+            self._writing = False
+            if self._buffer:
+                self._ready.set()
+
     async def get(self) -> bytes | None:
         """Everything buffered (waiting for some), or ``None`` at the end or once detached."""
-        while not self._buffer:
-            if self._closed or self._detached:
+        while not self._buffer or self._writing:
+            if (self._closed and not self._buffer) or self._detached:
                 return None
             self._ready.clear()
             await self._ready.wait()

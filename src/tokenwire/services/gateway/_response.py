@@ -38,9 +38,14 @@ class StepStream(Response):
         completed = False
         try:
             await send(start)  # before the watcher starts: it is not on the way to the first bytes
+
+            async def write(data: bytes) -> None:
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+
+            self._outbox.attach(write)
             watcher = asyncio.ensure_future(self._watch(receive))
             while (data := await self._outbox.get()) is not None:
-                await send({"type": "http.response.body", "body": data, "more_body": True})
+                await self._outbox.write(data)
             if not self._outbox.detached:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 completed = True

@@ -1,0 +1,81 @@
+"""Outbox: coalescing, writes by the step itself once attached, order, bounds, detach."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tokenwire.services.gateway._outbox import Outbox
+
+
+async def drain(outbox: Outbox) -> None:
+    """What StepStream does: take what is buffered and write it, until the end."""
+    while (data := await outbox.get()) is not None:
+        await outbox.write(data)
+
+
+async def test_without_a_writer_puts_coalesce_for_the_reader() -> None:
+    outbox = Outbox(limit=1024)
+    await outbox.put(b"a")
+    await outbox.put(b"bc")
+    outbox.close()
+    assert await outbox.get() == b"abc"
+    assert await outbox.get() is None
+
+
+async def test_an_idle_attached_writer_is_written_by_the_producer() -> None:
+    outbox, written = Outbox(limit=1024), []
+
+    async def writer(data: bytes) -> None:
+        written.append(data)
+
+    outbox.attach(writer)
+    await outbox.put(b"a")
+    await outbox.put(b"b")
+    assert written == [b"a", b"b"]  # written in put, nothing left for the reader
+    outbox.close()
+    assert await outbox.get() is None
+
+
+async def test_puts_during_a_slow_write_are_buffered_and_keep_their_order() -> None:
+    outbox, written = Outbox(limit=1024), []
+    release = asyncio.Event()
+
+    async def slow_writer(data: bytes) -> None:
+        if not written:
+            await release.wait()  # the caller's connection is busy
+        written.append(data)
+
+    outbox.attach(slow_writer)
+    first = asyncio.create_task(outbox.put(b"1"))
+    await asyncio.sleep(0)
+    reader = asyncio.create_task(drain(outbox))
+    await outbox.put(b"2")  # a write is in progress: buffered
+    await outbox.put(b"3")
+    release.set()
+    await first
+    outbox.close()
+    await asyncio.wait_for(reader, 5)
+    assert b"".join(written) == b"123"
+    assert written == [b"1", b"23"]  # what waited went out as one write
+
+
+async def test_over_the_limit_the_producer_waits_for_the_reader() -> None:
+    outbox = Outbox(limit=4)
+    await outbox.put(b"abc")
+    blocked = asyncio.create_task(outbox.put(b"defg"))
+    await asyncio.sleep(0.01)
+    assert not blocked.done()
+    assert await outbox.get() == b"abcdefg"
+    await asyncio.wait_for(blocked, 5)
+
+
+async def test_after_detach_everything_is_dropped() -> None:
+    outbox = Outbox(limit=4)
+    await outbox.put(b"abc")
+    blocked = asyncio.create_task(outbox.put(b"defg"))
+    await asyncio.sleep(0)
+    outbox.detach()
+    await asyncio.wait_for(blocked, 5)
+    await outbox.put(b"more")
+    assert outbox.detached
+    assert await outbox.get() is None
