@@ -168,3 +168,22 @@ async def test_gateway_listener_disables_nagle_for_accepted_connections() -> Non
         assert server._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     finally:
         server._sock.close()
+
+
+async def test_requests_past_the_direct_routes_are_starlettes() -> None:
+    """Only POST to the two model endpoints skips Starlette: other methods, paths and the
+    session routes answer as Starlette's router does (405, 404 in OpenAI's shape, 200)."""
+    rig = make_rig(recording(USAGE_RECORDING))
+    async with rig.client(authorization=f"Bearer {GATEWAY_KEY}") as client:
+        wrong_method = await client.get("/v1/chat/completions")
+        unknown = await client.post("/v1/chat/completions/extra", json={})
+        health = await client.get("/healthz")
+        served = await client.post(
+            "/v1/chat/completions", json={"model": "openai/gpt-4o", "messages": USER}
+        )
+    assert wrong_method.status_code == 405
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["type"] == "invalid_request_error"
+    assert health.json() == {"status": "ok"}
+    assert served.status_code == 200
+    assert served.json()["object"] == "chat.completion"

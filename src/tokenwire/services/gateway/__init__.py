@@ -13,7 +13,7 @@ Endpoints, routing, headers, dialects, errors and publishing semantics: docs/gat
 
 from __future__ import annotations
 
-from tokenwire.services.gateway._app import Gateway, create_app
+from tokenwire.services.gateway._app import Gateway, GatewayApp, create_app
 from tokenwire.services.gateway._errors import (
     AuthenticationError,
     BodyTooLargeError,
@@ -49,6 +49,7 @@ __all__ = [
     "CannedUpstream",
     "ChunkSink",
     "Gateway",
+    "GatewayApp",
     "GatewayDeps",
     "GatewayError",
     "GatewayServer",

@@ -21,6 +21,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 from starlette.routing import Route as HttpRoute
+from starlette.types import Receive, Scope, Send
 
 from tokenwire.broker import BrokerError
 from tokenwire.schemas import RecordedError
@@ -273,7 +274,31 @@ def _require_key(gw: Gateway, route: BaseRoute) -> BaseRoute:
     return HttpRoute(route.path, guarded, methods=route.methods, name=route.name)
 
 
-def create_app(settings: GatewaySettings, deps: GatewayDeps) -> Starlette:
+class GatewayApp:
+    """The gateway's ASGI app: ``POST`` to the two model endpoints goes straight to their
+    handlers; every other request, and the lifespan, through the Starlette app.
+
+    Starlette's middleware stack, router and per-route wrappers cost ~50 us of every step's
+    time to first chunk (bench/bench_gateway.py (d)) and do nothing these two routes need: an
+    unexpected exception still becomes uvicorn's 500, as Starlette's would.
+    """
+
+    def __init__(self, starlette: Starlette, gw: Gateway) -> None:
+        self.starlette = starlette
+        self.state = starlette.state
+        self._handlers = {"/v1/chat/completions": gw.chat_completions, "/v1/messages": gw.messages}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            handler = self._handlers.get(scope["path"])
+            if handler is not None:
+                response = await handler(Request(scope, receive))
+                await response(scope, receive, send)
+                return
+        await self.starlette(scope, receive, send)
+
+
+def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
     """The gateway as an ASGI app; the caller owns ``deps`` (connections, publisher).
 
     ``app.state.gateway`` is the :class:`Gateway` (metrics, running steps). On shutdown the
@@ -300,4 +325,4 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> Starlette:
         routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _not_found}
     )
     app.state.gateway = gw
-    return app
+    return GatewayApp(app, gw)
