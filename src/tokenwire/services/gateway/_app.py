@@ -231,7 +231,8 @@ class Gateway:
         return Response(body, exc.status, headers, media_type="application/json")
 
     def _count(self, request: Request, response: Response) -> Response:
-        self.metrics.requests.labels(request.url.path, str(response.status_code)).inc()
+        # scope["path"], not request.url.path: building the URL object was ~1% of the CPU
+        self.metrics.requests.labels(request.scope["path"], str(response.status_code)).inc()
         return response
 
     async def drain(self, timeout_s: float) -> None:
