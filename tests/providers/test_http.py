@@ -206,14 +206,21 @@ async def test_an_invalid_response_is_a_transport_error() -> None:
     assert info.value.code == "transport_error"
 
 
-async def test_a_gzip_body_is_decoded() -> None:
+async def test_a_gzip_body_is_decoded_across_reads() -> None:
+    """The first read holds only part of the gzip header (nothing decodes yet): the body
+    must not look ended."""
+    packed = gzip.compress(SSE)
+
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
-        packed = gzip.compress(SSE)
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ntransfer-encoding: chunked\r\n\r\n"
-            + chunked(packed[:9], packed[9:])
         )
+        for piece in (packed[:5], packed[5:]):
+            writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+        writer.write(b"0\r\n\r\n")
         await writer.drain()
 
     async with Server(handler) as server, client_for() as client:

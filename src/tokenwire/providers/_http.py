@@ -330,13 +330,17 @@ class HttpResponse:
     async def read(self) -> bytes:
         """The body bytes of the next socket reads (waiting for some); ``b""`` at the end.
         Raises :class:`TransportError` (after every byte that arrived before it)."""
-        data = await self._conn.next_data()
-        if self._inflate is None:
-            return data
-        try:
-            return self._inflate.decompress(data) if data else self._inflate.flush()
-        except zlib.error as exc:
-            raise TransportError("transport_error", f"undecodable compressed body: {exc}") from exc
+        while True:
+            data = await self._conn.next_data()
+            if self._inflate is None:
+                return data
+            try:
+                decoded = self._inflate.decompress(data) if data else self._inflate.flush()
+            except zlib.error as exc:
+                detail = f"undecodable compressed body: {exc}"
+                raise TransportError("transport_error", detail) from exc
+            if decoded or not data:  # a read that decodes to nothing is not the end
+                return decoded
 
     async def read_up_to(self, limit: int) -> bytes:
         """At most ``limit`` bytes of the body (an error body: the rest is not read)."""
