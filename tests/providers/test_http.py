@@ -9,14 +9,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import socket
 import ssl
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import trustme
 import uvloop
 
-from tokenwire.providers import READ_BUFFER, HttpClient, Timeouts, TransportError
+from tokenwire.providers import READ_BUFFER, HttpClient, Timeouts, TransportError, _http
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 SSE = b"data: one\n\ndata: two\n\n"
@@ -241,7 +243,7 @@ async def test_an_unknown_content_encoding_is_refused() -> None:
 async def test_a_header_with_a_line_break_is_refused_before_sending() -> None:
     heads: list[bytes] = []
     async with Server(keep_serving(heads)) as server, client_for() as client:
-        with pytest.raises(ValueError, match="line break"):
+        with pytest.raises(ValueError, match="not a valid name and value"):
             await client.post(server.url(), b"{}", {"authorization": "Bearer x\r\nevil: 1"})
     assert heads == []
 
@@ -404,3 +406,175 @@ def test_the_client_runs_on_uvloop(ca: trustme.CA) -> None:
     plain, secure, results = uvloop.run(scenario())
     assert (plain, secure) == (1, 1)
     assert results == [(200, SSE)] * 4
+
+
+# -- what a review found (each failed before its fix) -----------------------------------------
+
+
+async def test_an_informational_response_is_not_the_answer() -> None:
+    """103 Early Hints before the 200: the caller gets the 200, and the next request on the
+    connection gets its own answer."""
+    heads: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for answer in (b"answer-1", b"answer-2"):
+            await read_request(reader, heads)
+            writer.write(b"HTTP/1.1 103 Early Hints\r\nlink: </x>; rel=preload\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 8\r\n\r\n" + answer)
+            await writer.drain()
+
+    async with Server(handler) as server, client_for() as client:
+        first = await read_all(client, server.url())
+        second = await read_all(client, server.url())
+    assert (first, second) == ((200, b"answer-1"), (200, b"answer-2"))
+    assert server.connections == 1
+
+
+async def test_bytes_after_a_response_end_the_connection_not_the_response() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok" + b"HTTP/1.1 500 X\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(1)
+
+    async with Server(handler) as server, client_for() as client:
+        assert await read_all(client, server.url()) == (200, b"ok")
+        assert await read_all(client, server.url()) == (200, b"ok")
+    assert server.connections == 2  # the first connection was not trusted again
+
+
+async def test_a_refused_header_opens_no_connection() -> None:
+    heads: list[bytes] = []
+    async with Server(keep_serving(heads)) as server, client_for() as client:
+        for headers in ({"x": "caf\u00e9\u2122"}, {"content-length ": "0"}, {"x": "a\x00b"}):
+            with pytest.raises(ValueError, match="not a valid name and value"):
+                await client.post(server.url(), b"{}", headers)
+    assert server.connections == 0
+
+
+async def test_a_paused_reader_is_not_a_silent_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past READ_BUFFER the socket is not read; that silence is ours: no read timeout, and the
+    watchdog re-arms once per read_s instead of spinning."""
+    checks = 0
+    original = _http._Connection._check_silence
+
+    def counted(conn: _http._Connection) -> None:
+        nonlocal checks
+        checks += 1
+        original(conn)
+
+    monkeypatch.setattr(_http._Connection, "_check_silence", counted)
+    total = 3 * READ_BUFFER
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % total)
+        writer.write(b"x" * total)
+        await writer.drain()
+
+    async with Server(handler) as server, client_for(timeouts=Timeouts(read_s=0.1)) as client:
+        response = await client.post(server.url(), b"{}", {})
+        await asyncio.sleep(0.6)  # six read timeouts' worth of not reading
+        received = len(await response.read_up_to(total + 1))
+        response.release()
+    assert received == total
+    assert checks < 30
+
+
+async def test_a_read_to_close_body_cut_by_a_reset_is_incomplete() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\n\r\n" + SSE)
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()  # RST, not FIN
+
+    async with Server(handler) as server, client_for() as client:
+        response = await client.post(server.url(), b"{}", {})
+        assert await response.read() == SSE
+        with pytest.raises(TransportError) as info:
+            await response.read()
+        response.release()
+    assert info.value.code == "incomplete_body"
+
+
+async def test_a_pooled_connection_its_server_closed_leaves_the_pool() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()  # then the handler ends: the server closes the idle connection
+
+    async with Server(handler) as server, client_for(keepalive_s=0.2) as client:
+        for _ in range(3):
+            assert await read_all(client, server.url()) == (200, b"ok")
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.4)
+        assert [conn for idle in client._idle.values() for conn in idle] == []
+
+
+async def test_trailers_are_not_response_headers() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntrailer: x-usage\r\n"
+            b"transfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nx-usage: 42\r\n"
+            b"content-type: evil/override\r\n\r\n"
+        )
+        await writer.drain()
+
+    async with Server(handler) as server, client_for() as client:
+        response = await client.post(server.url(), b"{}", {})
+        assert await response.read_up_to(100) == b"ok"
+        response.release()
+    assert response.headers["content-type"] == "text/event-stream"
+    assert "x-usage" not in response.headers
+
+
+async def test_a_truncated_gzip_body_is_incomplete() -> None:
+    packed = gzip.compress(SSE * 50)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        cut = packed[: len(packed) // 2]
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n" % len(cut)
+            + cut
+        )
+        await writer.drain()
+
+    async with Server(handler) as server, client_for() as client:
+        response = await client.post(server.url(), b"{}", {})
+        with pytest.raises(TransportError) as info:
+            await response.read_up_to(len(SSE) * 100)
+        response.release()
+    assert info.value.code == "incomplete_body"
+
+
+async def test_the_request_line_cannot_be_broken_by_the_url() -> None:
+    heads: list[bytes] = []
+    async with Server(keep_serving(heads)) as server, client_for() as client:
+        url = f"http://127.0.0.1:{server.port}/v1/models/my model:stream?alt=sse x"
+        assert await read_all(client, url) == (200, SSE)
+    assert heads[0].startswith(b"POST /v1/models/my%20model:stream?alt=sse%20x HTTP/1.1\r\n")
+
+
+async def test_an_ipv6_target_is_bracketed_in_connect() -> None:
+    seen: list[bytes] = []
+
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+
+    async with Server(refuse) as proxy:
+        client = HttpClient(proxies={"https": f"http://127.0.0.1:{proxy.port}"})
+        try:
+            with pytest.raises(TransportError):
+                await client.post("https://[::1]:8443/v1/x", b"{}", {})
+        finally:
+            await client.close()
+    assert seen[0].startswith(b"CONNECT [::1]:8443 HTTP/1.1\r\n")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 import ssl
 import urllib.parse
 import urllib.request
@@ -50,6 +51,21 @@ IDLE_PER_ORIGIN: Final = 256
 _USER_AGENT: Final = "tokenwire"
 _URL_CACHE: Final = 1024
 _OWN_HEADERS: Final = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""A header name (RFC 9110 token)."""
+_UNSAFE_VALUE: Final = re.compile(r"[\x00\r\n]")
+_PATH_SAFE: Final = "/%:@!$&'()*+,;=-._~?"
+"""Left as they are in a path or query; anything else (a space, a control character) is
+percent-encoded, so a model name from a request cannot break the request line."""
+_MAX_TUNNEL_ANSWER: Final = 16 * 1024
+
+
+class _BytesAfterResponseError(Exception):
+    """Bytes after a complete response (raised into httptools to stop its parse)."""
+
+
+def _quote(text: str) -> str:
+    return urllib.parse.quote(text, safe=_PATH_SAFE)
 
 
 class TransportError(Exception):
@@ -90,7 +106,7 @@ class _Target:
         tls = parts.scheme == "https"
         port = parts.port or (443 if tls else 80)
         netloc = parts.netloc.rpartition("@")[2]
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        path = _quote(parts.path or "/") + (f"?{_quote(parts.query)}" if parts.query else "")
         return cls(tls, parts.hostname, port, netloc, path)
 
 
@@ -136,6 +152,7 @@ class _Connection(asyncio.Protocol):
         self.reason = ""
         self.headers: dict[str, str] = {}
         self.headers_done = False
+        self._informational = False
         self._keep_alive = False
         self.complete = False
         self._buffer: list[bytes] = []
@@ -154,8 +171,10 @@ class _Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail("transport_error", f"invalid HTTP response from the provider: {exc}")
+            if not self.complete:  # bytes after a complete response only end the connection
+                self._fail("transport_error", f"invalid HTTP response from the provider: {exc}")
             self.close()
+            self._wake()
             return
         if self._buffered > READ_BUFFER and not self._paused and self.transport is not None:
             self._paused = True
@@ -167,11 +186,13 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._cancel_timers()
+        if self._watchdog is not None:  # an idle timer runs on: it takes the entry out of the pool
+            self._watchdog.cancel()
+            self._watchdog = None
         if not self.complete and self._error is None:
             if not self.headers_done:
                 self._fail("server_disconnected", "the provider closed the connection")
-            elif self._reads_to_close():
+            elif self._reads_to_close() and exc is None:
                 self.complete = True
             else:
                 detail = f": {exc}" if exc else ""
@@ -180,15 +201,26 @@ class _Connection(asyncio.Protocol):
 
     # -- httptools callbacks ---------------------------------------------------------------
 
+    def on_message_begin(self) -> None:
+        if self.complete:  # more bytes after the response: the connection cannot be trusted
+            raise _BytesAfterResponseError
+
     def on_status(self, reason: bytes) -> None:
         self.reason = reason.decode("latin-1")
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.headers_done:
+            return  # a chunked body's trailers: not the response's headers
         key, text = name.decode("latin-1").lower(), value.decode("latin-1")
         self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
 
     def on_headers_complete(self) -> None:
-        self.status = self._parser.get_status_code()
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:  # informational (103 Early Hints, 100): the answer follows
+            self._informational = True
+            self.headers = {}
+            return
+        self.status = status
         self._keep_alive = self._parser.should_keep_alive()  # llhttp forgets it at the end
         self.headers_done = True
 
@@ -197,6 +229,9 @@ class _Connection(asyncio.Protocol):
         self._buffered += len(body)
 
     def on_message_complete(self) -> None:
+        if self._informational:
+            self._informational = False
+            return
         self.complete = True
         if self._watchdog is not None:
             self._watchdog.cancel()
@@ -222,10 +257,10 @@ class _Connection(asyncio.Protocol):
     async def next_data(self) -> bytes:
         """Everything read since the last call (waiting for some); ``b""`` at the end."""
         while not self._buffer:
-            if self._error is not None:
-                raise self._error
             if self.complete:
                 return b""
+            if self._error is not None:
+                raise self._error
             await self._wait()
         data = self._buffer[0] if len(self._buffer) == 1 else b"".join(self._buffer)
         self._buffer = []
@@ -270,9 +305,13 @@ class _Connection(asyncio.Protocol):
         self._watchdog = None
         if self.complete or self._error is not None or self.closed:
             return
+        now = self._loop.time()
+        if self._paused:  # the silence is ours (an unread buffer), not the provider's
+            self._watchdog = self._loop.call_at(now + self._read_s, self._check_silence)
+            return
         due = self._last_read + self._read_s
-        if self._paused or self._loop.time() < due:
-            self._watchdog = self._loop.call_at(max(due, self._loop.time()), self._check_silence)
+        if now < due:
+            self._watchdog = self._loop.call_at(due, self._check_silence)
             return
         self._fail("read_timeout", f"the provider sent nothing for {self._read_s:g} s")
         self.close()
@@ -334,13 +373,28 @@ class HttpResponse:
             data = await self._conn.next_data()
             if self._inflate is None:
                 return data
-            try:
-                decoded = self._inflate.decompress(data) if data else self._inflate.flush()
-            except zlib.error as exc:
-                detail = f"undecodable compressed body: {exc}"
-                raise TransportError("transport_error", detail) from exc
+            decoded = self._decode(data)
             if decoded or not data:  # a read that decodes to nothing is not the end
                 return decoded
+
+    def _decode(self, data: bytes) -> bytes:
+        """Inflate ``data`` (every gzip member of it); at the end (``b""``), check the
+        compressed body was complete."""
+        assert self._inflate is not None  # compressed
+        if not data:
+            if not self._inflate.eof:
+                raise TransportError("incomplete_body", "the compressed body ended early")
+            return b""
+        out = []
+        try:
+            while data:
+                out.append(self._inflate.decompress(data))
+                data = self._inflate.unused_data if self._inflate.eof else b""
+                if data:  # another gzip member follows
+                    self._inflate = zlib.decompressobj(47)
+        except zlib.error as exc:
+            raise TransportError("transport_error", f"undecodable compressed body: {exc}") from exc
+        return b"".join(out)
 
     async def read_up_to(self, limit: int) -> bytes:
         """At most ``limit`` bytes of the body (an error body: the rest is not read)."""
@@ -388,9 +442,10 @@ class HttpClient:
         and ``ValueError`` for a URL that is not http(s) or a header holding a line break.
         """
         target, proxy = self._route(url)
+        request = _head(target, proxy, headers, len(body)) + body  # ValueError before connecting
         key = (target.tls, target.host, target.port, proxy)
         conn = self._pooled(key) or await self._connect(target, proxy)
-        conn.send(_head(target, proxy, headers, len(body)) + body)
+        conn.send(request)
         try:
             await conn.wait_headers()
             return HttpResponse(self, key, conn)
@@ -431,8 +486,9 @@ class HttpClient:
 
     @staticmethod
     def _expire(idle: list[_Connection], conn: _Connection) -> None:
-        """An idle connection's keep-alive ran out: out of the pool, closed."""
-        idle.remove(conn)
+        """An idle connection's keep-alive ran out (or it was closed): out of the pool."""
+        if conn in idle:
+            idle.remove(conn)
         conn.close()
 
     def _route(self, url: str) -> tuple[_Target, _Proxy | None]:
@@ -486,11 +542,11 @@ class HttpClient:
         try:
             await tunnel.open(target, proxy)
             secured = await loop.start_tls(raw, conn, tls, server_hostname=target.host)
+            if secured is None:  # only a loop without TLS support answers so
+                raise ConnectionError("the event loop could not start TLS on the tunnel")
         except BaseException:
             raw.close()
             raise
-        if secured is None:  # only a loop without TLS support answers so
-            raise ConnectionError("the event loop could not start TLS on the tunnel")
         conn.connection_made(secured)
         return conn
 
@@ -513,8 +569,12 @@ class _Tunnel(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._head += data
-        if b"\r\n\r\n" in self._head and not self._answer.done():
+        if self._answer.done():
+            return
+        if b"\r\n\r\n" in self._head:
             self._answer.set_result(self._head)
+        elif len(self._head) > _MAX_TUNNEL_ANSWER:
+            self._answer.set_exception(ConnectionError("the proxy's answer has no end"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._answer.done():
@@ -523,7 +583,8 @@ class _Tunnel(asyncio.Protocol):
     async def open(self, target: _Target, proxy: _Proxy) -> None:
         """Ask for the tunnel; raises ``ConnectionError`` unless the proxy answers 2xx."""
         assert self.transport is not None  # connected
-        authority = f"{target.host}:{target.port}"
+        host = f"[{target.host}]" if ":" in target.host else target.host  # IPv6
+        authority = f"{host}:{target.port}"
         lines = [f"CONNECT {authority} HTTP/1.1", f"host: {authority}"]
         if proxy.authorization:
             lines.append(f"proxy-authorization: {proxy.authorization}")
@@ -540,16 +601,17 @@ class _Tunnel(asyncio.Protocol):
 
 
 def _head(target: _Target, proxy: _Proxy | None, headers: Mapping[str, str], length: int) -> bytes:
-    """The request line and headers; ``ValueError`` if a name or value holds a line break."""
+    """The request line and headers; ``ValueError`` for a header name that is not a token, or a
+    value holding CR, LF, NUL or a character outside latin-1."""
     absolute = proxy is not None and not target.tls
     path = f"http://{target.netloc}{target.path}" if absolute else target.path
     lines = [f"POST {path} HTTP/1.1\r\nhost: {target.netloc}\r\ncontent-length: {length}\r\n"]
     given = set()
     for name, value in headers.items():
+        if not _TOKEN.fullmatch(name) or _UNSAFE_VALUE.search(value):
+            raise ValueError(f"the request header {name!r} is not a valid name and value")
         if name.lower() in _OWN_HEADERS:
             continue  # framing is this client's
-        if "\n" in value or "\r" in value or "\n" in name or "\r" in name or ":" in name:
-            raise ValueError(f"the request header {name!r} holds a line break or colon")
         lines.append(f"{name}: {value}\r\n")
         given.add(name.lower())
     if "accept-encoding" not in given:
@@ -559,4 +621,7 @@ def _head(target: _Target, proxy: _Proxy | None, headers: Mapping[str, str], len
     if absolute and proxy is not None and proxy.authorization:
         lines.append(f"proxy-authorization: {proxy.authorization}\r\n")
     lines.append("\r\n")
-    return "".join(lines).encode("latin-1")
+    try:
+        return "".join(lines).encode("latin-1")
+    except UnicodeEncodeError:
+        raise ValueError("a request header value is not a valid name and value (latin-1)") from None
