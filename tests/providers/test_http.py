@@ -18,7 +18,7 @@ import pytest
 import trustme
 import uvloop
 
-from tokenwire.providers import READ_BUFFER, HttpClient, Timeouts, TransportError, _http
+from tokenwire.providers import READ_BUFFER, HttpClient, Timeouts, TransportError, _http_connection
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 SSE = b"data: one\n\ndata: two\n\n"
@@ -458,14 +458,14 @@ async def test_a_paused_reader_is_not_a_silent_provider(monkeypatch: pytest.Monk
     """Past READ_BUFFER the socket is not read; that silence is ours: no read timeout, and the
     watchdog re-arms once per read_s instead of spinning."""
     checks = 0
-    original = _http._Connection._check_silence
+    original = _http_connection.Connection._check_silence
 
-    def counted(conn: _http._Connection) -> None:
+    def counted(conn: _http_connection.Connection) -> None:
         nonlocal checks
         checks += 1
         original(conn)
 
-    monkeypatch.setattr(_http._Connection, "_check_silence", counted)
+    monkeypatch.setattr(_http_connection.Connection, "_check_silence", counted)
     total = 3 * READ_BUFFER
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
