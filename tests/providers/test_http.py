@@ -112,6 +112,17 @@ async def read_all(client: HttpClient, url: str, body: bytes = b"{}") -> tuple[i
     return response.status, data
 
 
+async def read_then_fail(handler: Handler, timeouts: Timeouts | None = None) -> tuple[bytes, str]:
+    """The first read of the answer ``handler`` serves, and the code of the failure after it."""
+    async with Server(handler) as server, client_for(timeouts) as client:
+        response = await client.post(server.url(), b"{}", {})
+        first = await response.read()
+        with pytest.raises(TransportError) as info:
+            await response.read()
+        response.release()
+    return first, info.value.code
+
+
 @contextlib.asynccontextmanager
 async def client_for(
     timeouts: Timeouts | None = None,
@@ -176,13 +187,7 @@ async def test_a_content_length_body_cut_short_is_incomplete_body() -> None:
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n" + SSE)
         await writer.drain()
 
-    async with Server(handler) as server, client_for() as client:
-        response = await client.post(server.url(), b"{}", {})
-        assert await response.read() == SSE
-        with pytest.raises(TransportError) as info:
-            await response.read()
-        response.release()
-    assert info.value.code == "incomplete_body"
+    assert await read_then_fail(handler) == (SSE, "incomplete_body")
 
 
 async def test_closed_before_any_answer_is_server_disconnected() -> None:
@@ -278,13 +283,8 @@ async def test_a_silent_provider_is_a_read_timeout() -> None:
         await writer.drain()
         await asyncio.sleep(2)
 
-    async with Server(handler) as server, client_for(timeouts=Timeouts(read_s=0.2)) as client:
-        response = await client.post(server.url(), b"{}", {})
-        assert await response.read() == b"data: one\n\n"
-        with pytest.raises(TransportError) as info:
-            await response.read()
-        response.release()
-    assert info.value.code == "read_timeout"
+    failed = await read_then_fail(handler, Timeouts(read_s=0.2))
+    assert failed == (b"data: one\n\n", "read_timeout")
 
 
 # -- TLS and proxies ------------------------------------------------------------------------
@@ -493,13 +493,7 @@ async def test_a_read_to_close_body_cut_by_a_reset_is_incomplete() -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.transport.abort()  # RST, not FIN
 
-    async with Server(handler) as server, client_for() as client:
-        response = await client.post(server.url(), b"{}", {})
-        assert await response.read() == SSE
-        with pytest.raises(TransportError) as info:
-            await response.read()
-        response.release()
-    assert info.value.code == "incomplete_body"
+    assert await read_then_fail(handler) == (SSE, "incomplete_body")
 
 
 async def test_a_pooled_connection_its_server_closed_leaves_the_pool() -> None:
