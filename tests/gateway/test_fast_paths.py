@@ -187,3 +187,19 @@ async def test_requests_past_the_direct_routes_are_starlettes() -> None:
     assert health.json() == {"status": "ok"}
     assert served.status_code == 200
     assert served.json()["object"] == "chat.completion"
+
+
+async def test_a_first_read_larger_than_the_caller_buffer_does_not_hang() -> None:
+    """The first read is put into the outbox by the request's own task, before the response
+    exists: it must not wait for room only that task's response would make."""
+    body = recording(USAGE_RECORDING)
+    rig = make_rig(body, caller_buffer_bytes=64)
+    rig.upstream.split = len(body)  # the provider's first read brings the whole answer
+    async with rig.client(authorization=f"Bearer {GATEWAY_KEY}") as client:
+        async with asyncio.timeout(10):
+            response = await client.post(
+                "/v1/chat/completions",
+                json={"model": "openai/gpt-4o", "messages": USER, "stream": True},
+            )
+    assert response.status_code == 200
+    assert response.text.rstrip().endswith("data: [DONE]")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from tokenwire.services.gateway._outbox import Outbox
 
@@ -28,7 +29,7 @@ async def test_an_idle_attached_writer_is_written_by_the_producer() -> None:
     async def writer(data: bytes) -> None:
         written.append(data)
 
-    outbox.attach(writer)
+    outbox.attach(writer, lambda: None)
     await outbox.put(b"a")
     await outbox.put(b"b")
     assert written == [b"a", b"b"]  # written in put, nothing left for the reader
@@ -45,7 +46,7 @@ async def test_puts_during_a_slow_write_are_buffered_and_keep_their_order() -> N
             await release.wait()  # the caller's connection is busy
         written.append(data)
 
-    outbox.attach(slow_writer)
+    outbox.attach(slow_writer, lambda: None)
     first = asyncio.create_task(outbox.put(b"1"))
     await asyncio.sleep(0)
     reader = asyncio.create_task(drain(outbox))
@@ -61,12 +62,62 @@ async def test_puts_during_a_slow_write_are_buffered_and_keep_their_order() -> N
 
 async def test_over_the_limit_the_producer_waits_for_the_reader() -> None:
     outbox = Outbox(limit=4)
+    release = asyncio.Event()
+
+    async def stuck(data: bytes) -> None:
+        await release.wait()
+
+    outbox.attach(stuck, lambda: None)
+    writing = asyncio.create_task(outbox.put(b"0"))  # the step's own write, stuck
+    await asyncio.sleep(0)
     await outbox.put(b"abc")
     blocked = asyncio.create_task(outbox.put(b"defg"))
     await asyncio.sleep(0.01)
     assert not blocked.done()
+    release.set()
+    await writing
     assert await outbox.get() == b"abcdefg"
     await asyncio.wait_for(blocked, 5)
+
+
+async def test_before_the_response_starts_nothing_waits_for_room() -> None:
+    """The first read is put by the task that will start the response: it must not wait."""
+    outbox = Outbox(limit=4)
+    await asyncio.wait_for(outbox.put(b"far more than four bytes"), 1)
+    assert await outbox.get() == b"far more than four bytes"
+
+
+async def test_a_writer_that_raises_is_a_caller_gone() -> None:
+    outbox, gone = Outbox(limit=1024), []
+
+    async def closed(data: bytes) -> None:
+        raise ConnectionResetError("the caller is gone")
+
+    outbox.attach(closed, lambda: gone.append(True))
+    await outbox.put(b"a")  # does not raise into the step
+    await outbox.put(b"b")
+    assert outbox.detached
+    assert gone == [True]
+    assert await outbox.get() is None
+
+
+async def test_a_write_cancelled_midway_goes_back_for_the_reader() -> None:
+    outbox = Outbox(limit=1024)
+    started = asyncio.Event()
+
+    async def slow(data: bytes) -> None:
+        started.set()
+        await asyncio.sleep(10)
+
+    outbox.attach(slow, lambda: None)
+    writing = asyncio.create_task(outbox.put(b"batch"))  # nothing waits: written directly
+    await started.wait()
+    writing.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await writing
+    outbox.close()
+    assert await outbox.get() == b"batch"
+    assert await outbox.get() is None
 
 
 async def test_after_detach_everything_is_dropped() -> None:

@@ -8,9 +8,13 @@ each task step waits behind every other ready callback).
 
 Bounds: when more than ``limit`` bytes wait, the step waits too (a slow caller slows the
 provider read, as if it had called the provider directly); a write the step makes itself
-waits for the caller's connection to drain. When the caller leaves, :meth:`Outbox.detach`
-drops the buffer and every later write, so the step reads on at full speed and the durable
-log stays complete.
+waits in the server's flow control when the caller's socket is full (so the step may wait
+with less than ``limit`` held). Before the response has started nothing waits for room: the
+first read's bytes are taken whatever their size (bounded by the provider client's read
+buffer), since only the task putting them would start the response. When the caller leaves,
+:meth:`Outbox.detach` drops the buffer and every later write, so the step reads on at full
+speed and the durable log stays complete; a writer that raises (a server reporting a gone
+caller so, as the ASGI spec allows) counts as the caller leaving, through ``on_error``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class Outbox:
         self._closed = False
         self._detached = False
         self._writer: Writer | None = None
+        self._on_error: Callable[[], None] = lambda: None
         self._writing = False
 
     @property
@@ -40,9 +45,11 @@ class Outbox:
         """Whether the caller is gone."""
         return self._detached
 
-    def attach(self, writer: Writer) -> None:
-        """The response has started: ``put`` may write through ``writer`` itself."""
+    def attach(self, writer: Writer, on_error: Callable[[], None]) -> None:
+        """The response has started: ``put`` may write through ``writer`` itself;
+        ``on_error`` runs (after the outbox is detached) if ``writer`` raises."""
         self._writer = writer
+        self._on_error = on_error
 
     async def put(self, data: bytes) -> None:
         """Append ``data`` (or write it, see the module docstring); waits while more than
@@ -54,7 +61,7 @@ class Outbox:
             return
         self._buffer += data
         self._ready.set()
-        if len(self._buffer) > self._limit:
+        if len(self._buffer) > self._limit and self._writer is not None:
             self._room.clear()
             await self._room.wait()
 
@@ -76,6 +83,13 @@ class Outbox:
         self._writing = True
         try:
             await self._writer(data)
+        except asyncio.CancelledError:
+            if not self._detached:  # not written: the reader sends it, before the end
+                self._buffer[:0] = data
+            raise
+        except Exception:
+            self.detach()
+            self._on_error()
         finally:
             self._writing = False
             if self._buffer:

@@ -42,7 +42,7 @@ class StepStream(Response):
             async def write(data: bytes) -> None:
                 await send({"type": "http.response.body", "body": data, "more_body": True})
 
-            self._outbox.attach(write)
+            self._outbox.attach(write, self._leave)
             watcher = asyncio.ensure_future(self._watch(receive))
             while (data := await self._outbox.get()) is not None:
                 await self._outbox.write(data)

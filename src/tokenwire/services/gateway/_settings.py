@@ -30,7 +30,8 @@ class GatewaySettings:
     - ``max_body_bytes``: larger request bodies get a 413 without being read further.
     - ``continue_on_disconnect``: keep reading the provider to the end after the caller left,
       so the durable log is complete (else the step ends ``finish {aborted}``).
-    - ``caller_buffer_bytes``: output held for a slow caller before the provider read waits.
+    - ``caller_buffer_bytes``: output held for a slow caller before the provider read waits
+      (at most; see ``_outbox.py``).
     - ``default_max_tokens``: sent to Anthropic when a translated request named none.
     - ``ack_timeout_s``: how long the end of a step waits for the broker's acks.
     - ``partitions``, ``replicas``: the broker topology (session partitions, stream replicas);
