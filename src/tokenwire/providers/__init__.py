@@ -61,7 +61,6 @@ from tokenwire.providers._stream import (
     ProviderSession,
     stream_batches,
     stream_chunks,
-    transport_code,
 )
 
 __all__ = [
@@ -95,5 +94,4 @@ __all__ = [
     "split_call_id",
     "stream_batches",
     "stream_chunks",
-    "transport_code",
 ]

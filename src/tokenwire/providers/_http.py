@@ -225,7 +225,7 @@ class HttpClient:
             conn.close()
             raise
 
-    def proxy(self, url: str) -> str | None:
+    def _proxy_url(self, url: str) -> str | None:
         """The proxy URL the environment (or ``proxies``) gives for ``url``, or ``None``."""
         parts = urllib.parse.urlsplit(url)
         # proxy_bypass_environment is the stdlib's own NO_PROXY matcher, but typeshed's stubs
@@ -266,7 +266,7 @@ class HttpClient:
     def _route(self, url: str) -> tuple[_Target, _Proxy | None]:
         routed = self._targets.get(url)
         if routed is None:
-            proxy_url = self.proxy(url)
+            proxy_url = self._proxy_url(url)
             routed = (_Target.parse(url), _Proxy.parse(proxy_url) if proxy_url else None)
             if len(self._targets) >= _URL_CACHE:
                 self._targets.clear()

@@ -27,7 +27,6 @@ __all__ = [
     "ProviderSession",
     "stream_batches",
     "stream_chunks",
-    "transport_code",
 ]
 
 DEFAULT_TIMEOUTS: Final = Timeouts(connect_s=10.0, read_s=120.0)
@@ -76,10 +75,6 @@ class ProviderSession:
 
     def __init__(self, timeouts: Timeouts = DEFAULT_TIMEOUTS, keepalive_s: float = KEEPALIVE_S):
         self.http = HttpClient(timeouts, keepalive_s)
-
-    def proxy(self, url: str) -> str | None:
-        """The proxy for ``url`` from the environment, or ``None``."""
-        return self.http.proxy(url)
 
     async def close(self) -> None:
         """Close the pooled connections."""
@@ -144,20 +139,9 @@ async def stream_chunks(
         await batches.aclose()
 
 
-def transport_code(exc: BaseException) -> str:
-    """A stable code for a transport failure (stored with the step error)."""
-    if isinstance(exc, TransportError):
-        return exc.code
-    if isinstance(exc, TimeoutError):
-        return "read_timeout"
-    return "transport_error"
-
-
-def _transport_finish(exc: BaseException) -> Finish:
-    code = transport_code(exc)
-    detail = str(exc) or type(exc).__name__
-    message = f"transport failure while streaming from the provider ({code}): {detail}"
-    return Finish(reason="error", error=step_error(message, True, code))
+def _transport_finish(exc: TransportError) -> Finish:
+    message = f"transport failure while streaming from the provider ({exc.code}): {exc}"
+    return Finish(reason="error", error=step_error(message, True, exc.code))
 
 
 def _secrets(headers: Mapping[str, str]) -> list[str]:
