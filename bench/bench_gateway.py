@@ -52,17 +52,15 @@ import aiohttp
 import msgspec
 import psutil
 import uvloop
-from nats.aio.msg import Msg
 
+from bench.bench_publish import raw_pipeline
 from tokenwire.broker import (
     ChunkPublisher,
     EmbeddedServer,
     Topology,
-    chunk_subject,
     connect,
     ensure_topology,
     free_port,
-    msg_id,
 )
 from tokenwire.providers import HttpClient
 from tokenwire.schemas import ChunkEnvelope, TextDelta, json_encoder
@@ -205,28 +203,11 @@ async def bench_publish_limit(url: str) -> tuple[float, float]:
     nc = await connect(url)
     t = _bench_topology("raw")
     await ensure_topology(nc, t)
-    acked, done = 0, asyncio.Event()
-
-    async def on_ack(msg: Msg) -> None:
-        nonlocal acked
-        acked += 1
-        if acked == N_A:
-            done.set()
-
-    prefix = nc.new_inbox() + "."
-    sub = await nc.subscribe(prefix + "*", cb=on_ack)
-    cpu, started = time.process_time(), time.perf_counter()
-    for i in range(N_A):
-        session, ordinal = f"s{i % SESSIONS_B}", i // SESSIONS_B
-        headers = {**TRACE, "Nats-Msg-Id": msg_id(session, 0, 0, ordinal)}
-        subject = chunk_subject(t, session, first=ordinal == 0)
-        await nc.publish(subject, ENVELOPE, reply=f"{prefix}{i}", headers=headers)
-    await asyncio.wait_for(done.wait(), 60)
-    rate = N_A / (time.perf_counter() - started)
-    cpu_us = (time.process_time() - cpu) / N_A * 1e6
-    await sub.unsubscribe()
+    result = await raw_pipeline(
+        nc, t, ENVELOPE, n=N_A, sessions=SESSIONS_B, headers=TRACE, mark_first=True
+    )
     await nc.close()
-    return rate, cpu_us
+    return result
 
 
 async def bench_chunk_publisher(url: str) -> tuple[float, float]:

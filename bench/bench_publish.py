@@ -67,28 +67,42 @@ async def bench_chunk_publisher(nc: Client, t: Topology) -> float:
     return rate
 
 
-async def bench_raw_pipeline(nc: Client, t: Topology) -> float:
+async def raw_pipeline(
+    nc: Client,
+    t: Topology,
+    payload: bytes,
+    *,
+    n: int = N,
+    sessions: int = SESSIONS,
+    headers: dict[str, str] | None = None,
+    mark_first: bool = False,
+) -> tuple[float, float]:
+    """The publish limit: ``n`` core publishes with a reply subject and ``Nats-Msg-Id`` (plus
+    ``headers``) through nats-py's public API, every ack counted in a callback, nothing else;
+    ordinal 0 of each session to its ``first`` subject when ``mark_first``. Returns
+    (messages/s, CPU us per message of this process)."""
     done = asyncio.Event()
     acked = 0
 
     async def on_ack(msg: Msg) -> None:
         nonlocal acked
         acked += 1
-        if acked == N:
+        if acked == n:
             done.set()
 
     prefix = nc.new_inbox() + "."
     sub = await nc.subscribe(prefix + "*", cb=on_ack)
-    started = time.perf_counter()
-    for i in range(N):
-        session = f"r{i % SESSIONS}"
-        headers = {"Nats-Msg-Id": msg_id(session, 0, 0, i // SESSIONS)}
-        await nc.publish(chunk_subject(t, session, first=False), PAYLOAD, reply=f"{prefix}{i}",
-                         headers=headers)  # fmt: skip
+    cpu, started = time.process_time(), time.perf_counter()
+    for i in range(n):
+        session, ordinal = f"r{i % sessions}", i // sessions
+        message_headers = {**(headers or {}), "Nats-Msg-Id": msg_id(session, 0, 0, ordinal)}
+        subject = chunk_subject(t, session, first=mark_first and ordinal == 0)
+        await nc.publish(subject, payload, reply=f"{prefix}{i}", headers=message_headers)
     await asyncio.wait_for(done.wait(), 60)
-    rate = N / (time.perf_counter() - started)
+    rate = n / (time.perf_counter() - started)
+    cpu_us = (time.process_time() - cpu) / n * 1e6
     await sub.unsubscribe()
-    return rate
+    return rate, cpu_us
 
 
 async def bench_raw_consume(nc: Client, t: Topology, total: int) -> float:
@@ -140,7 +154,7 @@ async def _run(data_dir: Path) -> list[tuple[str, float, str, float]]:
             await ensure_topology(nc, t)
         baseline = await bench_js_publish(nc, a)
         ours = await bench_chunk_publisher(nc, b)
-        raw = await bench_raw_pipeline(nc, c)
+        raw, _ = await raw_pipeline(nc, c, PAYLOAD)
         raw_consume = await bench_raw_consume(nc, b, N)
         our_consume = await bench_partition_consumer(nc, b, N)
         await nc.close()
