@@ -36,13 +36,14 @@ def test_every_variable_the_deployment_sets_is_documented() -> None:
     assert {v for v in nats if v not in _documented()} == set()
 
 
-def test_every_service_readme_exists_and_names_its_command() -> None:
+def test_every_service_page_exists_and_names_its_command() -> None:
     for folder, command in [
         ("gateway", "tokenwire gateway"),
         ("telemetry", "tokenwire telemetry"),
+        ("assembler", "tokenwire assembler"),
         ("scripted-provider", "tokenwire scripted-provider"),
     ]:
-        text = (ROOT / "services" / folder / "README.md").read_text()
+        text = (ROOT / "docs" / "services" / f"{folder}.md").read_text()
         assert command in text, folder
 
 
@@ -51,8 +52,9 @@ def test_metric_names_in_the_docs_are_exposed() -> None:
 
     exposed = exposed_metric_names()
     for path in [
-        ROOT / "services" / "gateway" / "README.md",
-        ROOT / "services" / "telemetry" / "README.md",
+        ROOT / "docs" / "services" / "gateway.md",
+        ROOT / "docs" / "services" / "telemetry.md",
+        ROOT / "docs" / "services" / "assembler.md",
         ROOT / "docs" / "operations.md",
     ]:
         for name in metric_names_in(path.read_text()):
