@@ -8,7 +8,10 @@ chunk times and the chunk count, one sample per call.
 
 "First chunk" (docs/telemetry.md): a step's ordinal 0 unless it is ``finish {error}``. A step
 whose first chunk is an error is a failed call: it is counted under ``error.type`` and never as
-a stream start or a time-to-first-chunk sample.
+a stream start or a time-to-first-chunk sample. The gateway's time to first chunk is recorded
+when the call ends, and only for a call that succeeded (a stream that failed midway is an error,
+not a TTFC sample); the span has the attribute and a ``tokenwire.stream_started`` event either
+way.
 
 Nothing here reads content: only identity, times, finish reasons, token counts and error codes.
 """
@@ -121,23 +124,20 @@ class CallObserver:
     span: trace.Span
     start_ns: int
     first_ns: int | None = None
+    ttfc_s: float | None = None
     http_status: int | None = None
     raised: BaseException | None = None
     usage: TokenUsage | None = None
     _ended: bool = field(default=False, repr=False)
 
     def first_chunk(self, time_ns: int, request_time_ns: int) -> None:
-        """Ordinal 0 was published and is not an error: the stream started."""
+        """Ordinal 0 was published and is not an error: the stream started (the span's event).
+        The time to first chunk is recorded at the end, for a call that succeeded."""
         self.first_ns = time_ns
-        model = self.calls.models.admit(self.route.model)
-        ttfc_s = max(time_ns - request_time_ns, 0) / 1e9
-        self.calls.prometheus.ttfc.labels(self.route.provider, model).observe(ttfc_s)
+        self.ttfc_s = max(time_ns - request_time_ns, 0) / 1e9
+        self.calls.models.admit(self.route.model)
         if self.calls.recording:
-            attributes = self._metric_attributes(model)
-            self.calls.ttfc.record(ttfc_s, attributes)
-            if self.calls.legacy is not None:
-                self.calls.legacy.ttfc.record(ttfc_s, attributes)
-            self.span.set_attribute("gen_ai.response.time_to_first_chunk", ttfc_s)
+            self.span.set_attribute("gen_ai.response.time_to_first_chunk", self.ttfc_s)
             self.span.add_event("tokenwire.stream_started", timestamp=time_ns)
 
     def end(
@@ -164,6 +164,9 @@ class CallObserver:
         p.call_duration.labels(provider, model, outcome).observe(duration_s)
         if error_type is not None:
             p.call_errors.labels(provider, model, error_type).inc()
+        ttfc_s = self.ttfc_s if outcome == "ok" else None
+        if ttfc_s is not None:
+            p.ttfc.labels(provider, model).observe(ttfc_s)
         gap_s = self._chunk_gap_s(chunks, end_ns) if outcome == "ok" else None
         if gap_s is not None:
             p.chunk_gap.labels(provider, model).observe(gap_s)
@@ -172,7 +175,7 @@ class CallObserver:
             if n:
                 p.tokens.labels(provider, model, kind).inc(n)
         if self.calls.recording:
-            self._export(model, error_type, duration_s, gap_s, counts)
+            self._export(model, error_type, duration_s, (ttfc_s, gap_s), counts)
             self._end_span(finish, error_type, identity, end_ns)
 
     def _chunk_gap_s(self, chunks: int, end_ns: int) -> float | None:
@@ -181,12 +184,15 @@ class CallObserver:
         return max(end_ns - self.first_ns, 0) / 1e9 / (chunks - 1)
 
     def _error_type(self, finish: Finish | None, error: BaseException | None) -> str | None:
-        """``error.type``: the HTTP status, the provider's error code, or tokenwire's kind."""
-        if self.http_status is not None:
-            return str(self.http_status)
+        """``error.type``: the provider's error code (as the telemetry consumer reads it off the
+        first chunk), else the HTTP status, else tokenwire's own kind (docs/telemetry.md)."""
         if finish is not None and finish.error is not None:
             code = finish.error.code
-            return self.calls.error_types.admit(code) if code else conventions.ERROR_OTHER
+            if code:
+                return self.calls.error_types.admit(code)
+            return str(self.http_status) if self.http_status else conventions.ERROR_OTHER
+        if self.http_status is not None:
+            return str(self.http_status)
         if error is None or isinstance(error, asyncio.CancelledError):
             return None
         if isinstance(error, BrokerUnavailableError):
@@ -208,18 +214,23 @@ class CallObserver:
         model: str,
         error_type: str | None,
         duration_s: float,
-        gap_s: float | None,
+        ttfc_and_gap_s: tuple[float | None, float | None],
         counts: tuple[int | None, ...],
     ) -> None:
         attributes = self._metric_attributes(model)
         if error_type is not None:
             attributes["error.type"] = error_type
+        ttfc_s, gap_s = ttfc_and_gap_s
+        legacy = self.calls.legacy
         self.calls.duration.record(duration_s, attributes)
+        if ttfc_s is not None:
+            self.calls.ttfc.record(ttfc_s, attributes)
         if gap_s is not None:
             self.calls.chunk_gap.record(gap_s, attributes)
-        legacy = self.calls.legacy
         if legacy is not None:
             legacy.duration.record(duration_s, attributes)
+            if ttfc_s is not None:
+                legacy.ttfc.record(ttfc_s, attributes)
         if self.usage is None:
             return
         token_attributes = {**attributes, "gen_ai.token.modality": "unknown"}
