@@ -1,4 +1,5 @@
-"""The gateway and the telemetry consumer exporting OTLP/HTTP to a receiver in the test.
+"""The gateway, the telemetry consumer and the assembler exporting OTLP/HTTP to a receiver in
+the test.
 
 Real parts: nats-server with JetStream, the gateway on a socket, the scripted provider and the
 real provider recordings served over sockets as upstreams, the SDK's OTLP/HTTP exporters, and a
@@ -19,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.assembler.harness import settings_for
 from tests.fixtures.recordings import recordings_dir
 from tests.observability._otlp import (
     SPAN_KIND_CLIENT,
@@ -28,6 +30,7 @@ from tests.observability._otlp import (
 )
 from tests.providers.conftest import RecordingServer, Route
 from tokenwire.observability import OtelProviders, conventions, otel_from_env
+from tokenwire.services.assembler import run as run_assembler
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
 from tokenwire.services.scripted_provider import ScriptedServer, ScriptedSettings
 from tokenwire.services.telemetry import OtelSignals, TelemetryConsumer, TelemetryMetrics
@@ -148,7 +151,7 @@ async def _through_the_gateway(
 
 @pytest.mark.slow
 async def test_one_client_span_per_call_tokens_errors_and_no_content(
-    nc, topology, caplog: pytest.LogCaptureFixture
+    nc, topology, nats_url, sqlite_url, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="tokenwire")
     tps = _traceparents(len(CALLS))
@@ -156,17 +159,20 @@ async def test_one_client_span_per_call_tokens_errors_and_no_content(
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
         gw_otel = otel_from_env("tokenwire-gateway", {**env, "OTEL_SERVICE_NAME": "gw-test"})
         tel_otel = otel_from_env("tokenwire-telemetry", env)
+        asm_otel = otel_from_env("tokenwire-assembler", env)
         metrics = TelemetryMetrics()
         try:
             statuses, prometheus = await _through_the_gateway(nc, topology, gw_otel, tps)
             otel = OtelSignals(tel_otel.tracer_provider)
             consumer = TelemetryConsumer(nc=nc, topology=topology, metrics=metrics, otel=otel)
             await asyncio.wait_for(consumer.run(asyncio.Event(), burst=True), 60)
-            await asyncio.to_thread(gw_otel.force_flush)
-            await asyncio.to_thread(tel_otel.force_flush)
+            settings = settings_for(nats_url, topology, sqlite_url)
+            await asyncio.wait_for(run_assembler(settings, otel=asm_otel), 60)
+            for otel in (gw_otel, tel_otel, asm_otel):
+                await asyncio.to_thread(otel.force_flush)
         finally:
-            gw_otel.shutdown()
-            tel_otel.shutdown()
+            for otel in (gw_otel, tel_otel, asm_otel):
+                otel.shutdown()
 
     assert statuses == [200, 200, 429, 200, 200, 200]
     spans = receiver.received.spans()
@@ -178,6 +184,7 @@ async def test_one_client_span_per_call_tokens_errors_and_no_content(
         assert span.parent_span_id.hex() == parent_id
         _check_client_span(call, span)
     _check_consumer_spans(spans, client_spans, tps)
+    _check_assembler_spans(spans, client_spans, tps)
     _check_metrics(receiver, prometheus, metrics)
     for raw in [*receiver.received.raw, prometheus.encode(), caplog.text.encode()]:
         for sentinel in (ANSWER_SENTINEL, PROMPT_SENTINEL, KEY_SENTINEL):
@@ -237,6 +244,17 @@ def _check_consumer_spans(
         assert span.parent_span_id == client_spans[trace_id][1].span_id
         expected = "tokenwire.stream_started" if call.started else "tokenwire.call_failed"
         assert span.name == expected
+
+
+def _check_assembler_spans(
+    spans: list[tuple[str, Any]], client_spans: dict[str, Any], tps: list[tuple[str, str]]
+) -> None:
+    """The assembler's commit span of every step is a child of the step's client span."""
+    commits = [s for svc, s in spans if svc == "tokenwire-assembler"]
+    assert sorted(s.trace_id.hex() for s in commits) == sorted(t for t, _ in tps)
+    for span in commits:
+        assert span.name == "tokenwire.assembler.commit"
+        assert span.parent_span_id == client_spans[span.trace_id.hex()][1].span_id
 
 
 def _check_metrics(receiver: OtlpReceiver, prometheus: str, consumer: TelemetryMetrics) -> None:
