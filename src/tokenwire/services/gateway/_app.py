@@ -127,7 +127,9 @@ class Gateway:
         call_start_ns = self.deps.clock_ns()
         span, trace_headers = start_step_span(
             request.headers, self._rng, self.calls.tracer, self.calls.recording,
-            f"chat {route.model}", call_span_attributes(route, session), call_start_ns,
+            f"chat {route.model}",
+            call_span_attributes(route, session) if self.calls.recording else {},
+            call_start_ns,
         )  # fmt: skip
         call = self.calls.observe(route, session, span, call_start_ns)
         route = with_identity(route, {SESSION_HEADER: session})

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
 from opentelemetry import metrics, trace
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.util.types import AttributeValue
 
 from tokenwire.observability import (
@@ -79,16 +81,17 @@ class GenAICalls:
             description="Mean time per output chunk after the first, one sample per call.",
             explicit_bucket_boundaries_advisory=list(conventions.CHUNK_GAP_BUCKETS_S),
         )  # fmt: skip
-        self.usage = {
-            name: meter.create_counter(name, unit="{token}", description=desc)
-            for name, desc in (
-                (conventions.USAGE_INPUT, "Input tokens, including cached ones."),
-                (conventions.USAGE_OUTPUT, "Output tokens, including reasoning ones."),
-                (conventions.USAGE_CACHE_READ, "Input tokens served from the provider's cache."),
-                (conventions.USAGE_CACHE_WRITE, "Input tokens written to the provider's cache."),
-                (conventions.USAGE_REASONING, "Output tokens used for reasoning."),
+        self.usage = UsageTotals()
+        for name, desc in (
+            (conventions.USAGE_INPUT, "Input tokens, including cached ones."),
+            (conventions.USAGE_OUTPUT, "Output tokens, including reasoning ones."),
+            (conventions.USAGE_CACHE_READ, "Input tokens served from the provider's cache."),
+            (conventions.USAGE_CACHE_WRITE, "Input tokens written to the provider's cache."),
+            (conventions.USAGE_REASONING, "Output tokens used for reasoning."),
+        ):
+            meter.create_observable_counter(
+                name, [self.usage.callback(name)], unit="{token}", description=desc
             )
-        }
         self.legacy = _LegacyInstruments(meter) if otel.legacy_names else None
 
     def observe(self, route: Route, session: str, span: trace.Span, start_ns: int) -> CallObserver:
@@ -233,10 +236,10 @@ class CallObserver:
                 legacy.ttfc.record(ttfc_s, attributes)
         if self.usage is None:
             return
-        token_attributes = {**attributes, "gen_ai.token.modality": "unknown"}
-        for name, n in zip(self.calls.usage, _convention_counts(counts), strict=True):
+        key = tuple(attributes.items())
+        for name, n in zip(_USAGE_METRICS, _convention_counts(counts), strict=True):
             if n is not None:
-                self.calls.usage[name].add(n, token_attributes)
+                self.calls.usage.add(name, key, n)
         if legacy is not None:
             inputs, outputs = _convention_counts(counts)[:2]
             for kind, n in (("input", inputs), ("output", outputs)):
@@ -265,6 +268,39 @@ class CallObserver:
         span.end(end_time=end_ns)
 
 
+class UsageTotals:
+    """The token counters' running totals, read by the SDK's observable counters at export.
+
+    Adding to a dict costs a fraction of an SDK counter's ``add`` (which hashes and cleans the
+    attributes on every call, bench/bench_observability.py); the totals are cumulative, as the
+    counters' are. The keys are bounded by the bounded label values.
+    """
+
+    def __init__(self) -> None:
+        self.totals: dict[tuple[str, tuple[tuple[str, AttributeValue], ...]], int] = {}
+
+    def add(self, name: str, key: tuple[tuple[str, AttributeValue], ...], n: int) -> None:
+        """Add ``n`` tokens to the total of metric ``name`` with attributes ``key``."""
+        self.totals[name, key] = self.totals.get((name, key), 0) + n
+
+    def callback(self, name: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        """The observable counter's callback for metric ``name``."""
+
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            for (metric, key), total in list(self.totals.items()):  # a copy: the loop adds
+                if metric == name:
+                    yield Observation(total, {**dict(key), "gen_ai.token.modality": "unknown"})
+
+        return observe
+
+
+_USAGE_METRICS = (
+    conventions.USAGE_INPUT,
+    conventions.USAGE_OUTPUT,
+    conventions.USAGE_CACHE_READ,
+    conventions.USAGE_CACHE_WRITE,
+    conventions.USAGE_REASONING,
+)
 _SPAN_USAGE = (
     "gen_ai.usage.input_tokens",
     "gen_ai.usage.output_tokens",
