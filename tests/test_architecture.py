@@ -23,6 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "broker": {"schemas", "config"},
     "store": {"schemas"},
     "replay": {"schemas", "fold", "broker", "store", "config"},
+    "observability": {"schemas"},
 }
 # Third-party packages a layer may import; the wire contract stays importable from anywhere.
 THIRD_PARTY: dict[str, set[str]] = {"schemas": {"msgspec"}, "fold": {"msgspec"}}

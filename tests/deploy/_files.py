@@ -112,6 +112,31 @@ def exposed_metric_names() -> frozenset[str]:
     return frozenset(names)
 
 
+def exposed_metric_labels() -> dict[str, frozenset[str]]:
+    """The label names of every exposed sample name (``le`` on histogram buckets), read off the
+    real metric objects (a labelled metric with no series yet has no samples to read them from).
+    """
+    from tokenwire.services.assembler import AssemblerMetrics
+    from tokenwire.services.gateway._metrics import GatewayMetrics
+    from tokenwire.services.telemetry import TelemetryMetrics
+
+    suffixes = {
+        "counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",),
+    }  # fmt: skip
+    out: dict[str, frozenset[str]] = {}
+    for registry in (
+        AssemblerMetrics().registry, GatewayMetrics(lambda: 0.0).registry,
+        TelemetryMetrics().registry,
+    ):  # fmt: skip
+        for metric in registry._collector_to_names:
+            name = metric._name  # type: ignore[attr-defined]
+            labels = frozenset(metric._labelnames)  # type: ignore[attr-defined]
+            for suffix in suffixes.get(metric._type, ("",)):  # type: ignore[attr-defined]
+                extra = {"le"} if suffix == "_bucket" else set()
+                out[name.removesuffix("_total") + suffix] = labels | extra
+    return out
+
+
 METRIC_RE = re.compile(r"\btokenwire_[a-z0-9_]+")
 
 

@@ -207,12 +207,15 @@ def test_prometheus_scrapes_every_service_where_it_listens() -> None:
         assert host == "localhost" or host in services(), target
 
 
-def test_telemetry_exports_otlp_to_the_collectors_http_receiver() -> None:
-    url = urlsplit(env(services()["telemetry"])["OTEL_EXPORTER_OTLP_ENDPOINT"])
+@pytest.mark.parametrize("name", ["gateway-1", "gateway-2", "assembler-1", "telemetry"])
+def test_every_service_exports_otlp_to_the_collectors_http_receiver(name: str) -> None:
+    service_env = env(services()[name])
+    url = urlsplit(service_env["OTEL_EXPORTER_OTLP_ENDPOINT"])
     collector = load_yaml(DEPLOY / "otel" / "collector.yaml")
     http = collector["receivers"]["otlp"]["protocols"]["http"]["endpoint"]
     assert url.hostname == "otel-collector"
     assert url.port == port_of(http)
+    assert service_env["OTEL_SERVICE_NAME"] == "tokenwire-" + name.split("-", maxsplit=1)[0]
 
 
 def test_grafana_mounts_what_its_provisioning_points_at() -> None:

@@ -8,6 +8,7 @@ import re
 from tests.deploy._files import (
     DEPLOY,
     dashboard,
+    exposed_metric_labels,
     exposed_metric_names,
     load_yaml,
     metric_names_in,
@@ -28,6 +29,35 @@ def test_every_metric_the_dashboard_queries_is_exposed() -> None:
     used |= metric_names_in(str(dashboard()["templating"]))
     assert used
     assert used - exposed_metric_names() == set()
+
+
+_BY = re.compile(r"\bby \(([^)]*)\)")
+_MATCHER = re.compile(r"([a-z_]+)\s*=~?\s*\"")
+
+
+def test_every_label_the_dashboard_groups_or_filters_by_exists_on_its_metric() -> None:
+    labels = exposed_metric_labels()
+    for title, exprs in _exprs().items():
+        for expr in exprs:
+            for name, matchers in re.findall(r"(tokenwire_[a-z0-9_]+)(\{[^}]*\})?", expr):
+                assert name in labels, (title, name)
+                used = set(_MATCHER.findall(matchers))
+                assert used <= labels[name], (title, name, used - labels[name])
+            grouped = {x.strip() for b in _BY.findall(expr) for x in b.split(",") if x.strip()}
+            available = set().union(*(labels[n] for n in metric_names_in(expr)))
+            assert grouped <= available, (title, grouped - available)
+
+
+def test_model_call_panels_show_what_the_issue_asks_for() -> None:
+    ttfc = r"rate\(tokenwire_gateway_time_to_first_chunk_seconds_bucket"
+    for q in ("0.5", "0.99"):
+        assert _panel_with(rf"histogram_quantile\({q}, sum by \(provider, model, le\) \({ttfc}")
+    assert _panel_with(r"sum by \(provider, model, type\) \(rate\(tokenwire_gateway_tokens_total")
+    assert _panel_with(
+        r"sum by \(provider, error_type\) \(rate\(tokenwire_gateway_call_errors_total"
+    )
+    assert _panel_with(r"sum by \(provider, outcome\) \(rate\(tokenwire_gateway_calls_total")
+    assert _panel_with(r"min\(tokenwire_assembler_store_up\)")
 
 
 def _panel_with(pattern: str) -> list[str]:

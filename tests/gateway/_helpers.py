@@ -19,6 +19,7 @@ import openai
 from starlette.applications import Starlette
 
 from tests.fixtures.recordings import recordings_dir
+from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.services.gateway import (
     CannedUpstream,
     GatewayDeps,
@@ -87,6 +88,7 @@ def make_rig(
     answer: CannedAnswer | Callable[[Route, bytes], CannedAnswer],
     *,
     sink: MemorySink | None = None,
+    otel: OtelProviders | None = None,
     **settings: Any,
 ) -> Rig:
     """A gateway answering every provider call with ``answer``; settings override defaults."""
@@ -103,8 +105,9 @@ def make_rig(
 
     clock = itertools.count(CLOCK_START_NS, 1_000_000)
     deps = GatewayDeps(
-        upstream=upstream, sink=sink, steps=steps, clock_ns=lambda: next(clock), new_id=new_id
-    )
+        upstream=upstream, sink=sink, steps=steps, clock_ns=lambda: next(clock), new_id=new_id,
+        otel=otel or no_otel(),
+    )  # fmt: skip
     base = {"keys": frozenset({GATEWAY_KEY}), "provider_env": provider_env()}
     gw_settings = GatewaySettings(**{**base, **settings})
     return Rig(create_app(gw_settings, deps), sink, steps, upstream, gw_settings, ids)

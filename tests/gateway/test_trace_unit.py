@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import random
 
-import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from tokenwire.services.gateway import _trace
-from tokenwire.services.gateway._trace import start_step_span
+from tokenwire.services.gateway._trace import start_step_span as _start
 
 PROPAGATOR = TraceContextTextMapPropagator()
+NO_TRACER = trace.NoOpTracerProvider().get_tracer("test")
+
+
+def start_step_span(headers, rng, tracer=NO_TRACER, recording=False):  # type: ignore[no-untyped-def]
+    return _start(headers, rng, tracer, recording, "chat m", {"gen_ai.request.model": "m"}, 1)
 
 
 def test_a_fresh_context_is_what_the_propagator_would_inject() -> None:
@@ -41,7 +46,20 @@ def test_a_callers_context_is_continued() -> None:
     assert headers["tracestate"] == "k=v"
 
 
-def test_only_a_real_tracer_provider_counts_as_recording(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert not _trace._recording()  # the API's default in tests
-    monkeypatch.setattr(trace, "get_tracer_provider", TracerProvider)
-    assert _trace._recording()
+def test_a_recording_tracer_makes_a_client_span_the_headers_point_at() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    span, headers = start_step_span(
+        {"traceparent": caller}, random.Random(), provider.get_tracer("t"), recording=True
+    )
+    span.end()
+    [finished] = exporter.get_finished_spans()
+    assert finished.kind is trace.SpanKind.CLIENT
+    assert finished.name == "chat m"
+    assert finished.parent is not None
+    assert finished.parent.span_id == 0xB7AD6B7169203331
+    assert headers["traceparent"] == (
+        f"00-0af7651916cd43dd8448eb211c80319c-{finished.context.span_id:016x}-01"
+    )

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from tokenwire.observability import sdk_providers
 from tokenwire.schemas import (
     BlockEnd,
     BlockStart,
@@ -23,10 +24,11 @@ from tokenwire.schemas import (
     json_encoder,
 )
 from tokenwire.services.telemetry import (
-    TTFC_METRIC,
+    FAILED_SPAN,
+    STARTED_SPAN,
     OtelSignals,
     TelemetryMetrics,
-    otel_providers,
+    failed_call,
     stream_started,
 )
 
@@ -74,37 +76,63 @@ def test_unknown_request_time_gives_no_time_to_first_chunk() -> None:
     assert signal.traceparent is None
 
 
-def test_otel_metric_and_span_follow_the_genai_conventions() -> None:
-    reader, exporter = InMemoryMetricReader(), InMemorySpanExporter()
-    meters, tracers = otel_providers(readers=[reader], processors=[SimpleSpanProcessor(exporter)])
-    OtelSignals(meters, tracers).record(
-        stream_started(_envelope(TextDelta(index=0, text=SENTINEL)), TRACEPARENT)
-    )
+def test_otel_spans_join_the_steps_trace_with_the_genai_attributes() -> None:
+    exporter = InMemorySpanExporter()
+    otel = sdk_providers("t", {}, [], [SimpleSpanProcessor(exporter)])
+    signals = OtelSignals(otel.tracer_provider)
+    signals.record(stream_started(_envelope(TextDelta(index=0, text=SENTINEL)), TRACEPARENT))
+    failed = _envelope(Finish(reason="error", error=StepError(message=SENTINEL, code="overloaded")))
+    signals.record_failure(failed, "overloaded", {"traceparent": TRACEPARENT})
 
-    data = reader.get_metrics_data()
-    assert data is not None
-    metrics = [m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics]
-    (ttfc,) = [m for m in metrics if m.name == TTFC_METRIC]
-    assert ttfc.name == "gen_ai.client.operation.time_to_first_chunk"
-    assert ttfc.unit == "s"
-    (point,) = ttfc.data.data_points
-    assert point.count == 1
-    assert point.sum == pytest.approx(0.25)
-    assert dict(point.attributes) == {
-        "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": "openai",
-        "gen_ai.request.model": "gpt-4o",
+    started, failure = exporter.get_finished_spans()
+    assert (started.name, failure.name) == (STARTED_SPAN, FAILED_SPAN)
+    for span in (started, failure):
+        assert format(span.context.trace_id, "032x") == TRACE_ID
+        assert span.parent is not None
+        assert format(span.parent.span_id, "016x") == "00f067aa0ba902b7"
+        assert span.attributes is not None
+        assert span.attributes["gen_ai.provider.name"] == "openai"
+        assert span.attributes["gen_ai.request.model"] == "gpt-4o"
+        assert span.attributes["gen_ai.conversation.id"] == "s-1"
+        assert all(SENTINEL not in str(v) for v in span.attributes.values())
+    assert started.attributes is not None
+    assert started.attributes["gen_ai.response.time_to_first_chunk"] == pytest.approx(0.25)
+    assert failure.attributes is not None
+    assert failure.attributes["error.type"] == "overloaded"
+    assert not failure.status.is_ok
+    otel.shutdown()
+
+
+def test_an_error_first_chunk_is_a_failed_call_not_a_start() -> None:
+    metrics = TelemetryMetrics()
+    ok = _envelope(TextDelta(index=0, text="x"))
+    metrics.record(stream_started(ok, None))  # admits the model as a label value
+    env = _envelope(Finish(reason="error", error=StepError(message=SENTINEL, code="rate_limit")))
+    error = failed_call(env)
+    assert error is not None
+    assert failed_call(ok) is None
+    assert metrics.record_failure(env, error) == "rate_limit"
+    labels = {"provider": "openai", "model": "gpt-4o"}
+    failed = {**labels, "error_type": "rate_limit"}
+    assert metrics.registry.get_sample_value("tokenwire_telemetry_failed_calls_total", failed) == 1
+    assert metrics.registry.get_sample_value("tokenwire_stream_starts_total", labels) == 1
+    ttfc = "tokenwire_time_to_first_chunk_seconds_count"
+    assert metrics.registry.get_sample_value(ttfc, labels) == 1
+
+
+def test_model_labels_are_bounded() -> None:
+    metrics = TelemetryMetrics()
+    metrics.models.limit = 2
+    for model in ("a", "b", "c", "bad model\n{}"):
+        env = msgspec.structs.replace(_envelope(TextDelta(index=0, text="x")), model=model)
+        metrics.record(stream_started(env, None))
+    starts = {
+        s.labels["model"]: s.value
+        for m in metrics.registry.collect()
+        for s in m.samples
+        if s.name == "tokenwire_stream_starts_total"
     }
-
-    (span,) = exporter.get_finished_spans()
-    assert format(span.context.trace_id, "032x") == TRACE_ID
-    assert span.parent is not None
-    assert format(span.parent.span_id, "016x") == "00f067aa0ba902b7"
-    assert span.attributes["gen_ai.conversation.id"] == "s-1"
-    assert span.attributes["gen_ai.response.time_to_first_chunk"] == pytest.approx(0.25)
-    assert all(SENTINEL not in str(v) for v in span.attributes.values())
-    meters.shutdown()
-    tracers.shutdown()
+    assert starts == {"a": 1, "b": 1, "other": 2}
 
 
 def test_prometheus_counts_starts_by_provider_and_model() -> None:

@@ -9,6 +9,7 @@ import logging
 from nats.aio.client import Client
 
 from tokenwire.broker import BrokerError, connect
+from tokenwire.observability import OtelProviders, otel_from_env
 from tokenwire.services.assembler._errors import AssemblerStartError
 from tokenwire.services.assembler._gc import tune_gc
 from tokenwire.services.assembler._metrics import ProbeServer, probe_app
@@ -26,23 +27,28 @@ async def run(
     stop: asyncio.Event | None = None,
     *,
     store: Store | None = None,
+    otel: OtelProviders | None = None,
 ) -> Assembler:
     """Run one assembler instance until ``stop`` is set (or, with ``settings.burst``, until
     the stream is drained and every closed step is committed). Returns the stopped instance
     (its ``metrics`` hold the counts).
 
     ``store`` overrides ``settings.store_url`` (tests wrap a store to inject outages); it is
-    then not closed here. Raises AssemblerStartError when the broker, the topology or the
-    metrics address is unusable; a store that is down at start is waited for (not ready).
+    then not closed here; ``otel`` overrides the providers made from the ``OTEL_*`` variables
+    (and is then not shut down here). Raises AssemblerStartError when the broker, the topology
+    or the metrics address is unusable; a store that is down at start is waited for (not
+    ready).
     """
     stop = stop or asyncio.Event()
     nc = await _connect(settings)
     owned_store = store is None
     the_store = store if store is not None else _open(settings)
     server: ProbeServer | None = None
+    owned_otel = otel is None
+    otel = otel or otel_from_env("tokenwire-assembler")  # OTLP only when an endpoint is set
     try:
         await _prepare(settings, nc, the_store, stop)
-        assembler = Assembler(settings, nc, the_store)
+        assembler = Assembler(settings, nc, the_store, otel=otel)
         if settings.tune_gc:
             tune_gc()
         server = _serve_probes(settings, assembler)
@@ -55,6 +61,8 @@ async def run(
     finally:
         if server is not None:
             server.close()
+        if owned_otel:
+            otel.shutdown()
         if owned_store:
             await the_store.close()
         with contextlib.suppress(OSError):

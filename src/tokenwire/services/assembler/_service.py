@@ -20,6 +20,7 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from tokenwire.broker import BatchHandler, ConsumedMessage, PullSettings, ensure_topology, nak_many
+from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.schemas import (
     ChunkEnvelope,
     ErrorEvent,
@@ -41,6 +42,7 @@ from tokenwire.services.assembler._consume import Delivery, PartitionSet, nak_to
 from tokenwire.services.assembler._metrics import AssemblerMetrics
 from tokenwire.services.assembler._settings import AssemblerSettings
 from tokenwire.services.assembler._takeover import consumer_state, read_range
+from tokenwire.services.assembler._trace import StepTraces
 from tokenwire.store import CommittedStep, Store, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,7 @@ class Assembler:
         *,
         metrics: AssemblerMetrics | None = None,
         clock: Callable[[], int] = time.time_ns,
+        otel: OtelProviders | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or AssemblerMetrics()
@@ -72,6 +75,7 @@ class Assembler:
         self._js = nc.jetstream()
         self._store = store
         self._clock = clock
+        self.traces = StepTraces((otel or no_otel()).tracer_provider)  # spans per commit
         t = settings.topology
         self._dlq_subject = t.dlq_subject(DLQ_CONSUMER)
         self.committer = Committer(
@@ -164,6 +168,8 @@ class Assembler:
         except msgspec.DecodeError as exc:
             await self._dead_letter([token], "undecodable", str(exc))
             return
+        if envelope.ordinal == 0:
+            self.traces.first_chunk((envelope.session, envelope.turn, envelope.step), cm.headers)
         # A step is in the store only if some chunk of it was delivered before. A message
         # delivered for the first time can only belong to one through a duplicate publish
         # under a new Msg-Id, which the idempotent commit absorbs; so only redeliveries pay
@@ -314,6 +320,8 @@ class Assembler:
             await token.term()
 
     async def _announce(self, result: CommittedStep) -> None:
+        key = (result.session, result.turn, result.step)
+        self.traces.committed(key, result.outcome_kind, result.seq_start, result.seq_end)
         await self._publish_persisted(
             StepPersisted(
                 session=result.session,

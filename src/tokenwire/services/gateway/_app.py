@@ -14,7 +14,6 @@ import logging
 import random
 from collections.abc import AsyncIterator, Mapping
 
-from opentelemetry import trace
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -38,6 +37,7 @@ from tokenwire.services.gateway._errors import (
     InvalidRequestError,
     UpstreamError,
 )
+from tokenwire.services.gateway._genai import GenAICalls, call_span_attributes
 from tokenwire.services.gateway._identity import (
     SESSION_HEADER,
     RequestedIdentity,
@@ -74,6 +74,7 @@ class Gateway:
         self._tasks: set[asyncio.Task[None]] = set()
         self._secrets = settings.secrets()
         self._rng = random.Random()
+        self.calls = GenAICalls(self.metrics, deps.otel)
 
     # -- routes ---------------------------------------------------------------------------
 
@@ -123,14 +124,23 @@ class Gateway:
         session = wanted.session or self.deps.new_id()
         claim = await self._claim(wanted, session, req.ends_with_tool_result)
         reply = Reply(ep.reply_id(self.deps.new_id()), req.model, received_ns // 1_000_000_000)
-        span, trace_headers = start_step_span(request.headers, self._rng)
+        call_start_ns = self.deps.clock_ns()
+        span, trace_headers = start_step_span(
+            request.headers, self._rng, self.calls.tracer, self.calls.recording,
+            f"chat {route.model}",
+            call_span_attributes(route, session) if self.calls.recording else {},
+            call_start_ns,
+        )  # fmt: skip
+        call = self.calls.observe(route, session, span, call_start_ns)
         route = with_identity(route, {SESSION_HEADER: session})
         plan = StepPlan(session, claim, route, body, received_ns, trace_headers, self._secrets)
         output = ep.stream_output(req, route, reply) if req.stream else FoldingOutput()
         outbox = Outbox(self.settings.caller_buffer_bytes)
-        run = StepRun(plan, output, outbox, self.deps, self.metrics, self.settings.ack_timeout_s)
+        run = StepRun(
+            plan, output, outbox, self.deps, self.metrics, self.settings.ack_timeout_s, call=call
+        )
         try:
-            await self._begin(run, span)
+            await self._begin(run)
         except GatewayError as exc:
             return self._error(ep, exc, run.identity)
         if isinstance(output, FoldingOutput):
@@ -174,18 +184,14 @@ class Gateway:
             )
         return await assign_next(session, self.deps.steps, new_turn=not tool_result)
 
-    async def _begin(self, run: StepRun, span: trace.Span) -> None:
+    async def _begin(self, run: StepRun) -> None:
         """Call the provider and take the first chunk in this task (no task switch before the
-        first chunk), then go on with the step in a task of its own; the span ends with it."""
-        try:
-            await run.begin()
-        except BaseException:
-            span.end()
-            raise
+        first chunk), then go on with the step in a task of its own (the call's span ends with
+        the step, see ``_genai.py``)."""
+        await run.begin()
         task = asyncio.create_task(run.finish_rest(), name=f"step of session {run.plan.session}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(lambda _: span.end())
         run.task = task
 
     def _stream(self, run: StepRun) -> Response:

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
+from tokenwire.observability.conventions import CHUNK_GAP_BUCKETS_S, LATENCY_BUCKETS_S
+
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -38,8 +40,32 @@ class GatewayMetrics:
         )
         self.ttfc = Histogram(
             "tokenwire_gateway_time_to_first_chunk_seconds",
-            "From receiving the request to the first normalised chunk.",
-            ["provider"], buckets=_LATENCY_BUCKETS, registry=r,
+            "Successful calls: from receiving the request to the first chunk (docs/telemetry.md).",
+            ["provider", "model"], buckets=LATENCY_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.calls = Counter(
+            "tokenwire_gateway_calls", "Model calls by outcome (ok, error, aborted).",
+            ["provider", "model", "outcome"], registry=r,
+        )  # fmt: skip
+        self.call_errors = Counter(
+            "tokenwire_gateway_call_errors", "Failed model calls by error.type.",
+            ["provider", "model", "error_type"], registry=r,
+        )  # fmt: skip
+        self.call_duration = Histogram(
+            "tokenwire_gateway_call_duration_seconds",
+            "From the provider request to the step's last chunk acknowledged.",
+            ["provider", "model", "outcome"], buckets=LATENCY_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.chunk_gap = Histogram(
+            "tokenwire_gateway_time_per_output_chunk_seconds",
+            "Successful calls: mean time between chunks after the first, one sample per call.",
+            ["provider", "model"], buckets=CHUNK_GAP_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.tokens = Counter(
+            "tokenwire_gateway_tokens",
+            "Tokens reported by providers, by disjoint type (input, output, cache_read, "
+            "cache_write, reasoning).",
+            ["provider", "model", "type"], registry=r,
         )  # fmt: skip
         window = Gauge(
             "tokenwire_gateway_publisher_window_in_use",

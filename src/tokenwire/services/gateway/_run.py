@@ -28,6 +28,7 @@ from tokenwire.broker import (
     ensure_topology,
 )
 from tokenwire.config import ConfigError
+from tokenwire.observability import OtelProviders, no_otel, otel_from_env
 from tokenwire.replay import events_router
 from tokenwire.services.gateway._app import create_app
 from tokenwire.services.gateway._seams import GatewayDeps, HttpUpstream
@@ -79,9 +80,14 @@ class BrokerDeps:
 
 
 async def broker_deps(
-    nc: Client, topology: Topology, *, publish_window: int = PUBLISH_WINDOW
+    nc: Client,
+    topology: Topology,
+    *,
+    publish_window: int = PUBLISH_WINDOW,
+    otel: OtelProviders | None = None,
 ) -> BrokerDeps:
-    """Publisher, step registry and readiness probe on an open connection."""
+    """Publisher, step registry and readiness probe on an open connection; ``otel``: where the
+    model calls' spans and metrics go (nothing by default)."""
     publisher = await ChunkPublisher(nc, topology, window=publish_window).start()
     steps = await StepRegistry.open(nc, topology)
     upstream = HttpUpstream()
@@ -95,7 +101,9 @@ async def broker_deps(
             return False
         return True
 
-    deps = GatewayDeps(upstream=upstream, sink=publisher, steps=steps, ready=ready)
+    deps = GatewayDeps(
+        upstream=upstream, sink=publisher, steps=steps, ready=ready, otel=otel or no_otel()
+    )
     return BrokerDeps(deps, publisher, steps, upstream)
 
 
@@ -187,8 +195,9 @@ async def run(settings: GatewaySettings) -> None:
     not answer.
     """
     check_bind(settings)
+    otel = otel_from_env("tokenwire-gateway")  # OTLP export only when an endpoint is set
     async with _connected(settings) as (nc, topology), _store(settings) as store:
-        real = await broker_deps(nc, topology)
+        real = await broker_deps(nc, topology, otel=otel)
         routes = events_router(lambda: nc, topology, lambda: store).routes
         real.deps = dataclasses.replace(real.deps, extra_routes=routes)
         try:
@@ -200,6 +209,7 @@ async def run(settings: GatewaySettings) -> None:
             await uvicorn.Server(config).serve()
         finally:
             await real.aclose()
+            otel.shutdown()
 
 
 def main(settings: GatewaySettings) -> None:

@@ -15,6 +15,7 @@ from typing import Protocol
 from starlette.routing import BaseRoute
 
 from tokenwire.broker import PublisherStats, StepClaimConflict
+from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.providers import Normaliser, ProviderRequest, ProviderSession, stream_batches
 from tokenwire.schemas import StreamChunk
 from tokenwire.services.gateway._identity import StepAllocator, StepTaken
@@ -107,7 +108,9 @@ class GatewayDeps:
     - ``clock_ns``: wall clock in Unix ns (envelope times); ``new_id``: session and response
       ids; ``monotonic``: for durations (metrics);
     - ``extra_routes``: routes served beside the gateway's own (the session events, sessions,
-      messages and viewer routes of ``tokenwire.replay``).
+      messages and viewer routes of ``tokenwire.replay``);
+    - ``otel``: the OpenTelemetry providers the model calls' spans and metrics go to (the
+      API's no-op ones unless an OTLP endpoint is configured, docs/telemetry.md).
     """
 
     upstream: Upstream
@@ -119,3 +122,4 @@ class GatewayDeps:
     monotonic: Callable[[], float] = time.perf_counter
     conflicts: tuple[type[Exception], ...] = field(default_factory=registry_conflicts)
     extra_routes: Sequence[BaseRoute] = ()
+    otel: OtelProviders = field(default_factory=no_otel)

@@ -34,12 +34,13 @@ import msgspec
 
 from tokenwire.broker import BrokerError
 from tokenwire.providers import ProviderHTTPError
-from tokenwire.schemas import ChunkEnvelope, Finish, StepError, StreamChunk, json_encoder
+from tokenwire.schemas import ChunkEnvelope, Finish, StepError, StreamChunk, Usage, json_encoder
 from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     GatewayError,
     UpstreamError,
 )
+from tokenwire.services.gateway._genai import CallObserver
 from tokenwire.services.gateway._identity import StepClaim, StepIdentity
 from tokenwire.services.gateway._metrics import GatewayMetrics
 from tokenwire.services.gateway._outbox import Outbox
@@ -87,6 +88,7 @@ class StepRun:
         deps: GatewayDeps,
         metrics: GatewayMetrics,
         ack_timeout_s: float,
+        call: CallObserver | None = None,
     ) -> None:
         self.plan = plan
         self.output = output
@@ -102,6 +104,8 @@ class StepRun:
         self._key = (plan.session, 0, 0)  # the claimed (session, turn, step), once claimed
         self._chunk_counter = metrics.chunks.labels(plan.route.provider)
         self._chunks: AsyncGenerator[list[StreamChunk], None] | None = None
+        self._call = call  # the model call's span and figures (_genai.py)
+        self._last_ns = 0  # the time on the last envelope published
 
     async def begin(self) -> None:
         """Call the provider and take the chunks of its first read: published, and the caller's
@@ -117,7 +121,9 @@ class StepRun:
             await self._abort()
             await self._end()
             raise
-        except BaseException:
+        except BaseException as exc:
+            if self._call is not None:
+                self._call.raised = exc
             await self._end()
             raise
 
@@ -146,6 +152,8 @@ class StepRun:
                 if batch:
                     return batch
         except ProviderHTTPError as exc:
+            if self._call is not None:
+                self._call.http_status = exc.status
             message = scrub(exc.message, self.plan.secrets)
             error = StepError(message=message, retryable=exc.retryable, code=exc.code)
             await self._record_before_start(Finish(reason="error", error=error))
@@ -162,6 +170,9 @@ class StepRun:
         self.outbox.close()
         if self.finish is not None:
             self._metrics.steps.labels(self.finish.reason).inc()
+        if self._call is not None:
+            turn_step = self._key[1:] if self.identity is not None else None
+            self._call.end(self.finish, self.error, self._ordinal, self._deps.clock_ns(), turn_step)
         self.plan.claim.drop()
         if self._chunks is not None:
             await self._chunks.aclose()
@@ -192,6 +203,8 @@ class StepRun:
         await self._publish(chunk)
         if isinstance(chunk, Finish):
             self.finish = chunk
+        elif isinstance(chunk, Usage) and self._call is not None:
+            self._call.usage = chunk.usage
         if first:
             self._observe_first_chunk()
             out.append(self.output.opening())
@@ -212,16 +225,18 @@ class StepRun:
         raise UpstreamError(error.message, upstream_status=None, retryable=error.retryable)
 
     def _observe_first_chunk(self) -> None:
-        """The first chunk is on its way to the broker: the time to first chunk is known."""
-        elapsed_s = (self._deps.clock_ns() - self.plan.request_time_ns) / 1e9
-        self._metrics.ttfc.labels(self.plan.route.provider).observe(max(elapsed_s, 0.0))
+        """The first chunk (not an error: that raised before) is on its way to the broker: the
+        stream started, and the time to first chunk is its envelope's time."""
+        if self._call is not None:
+            self._call.first_chunk(self._last_ns, self.plan.request_time_ns)
 
     async def _publish(self, chunk: StreamChunk) -> None:
         ident = self.identity or await self._claimed()
         route, ordinal = self.plan.route, self._ordinal
+        self._last_ns = self._deps.clock_ns()
         envelope = ChunkEnvelope(
             session=ident.session, turn=ident.turn, step=ident.step, ordinal=ordinal,
-            time_ns=self._deps.clock_ns(), provider=route.provider, model=route.model,
+            time_ns=self._last_ns, provider=route.provider, model=route.model,
             chunk=chunk, request_time_ns=self.plan.request_time_ns if ordinal == 0 else None,
         )  # fmt: skip
         try:

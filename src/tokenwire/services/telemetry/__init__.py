@@ -1,27 +1,26 @@
 """The telemetry consumer: stream-started signals at a cost that grows with steps, not tokens."""
 
 from tokenwire.services.telemetry._otel import (
+    FAILED_SPAN,
     SEMCONV_SCHEMA_URL,
-    TTFC_METRIC,
+    STARTED_SPAN,
     OtelSignals,
-    genai_provider_name,
-    otel_providers,
 )
 from tokenwire.services.telemetry._prometheus import TelemetryMetrics
 from tokenwire.services.telemetry._run import TelemetrySettings, run
 from tokenwire.services.telemetry._service import TelemetryConsumer
-from tokenwire.services.telemetry._signal import first_block_type, stream_started
+from tokenwire.services.telemetry._signal import failed_call, first_block_type, stream_started
 
 __all__ = [
+    "FAILED_SPAN",
     "SEMCONV_SCHEMA_URL",
-    "TTFC_METRIC",
+    "STARTED_SPAN",
     "OtelSignals",
     "TelemetryConsumer",
     "TelemetryMetrics",
     "TelemetrySettings",
+    "failed_call",
     "first_block_type",
-    "genai_provider_name",
-    "otel_providers",
     "run",
     "stream_started",
 ]

@@ -10,7 +10,8 @@ import nats
 from prometheus_client import start_http_server
 
 from tokenwire.broker import Topology, ensure_topology
-from tokenwire.services.telemetry._otel import OtelSignals, otel_providers
+from tokenwire.observability import otel_from_env
+from tokenwire.services.telemetry._otel import OtelSignals
 from tokenwire.services.telemetry._prometheus import TelemetryMetrics
 from tokenwire.services.telemetry._service import TelemetryConsumer
 
@@ -37,7 +38,7 @@ async def run(
     server, thread = start_http_server(
         settings.metrics_port, settings.metrics_host, metrics.registry
     )
-    meter_provider, tracer_provider = otel_providers()
+    otel = otel_from_env("tokenwire-telemetry")  # OTLP export only when an endpoint is set
     nc = await nats.connect(settings.nats_url, name="tokenwire-telemetry")
     try:
         if settings.provision:
@@ -46,14 +47,13 @@ async def run(
             nc=nc,
             topology=settings.topology,
             metrics=metrics,
-            otel=OtelSignals(meter_provider, tracer_provider),
+            otel=OtelSignals(otel.tracer_provider) if otel.sdk else None,
             live=lambda subject, payload: asyncio.ensure_future(nc.publish(subject, payload)),
         )
         log.info("telemetry consuming %s", settings.topology.first_chunks_filter)
         await consumer.run(stop, burst=burst)
     finally:
         await nc.drain()
-        meter_provider.shutdown()
-        tracer_provider.shutdown()
+        otel.shutdown()
         server.shutdown()
         thread.join(timeout=5)

@@ -26,10 +26,16 @@ from nats.errors import Error as NatsError
 from nats.js.errors import Error as JsError
 
 from tokenwire.broker import ConsumedMessage, PullConsumer, PullSettings, Reject, Retry, Topology
-from tokenwire.schemas import StreamStarted, envelope_decoder, json_encoder
+from tokenwire.schemas import (
+    ChunkEnvelope,
+    StepError,
+    StreamStarted,
+    envelope_decoder,
+    json_encoder,
+)
 from tokenwire.services.telemetry._otel import OtelSignals
 from tokenwire.services.telemetry._prometheus import TelemetryMetrics
-from tokenwire.services.telemetry._signal import stream_started
+from tokenwire.services.telemetry._signal import failed_call, stream_started
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +67,10 @@ class TelemetryConsumer:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             self.metrics.dead_lettered.inc()
             raise Reject(f"undecodable chunk envelope: {exc}") from exc
+        error = failed_call(envelope)
+        if error is not None:
+            self._record_failure(envelope, error, msg.headers)
+            return
         signal = stream_started(envelope, msg.headers.get("traceparent"))
         payload = json_encoder.encode(signal)
         try:
@@ -77,6 +87,15 @@ class TelemetryConsumer:
             self.metrics.duplicates.inc()
         else:
             self._record(signal, payload)
+
+    def _record_failure(
+        self, envelope: ChunkEnvelope, error: StepError, headers: dict[str, str]
+    ) -> None:
+        """A failed call: counted (at least once: no signal is published to dedupe it), never a
+        stream start or a time-to-first-chunk sample."""
+        error_type = self.metrics.record_failure(envelope, error)
+        if self.otel is not None:
+            self.otel.record_failure(envelope, error_type, headers)
 
     def _record(self, signal: StreamStarted, payload: bytes) -> None:
         self.metrics.record(signal)

@@ -13,6 +13,7 @@ from tokenwire.schemas import (
     ImageBlock,
     ReasoningBlock,
     ReasoningDelta,
+    StepError,
     StreamChunk,
     StreamStarted,
     TextBlock,
@@ -22,6 +23,13 @@ from tokenwire.schemas import (
     ToolResultBlock,
     Usage,
 )
+
+
+def failed_call(envelope: ChunkEnvelope) -> StepError | None:
+    """The error when the step's first chunk is ``finish {error}``: a failed call, not a stream
+    start (docs/telemetry.md, "First chunk")."""
+    chunk = envelope.chunk
+    return chunk.error if isinstance(chunk, Finish) else None
 
 
 def stream_started(envelope: ChunkEnvelope, traceparent: str | None) -> StreamStarted:
