@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -17,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.assembler.harness import check_store, make_plan, publish_one
+from tests.assembler.harness import Plan, check_store, make_plan, publish_one
 from tests.fixtures.broker import close_client
 from tokenwire.broker import ChunkPublisher, EmbeddedServer, Topology, connect, ensure_topology
+from tokenwire.schemas import ChunkEnvelope
 from tokenwire.services.assembler._takeover import consumer_state
-from tokenwire.store import open_store
+from tokenwire.store import Store, open_store
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,31 +54,28 @@ async def test_sigkill_of_an_assembler_mid_run_loses_and_doubles_nothing(
     store = open_store(db_url)
     try:
         await ensure_topology(nc, topology, ack_wait_s=3.0, priority_timeout_s=2.0)
-        # The instance to be killed starts alone and is pinned by the first messages of every
-        # partition; the two standbys join afterwards (pins do not move between live owners).
+        # The instance to be killed starts alone and is pinned on every partition. It gets every
+        # session's first turn, and its second turn without the last two chunks: the first turn
+        # commits, the second stays open (unacknowledged) on it when it is killed, so the kill
+        # lands mid-run by construction, not by the clock.
         procs = [start_assembler(server.url, db_url, tmp_path / "a0.log")]
-        await asyncio.sleep(1.0)
         publisher = await ChunkPublisher(nc, topology).start()
-        rng = random.Random(7)
-
-        async def session(name: str) -> None:
-            for *_, envs in plan.steps[name]:
-                for env in envs:
-                    await publish_one(publisher, env)
-                    await asyncio.sleep(rng.random() * 0.15)  # ~3.5 s per session
-
-        publishing = asyncio.gather(*(session(s) for s in plan.steps))
-        await wait_until_pinned(nc, topology, timeout_s=10)
+        before, after = split_plan(plan, hold_back=2)
+        for env in before:
+            await publish_one(publisher, env)
+        await publisher.flush(10)
+        await wait_until_pinned(nc, topology, timeout_s=30)
+        await wait_for_steps(store, len(plan.steps), timeout_s=60)
         procs += [start_assembler(server.url, db_url, tmp_path / f"a{i}.log") for i in (1, 2)]
-        await asyncio.sleep(1.5)
         stats_before = await store.stats()
         procs[0].send_signal(signal.SIGKILL)
         procs[0].wait(5)
-        await publishing
+        for env in after:
+            await publish_one(publisher, env)
         await publisher.flush(10)
         await publisher.close()
         await wait_until_settled(nc, topology, store, len(plan.steps) * 3, timeout_s=45)
-        assert 0 < stats_before.steps < 200, "the kill did not happen mid-run"
+        assert stats_before.steps == len(plan.steps), "only the first turns were committed"
         await check_store(store, plan)
         stats = await store.stats()
         assert (stats.steps, stats.chunks) == (300, plan.chunk_count)
@@ -98,6 +95,27 @@ async def test_sigkill_of_an_assembler_mid_run_loses_and_doubles_nothing(
     for proc, text in zip(procs[1:], logs, strict=True):
         assert proc.returncode == 0, text[-3000:]
     assert any("reading back" in text for text in logs), "no instance took a partition over"
+
+
+def split_plan(plan: Plan, hold_back: int) -> tuple[list[ChunkEnvelope], list[ChunkEnvelope]]:
+    """Every session's first step and its second without its last ``hold_back`` chunks; the rest."""
+    before: list[ChunkEnvelope] = []
+    after: list[ChunkEnvelope] = []
+    for steps in plan.steps.values():
+        (*_, first), (*_, second), *rest = steps
+        cut = max(len(second) - hold_back, 0)
+        before += [*first, *second[:cut]]
+        after += [*second[cut:], *(env for *_, envs in rest for env in envs)]
+    return before, after
+
+
+async def wait_for_steps(store: Store, steps: int, timeout_s: float) -> None:
+    """Until the store holds at least ``steps`` steps."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while (stats := await store.stats()).steps < steps:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"only {stats.steps}/{steps} steps stored")
+        await asyncio.sleep(0.1)
 
 
 async def wait_until_pinned(nc, topology: Topology, timeout_s: float) -> None:
