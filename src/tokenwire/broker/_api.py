@@ -7,16 +7,18 @@ pull loop speak the JSON API directly.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-import nats
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError, NoServersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
+from tokenwire import config
 from tokenwire.broker._errors import BrokerUnavailable
 
 NS = 1_000_000_000
@@ -73,27 +75,55 @@ async def connect(
     name: str = "tokenwire",
     connect_timeout: float = 2.0,
     pending_size: int = 8 * 1024 * 1024,
+    first_connect_s: float | None = None,
 ) -> Client:
-    """Connect to NATS (reconnecting forever once connected); BrokerUnavailable if nobody answers.
+    """Connect to NATS; BrokerUnavailable when no server answered within ``first_connect_s``.
 
-    ``pending_size`` bounds what nats-py buffers while disconnected; past it publishes fail
-    fast with OutboundBufferLimitError, which the publisher treats as a retryable send.
+    The first connect retries the servers for at most ``first_connect_s`` seconds (default
+    ``TOKENWIRE_CONNECT_TIMEOUT_S``, 5 s), then fails naming the URLs (without credentials)
+    and the last cause; once connected, the client reconnects without end (each attempt
+    bounded by ``connect_timeout``). ``pending_size`` bounds what nats-py buffers while
+    disconnected; past it publishes fail fast with OutboundBufferLimitError, which the
+    publisher treats as a retryable send.
     """
     servers = split_urls(urls)
+    bound = config.connect_timeout() if first_connect_s is None else first_connect_s
+    nc = Client()
     try:
-        nc: Client = await nats.connect(
-            servers=servers,
-            name=name,
-            connect_timeout=int(max(1, connect_timeout)),
-            allow_reconnect=True,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,
-            pending_size=pending_size,
-            error_cb=_ignore_error,
-        )
+        async with asyncio.timeout(bound):
+            await nc.connect(
+                servers=servers,
+                name=name,
+                connect_timeout=int(max(1, min(connect_timeout, bound))),
+                allow_reconnect=True,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,  # type: ignore[arg-type]  # a float works; the stub says int
+                pending_size=pending_size,
+                error_cb=_ignore_error,
+            )
     except (NoServersError, OSError, TimeoutError, NatsError) as exc:
-        raise BrokerUnavailable(",".join(servers), type(exc).__name__) from exc
+        cause = _cause(nc, exc, bound)
+        await _abandon(nc)
+        raise BrokerUnavailable(config.without_userinfo(",".join(servers)), cause) from exc
+    except asyncio.CancelledError:
+        await _abandon(nc)
+        raise
     return nc
+
+
+def _cause(nc: Client, exc: BaseException, bound: float) -> str:
+    """What the last attempt failed with (nats-py keeps it as ``last_error``)."""
+    last = nc.last_error if isinstance(exc, TimeoutError) else exc
+    what = f"{type(last).__name__}: {last}" if last is not None and str(last) else ""
+    what = what or (type(last).__name__ if last is not None else "")
+    within = f"no connection within {bound:g} s"
+    return config.without_userinfo(f"{within} ({what})" if what else within)
+
+
+async def _abandon(nc: Client) -> None:
+    """Stop a client whose first connect failed (its reconnect loop, its sockets)."""
+    with contextlib.suppress(Exception):
+        await nc.close()
 
 
 async def _ignore_error(exc: Exception) -> None:
