@@ -7,6 +7,7 @@ never with a URL's credentials; ``--debug`` adds the traceback.
 
 from __future__ import annotations
 
+import importlib
 import sys
 import traceback
 
@@ -29,7 +30,39 @@ _USAGE = (UsageError, ConfigError, ProviderError, StoreConfigError)
 _FAILED = (CheckFailedError, NotFoundError, UnreachableError, BrokerUnavailable, StoreUnavailable)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+COMMANDS: dict[str, str] = {
+    "demo": "_demo:demo",
+    "up": "_demo:up",
+    "gateway": "_services:gateway",
+    "assembler": "_services:assembler",
+    "telemetry": "_services:telemetry",
+    "provision": "_services:provision",
+    "scripted-provider": "_services:scripted_provider",
+    "fold": "_fold:fold",
+    "replay": "_replay:replay",
+    "tail": "_tail:tail",
+    "messages": "_messages:messages",
+    "status": "_status:status",
+    "rebuild": "_rebuild:rebuild",
+}
+"""Each command's module and function, imported only when the command runs (or for --help):
+``tokenwire status`` neither pays for nor needs what ``demo`` imports (openai)."""
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        command: click.Command = getattr(importlib.import_module(f"tokenwire.cli.{module}"), attr)
+        return command
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tokenwire", prog_name="tokenwire")
 @click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
 @click.pass_context
@@ -39,30 +72,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 def _register() -> None:
-    # Imported here so that `tokenwire --help` stays fast and each command module is optional
-    # reading for the others.
-    from tokenwire.cli import _demo, _fold, _services
-
-    cli.add_command(_fold.fold)
-    cli.add_command(_demo.demo)
-    cli.add_command(_demo.up)
-    cli.add_command(_services.telemetry)
-    cli.add_command(_services.gateway)
-    cli.add_command(_services.assembler)
-    cli.add_command(_services.provision)
-    cli.add_command(_services.scripted_provider)
-    from tokenwire.cli import _messages, _rebuild, _replay, _status, _tail
-
-    cli.add_command(_replay.replay)
-    cli.add_command(_tail.tail)
-    cli.add_command(_messages.messages)
-    cli.add_command(_status.status)
-    cli.add_command(_rebuild.rebuild)
+    """Nothing to do: commands load on first use (kept for callers that still call it)."""
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
-    _register()
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
         returned = cli.main(args=argv, prog_name="tokenwire", standalone_mode=False)

@@ -38,7 +38,7 @@ async def run(
     ``settings.start_timeout_s`` at start (a store going down later is waited for).
     """
     stop = stop or asyncio.Event()
-    nc = await _connect(settings)
+    nc = await _connect(settings, stop)
     owned_store = store is None
     the_store = store if store is not None else _open(settings)
     server: ProbeServer | None = None
@@ -63,11 +63,12 @@ async def run(
             await nc.close()
 
 
-async def _connect(settings: AssemblerSettings) -> Client:
+async def _connect(settings: AssemblerSettings, stop: asyncio.Event) -> Client:
     try:
         return await connect(
-            list(settings.nats_urls), name=settings.name, first_connect_s=settings.start_timeout_s
-        )
+            list(settings.nats_urls), name=settings.name,
+            first_connect_s=settings.start_timeout_s, stop=stop,
+        )  # fmt: skip
     except BrokerError as exc:
         raise AssemblerStartError("broker", str(exc)) from exc
 

@@ -165,10 +165,12 @@ async def _store(settings: GatewaySettings) -> AsyncIterator[Store]:
 
 
 @contextlib.asynccontextmanager
-async def _connected(settings: GatewaySettings) -> AsyncIterator[tuple[Client, Topology]]:
+async def _connected(
+    settings: GatewaySettings, stop: asyncio.Event | None
+) -> AsyncIterator[tuple[Client, Topology]]:
     if not settings.nats_url:
         raise ConfigError("TOKENWIRE_NATS_URL", "", "the gateway needs a NATS server URL")
-    nc = await connect(settings.nats_url, name="tokenwire-gateway")
+    nc = await connect(settings.nats_url, name="tokenwire-gateway", stop=stop)
     try:
         topology = Topology(partitions=settings.partitions, replicas=settings.replicas)
         if settings.provision:
@@ -187,7 +189,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> N
     not answer within ``TOKENWIRE_CONNECT_TIMEOUT_S``.
     """
     check_bind(settings)
-    async with _connected(settings) as (nc, topology), _store(settings) as store:
+    async with _connected(settings, stop) as (nc, topology), _store(settings) as store:
         real = await broker_deps(nc, topology)
         routes = events_router(lambda: nc, topology, lambda: store).routes
         real.deps = dataclasses.replace(real.deps, extra_routes=routes)

@@ -33,7 +33,7 @@ async def run(
     """Consume first chunks until ``stop`` is set (or until caught up, with ``burst``)."""
     stop = stop or asyncio.Event()
     metrics = TelemetryMetrics()
-    nc = await connect(settings.nats_url, name="tokenwire-telemetry")  # bounded first connect
+    nc = await connect(settings.nats_url, name="tokenwire-telemetry", stop=stop)  # bounded
     server, thread = start_http_server(
         settings.metrics_port, settings.metrics_host, metrics.registry
     )
