@@ -95,7 +95,10 @@ def _runtime_packages() -> dict[str, dict[str, Any]]:
     env = {"sys_platform": "linux", "platform_system": "Linux", "python_version": "3.11",
            "python_full_version": "3.11.11", "implementation_name": "cpython",
            "platform_python_implementation": "CPython", "platform_machine": "x86_64"}  # fmt: skip
-    wanted, todo = {}, list(by_name["tokenwire"]["dependencies"])
+    project = by_name["tokenwire"]
+    # The image installs the postgres extra (the cluster's store), not the demo extra.
+    wanted = {}
+    todo = [*project["dependencies"], *project["optional-dependencies"]["postgres"]]
     while todo:
         dep = todo.pop()
         if "marker" in dep and not Marker(dep["marker"]).evaluate({**env, "extra": ""}):

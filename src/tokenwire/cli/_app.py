@@ -58,8 +58,32 @@ class _LazyGroup(click.Group):
         if target is None:
             return None
         module, attr = target.split(":")
-        command: click.Command = getattr(importlib.import_module(f"tokenwire.cli.{module}"), attr)
+        try:
+            loaded = importlib.import_module(f"tokenwire.cli.{module}")
+        except ModuleNotFoundError as exc:
+            extra = EXTRAS.get((exc.name or "").split(".")[0])
+            if extra is None:
+                raise
+            return _needs_extra(cmd_name, exc.name or "", extra)
+        command: click.Command = getattr(loaded, attr)
         return command
+
+
+EXTRAS = {"openai": "demo", "psycopg": "postgres"}
+"""Optional dependencies and the extra that installs each (pyproject.toml)."""
+
+
+def _needs_extra(name: str, module: str, extra: str) -> click.Command:
+    """A stand-in for a command whose optional dependency is not installed."""
+    hint = f"`tokenwire {name}` needs {module}: pip install 'tokenwire[{extra}]'"
+
+    def refuse(**_: object) -> None:
+        raise UsageError(hint)
+
+    return click.Command(
+        name, callback=refuse, help=hint, short_help=f"(needs tokenwire[{extra}])",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )  # fmt: skip
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
