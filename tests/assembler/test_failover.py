@@ -96,7 +96,7 @@ async def test_sigkill_of_an_assembler_mid_run_loses_and_doubles_nothing(
         server.stop()
     logs = [(tmp_path / f"a{i}.log").read_text() for i in (1, 2)]
     for proc, text in zip(procs[1:], logs, strict=True):
-        assert proc.returncode == 143, text[-3000:]  # stopped by SIGTERM (docs/configuration.md)
+        assert proc.returncode == 0, text[-3000:]
     assert any("reading back" in text for text in logs), "no instance took a partition over"
 
 

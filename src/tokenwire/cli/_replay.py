@@ -93,7 +93,7 @@ def write_json(event: object, *, flush: bool = False) -> None:
 
 
 @click.command()
-@click.argument("session")
+@click.argument("sessions", metavar="SESSION...", nargs=-1, required=True)
 @click.option("--from-seq", type=click.IntRange(min=1), help="First stream seq to show.")
 @click.option("--speed", type=click.FloatRange(min=0, min_open=True), help="Timing factor.")
 @click.option("--max", "fastest", is_flag=True, help="As fast as possible (no timing).")
@@ -101,18 +101,31 @@ def write_json(event: object, *, flush: bool = False) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the events (or differences) as JSONL.")
 @variable_flags("replay")
 def replay(
-    session: str,
+    sessions: tuple[str, ...],
     from_seq: int | None,
     speed: float | None,
     fastest: bool,
     check: bool,
     as_json: bool,
 ) -> None:
-    """Show SESSION as the user saw it, from the broker, with its original timing."""
+    """Show SESSION as the user saw it, from the broker, with its original timing.
+
+    With --verify, several sessions may be named: each is compared with the store, with a
+    progress display on a terminal and one summary (one JSON object with --json).
+    """
     if speed is not None and fastest:
         raise UsageError("--speed and --max exclude each other")
-    checked_session(session)
+    for one in sessions:
+        checked_session(one)
     url = resolve_nats_url()
+    if check and len(sessions) > 1:
+        from tokenwire.cli._verify_many import verify_sessions
+
+        verify_sessions(url, resolve_store_url(), list(sessions), as_json)
+        return
+    if len(sessions) > 1:
+        raise UsageError("only --verify takes more than one session")
+    [session] = sessions
     if check:
         store_url = resolve_store_url()
         run_command(lambda: _verify(url, store_url, session, as_json))
