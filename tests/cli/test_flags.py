@@ -75,3 +75,27 @@ def test_a_flag_is_the_variable_for_one_command_and_wins_over_the_environment(
 def test_a_malformed_flag_is_reported_as_its_variable(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", "--partitions", "lots", "--nats-url", "nats://127.0.0.1:1"]) == 2
     assert "TOKENWIRE_PARTITIONS='lots'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "says"),
+    [
+        (["demo", "--partitions", "0"], 2, "TOKENWIRE_PARTITIONS"),
+        (["up", "--gateway-addr", "nowhere"], 2, "TOKENWIRE_GATEWAY_ADDR"),
+        (["fold", "--provider", "nope-provider", str(ROOT / "README.md")], 2, "nope-provider"),
+        (["scripted-provider", "--port", "70000"], 2, "70000"),
+        (["provision"], 2, "TOKENWIRE_NATS_URL"),
+        (["rebuild", "--session", "x"], 2, "TOKENWIRE_NATS_URL"),
+        (["messages", "bad id!"], 2, "invalid session id"),
+        (["no-such-command"], 2, "no-such-command"),
+    ],
+)
+def test_exit_codes_of_the_remaining_commands(
+    argv: list[str], code: int, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    for name in [k for k in os.environ if k.startswith("TOKENWIRE_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("TOKENWIRE_DATA_DIR", str(tmp_path))
+    assert main(argv) == code
+    assert says in capsys.readouterr().err
