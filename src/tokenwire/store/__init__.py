@@ -24,7 +24,7 @@ Errors::
     └── StoreIntegrityError
 """
 
-from typing import TYPE_CHECKING
+import typing as _typing
 
 from tokenwire.store._errors import (
     StoreConfigError,
@@ -45,7 +45,7 @@ from tokenwire.store._records import (
 )
 from tokenwire.store._sqlite import SQLiteStore
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from tokenwire.store._postgres import PostgresStore
 
 
