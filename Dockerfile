@@ -1,5 +1,6 @@
 # One image for every tokenwire service: `docker run IMAGE gateway|assembler|telemetry|provision|...`.
-# Built from uv.lock with a pinned uv (the same version as the Makefile), no dev dependencies.
+# Built from uv.lock with a pinned uv (the same version as the Makefile), no dev dependencies,
+# with the postgres extra (the cluster's store); not the demo extra (openai).
 # Every locked dependency installs from a wheel on this glibc base (uvloop, httptools, msgspec,
 # ... ship manylinux wheels for x86_64 and aarch64), so the image needs no compiler.
 
@@ -12,9 +13,9 @@ ENV UV_PROJECT_ENVIRONMENT=/opt/tokenwire \
 WORKDIR /src
 # Dependencies first, so a source change does not re-download them.
 COPY pyproject.toml uv.lock README.md ./
-RUN uv sync --frozen --no-dev --no-install-project
+RUN uv sync --frozen --no-dev --extra postgres --no-install-project
 COPY src ./src
-RUN uv sync --frozen --no-dev --no-editable
+RUN uv sync --frozen --no-dev --extra postgres --no-editable
 
 FROM python:3.11-slim
 # A fixed, non-root uid: Kubernetes' runAsNonRoot can check it, volumes can be chowned to it.

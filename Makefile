@@ -13,7 +13,7 @@ $(UV):
 	.uv/bin/pip install --quiet "uv==$(UV_VERSION)"
 
 $(VENV)/.synced: $(UV) uv.lock pyproject.toml
-	$(UV) sync --frozen --quiet
+	$(UV) sync --frozen --all-extras --quiet
 	touch $@
 
 install: $(VENV)/.synced

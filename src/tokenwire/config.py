@@ -10,11 +10,15 @@
 | ``TOKENWIRE_PARTITIONS`` | ``16`` |
 | ``TOKENWIRE_REPLICAS`` | ``1`` (3 in a three-node cluster) |
 | ``TOKENWIRE_PROVISION`` | ``1``: services create/update the topology at start; ``0``: they don't |
+| ``TOKENWIRE_CONNECT_TIMEOUT_S`` | ``5``: bound of the first connect to broker and store |
+
+The table of every variable, its flag and its commands is :mod:`tokenwire.variables`.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +26,10 @@ from pathlib import Path
 DEFAULT_DATA_DIR = "./.tokenwire"
 DEFAULT_GATEWAY_ADDR = "127.0.0.1:8080"
 NATS_URL_FILE = "nats.url"
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+"""How long a command's (or a service's) first connect to the broker or the store may take."""
+
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s,]*@")
 
 
 class ConfigError(ValueError):
@@ -47,6 +55,7 @@ class Settings:
     partitions: int
     replicas: int = 1
     provision: bool = True
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
 
     @property
     def nats_url(self) -> str | None:
@@ -74,7 +83,32 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         partitions=parse_int("TOKENWIRE_PARTITIONS", env.get("TOKENWIRE_PARTITIONS", "16"), 1),
         replicas=parse_int("TOKENWIRE_REPLICAS", env.get("TOKENWIRE_REPLICAS", "1"), 1, 5),
         provision=parse_flag("TOKENWIRE_PROVISION", env.get("TOKENWIRE_PROVISION", "1")),
+        connect_timeout_s=connect_timeout(env),
     )
+
+
+def connect_timeout(env: Mapping[str, str] | None = None) -> float:
+    """``TOKENWIRE_CONNECT_TIMEOUT_S`` (default :data:`DEFAULT_CONNECT_TIMEOUT_S`)."""
+    env = os.environ if env is None else env
+    raw = env.get("TOKENWIRE_CONNECT_TIMEOUT_S", str(DEFAULT_CONNECT_TIMEOUT_S))
+    return parse_seconds("TOKENWIRE_CONNECT_TIMEOUT_S", raw)
+
+
+def parse_seconds(name: str, value: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ConfigError(name, value, "expected seconds") from None
+    if not 0 < seconds < float("inf"):
+        raise ConfigError(name, value, "expected a positive number of seconds")
+    return seconds
+
+
+def without_userinfo(text: str) -> str:
+    """``text`` with every URL's ``user:password@`` removed (``nats://u:p@h:4222`` ->
+    ``nats://h:4222``): what a message may say about where it tried to connect."""
+    return _USERINFO.sub(r"\g<scheme>", text)
 
 
 def parse_urls(value: str) -> tuple[str, ...]:

@@ -24,8 +24,8 @@ from tokenwire.schemas import (
 from tokenwire.services.assembler import AssemblerSettings, AssemblyConfig, run
 from tokenwire.store import open_store
 
-NOW = time.time_ns()
-HOUR_AGO = NOW - 3600 * 10**9
+HOUR_NS = 3600 * 10**9
+"""How long before the rebuild's clock the old, abandoned step streamed."""
 
 STEPS: dict[tuple[str, int, int], list[StreamChunk]] = {
     ("rb-a", 0, 0): [
@@ -49,11 +49,14 @@ STILL_STREAMING = ("rb-live", 0, 0)
 OLD_ABANDONED = ("rb-old", 0, 0)
 
 
-async def _publish(nc: Client, t: Topology) -> None:
+async def _publish(nc: Client, t: Topology) -> int:
+    """Publish the plan; returns the time (ns) its chunks are stamped with: the clock a rebuild
+    is given, so that "still streaming" and "abandoned" do not depend on how slow the test is."""
+    now = time.time_ns()
     publisher = await ChunkPublisher(nc, t).start()
-    plan = [(key, chunks, NOW) for key, chunks in STEPS.items()]
-    plan += [(STILL_STREAMING, [TextDelta(index=0, text="still going")], NOW)]
-    plan += [(OLD_ABANDONED, [TextDelta(index=0, text="gateway died")], HOUR_AGO)]
+    plan = [(key, chunks, now) for key, chunks in STEPS.items()]
+    plan += [(STILL_STREAMING, [TextDelta(index=0, text="still going")], now)]
+    plan += [(OLD_ABANDONED, [TextDelta(index=0, text="gateway died")], now - HOUR_NS)]
     for (session, turn, step), chunks, t0 in plan:
         for ordinal, chunk in enumerate(chunks):
             env = ChunkEnvelope(
@@ -70,6 +73,7 @@ async def _publish(nc: Client, t: Topology) -> None:
                                     first=ordinal == 0)  # fmt: skip
     await publisher.flush(30)
     await publisher.close()
+    return now
 
 
 async def _events(url: str, sessions: list[str]) -> dict[str, list[object]]:
@@ -83,7 +87,7 @@ async def _events(url: str, sessions: list[str]) -> dict[str, list[object]]:
 async def test_rebuild_into_an_empty_store_equals_the_assembler_store(
     nc: Client, nats_url: str, topology: Topology, tmp_path: Path
 ) -> None:
-    await _publish(nc, topology)
+    now = await _publish(nc, topology)
     assembled, rebuilt = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
     settings = AssemblerSettings(
         nats_urls=(nats_url,), store_url=assembled, topology=topology, burst=True,
@@ -93,8 +97,10 @@ async def test_rebuild_into_an_empty_store_equals_the_assembler_store(
 
     store = open_store(rebuilt)
     try:
-        report, past = await rebuild_store(nc, topology, store, None, AssemblyConfig())
-        again, _ = await rebuild_store(nc, topology, store, None, AssemblyConfig())
+        report, past = await rebuild_store(
+            nc, topology, store, None, AssemblyConfig(), now=lambda: now
+        )
+        again, _ = await rebuild_store(nc, topology, store, None, AssemblyConfig(), now=lambda: now)
     finally:
         await store.close()
 

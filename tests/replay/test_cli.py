@@ -282,3 +282,22 @@ async def test_a_killed_tail_resumes_from_its_last_id_missing_and_repeating_noth
     seqs = [e["seq"] for e in events]
     assert seqs == sorted(set(seqs))  # nothing repeated
     assert f"--from-seq {seqs[-1] + 1}" in err.decode()
+
+
+def test_verify_of_many_sessions_prints_one_summary(env, capsys):
+    clean, altered = recorded_session(env), recorded_session(env)
+    run_sql(env["TOKENWIRE_STORE"],
+            "UPDATE steps SET outcome = replace(outcome, 'Enjoy', 'Avoid') "
+            "WHERE session = %s AND turn = 1 AND step = 0", (altered,))  # fmt: skip
+    assert main(["replay", clean, recorded_session(env), "--verify"]) == 0
+    captured = capsys.readouterr()
+    assert "verified 2 sessions:" in captured.out
+    assert "0 with differences, 0 not found" in captured.out
+    assert "verify: 2/2 sessions" in captured.err  # progress, plain without a terminal
+    assert main(["replay", clean, altered, "never-seen", "--verify", "--json"]) == 1
+    [summary] = jsonl(capsys.readouterr().out)
+    assert summary["sessions"] == 2
+    assert summary["not_found"] == ["never-seen"]
+    assert [(d["session"], d["turn"], d["step"]) for d in summary["differences"]] == [
+        (altered, 1, 0)]  # fmt: skip
+    assert main(["replay", clean, altered, "--max"]) == 2  # only --verify takes several

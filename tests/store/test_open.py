@@ -92,4 +92,6 @@ def test_error_tree() -> None:
 def test_public_names_are_exactly_all() -> None:
     public = {n for n in vars(tokenwire.store) if not n.startswith("_")}
     modules = {n for n in public if type(getattr(tokenwire.store, n)).__name__ == "module"}
-    assert set(tokenwire.store.__all__) == public - modules - {"annotations"}
+    lazy = {"PostgresStore"}  # imported on first use: psycopg is the postgres extra
+    assert set(tokenwire.store.__all__) == (public - modules - {"annotations"}) | lazy
+    assert all(getattr(tokenwire.store, name) for name in lazy)

@@ -7,17 +7,22 @@ pull loop speak the JSON API directly.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import msgspec
-import nats
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError, NoServersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
+from tokenwire import config
 from tokenwire.broker._errors import BrokerUnavailable
+
+log = logging.getLogger(__name__)
 
 NS = 1_000_000_000
 """Nanoseconds per second: JetStream durations are integers in ns."""
@@ -73,27 +78,96 @@ async def connect(
     name: str = "tokenwire",
     connect_timeout: float = 2.0,
     pending_size: int = 8 * 1024 * 1024,
+    first_connect_s: float | None = None,
+    stop: asyncio.Event | None = None,
 ) -> Client:
-    """Connect to NATS (reconnecting forever once connected); BrokerUnavailable if nobody answers.
+    """Connect to NATS; BrokerUnavailable when no server answered within ``first_connect_s``.
 
-    ``pending_size`` bounds what nats-py buffers while disconnected; past it publishes fail
-    fast with OutboundBufferLimitError, which the publisher treats as a retryable send.
+    The first connect retries the servers for at most ``first_connect_s`` seconds (default
+    ``TOKENWIRE_CONNECT_TIMEOUT_S``, 5 s), then fails naming the URLs (without credentials)
+    and the last cause; once connected, the client reconnects without end (each attempt
+    bounded by ``connect_timeout``). A ``stop`` set meanwhile (a signal) ends the attempt at
+    once, also with BrokerUnavailable. ``pending_size`` bounds what nats-py buffers while
+    disconnected; past it publishes fail fast with OutboundBufferLimitError, which the
+    publisher treats as a retryable send.
     """
     servers = split_urls(urls)
+    bound = config.connect_timeout() if first_connect_s is None else first_connect_s
+    shown = config.without_userinfo(",".join(servers))
+    log.info("connecting to %s (first connect within %g s)", shown, bound)
+    nc = Client()
+    attempt = nc.connect(
+        servers=servers,
+        name=name,
+        connect_timeout=int(max(1, min(connect_timeout, bound))),
+        allow_reconnect=True,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,  # type: ignore[arg-type]  # a float works; the stub says int
+        pending_size=pending_size,
+        error_cb=_ignore_error,
+    )
     try:
-        nc: Client = await nats.connect(
-            servers=servers,
-            name=name,
-            connect_timeout=int(max(1, connect_timeout)),
-            allow_reconnect=True,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,
-            pending_size=pending_size,
-            error_cb=_ignore_error,
-        )
-    except (NoServersError, OSError, TimeoutError, NatsError) as exc:
-        raise BrokerUnavailable(",".join(servers), type(exc).__name__) from exc
-    return nc
+        outcome = await _attempt(attempt, bound, stop)
+    except BaseException:
+        await _abandon(nc)
+        raise
+    if outcome is None:
+        return nc
+    await _abandon(nc)
+    if isinstance(outcome, _StoppedError):
+        raise BrokerUnavailable(shown, "stopped while connecting")
+    raise BrokerUnavailable(shown, _cause(nc, outcome, bound)) from outcome
+
+
+class _StoppedError(Exception):
+    """``stop`` was set before the connect finished."""
+
+
+async def _attempt(
+    work: Coroutine[Any, Any, None], bound: float, stop: asyncio.Event | None
+) -> BaseException | None:
+    """Run ``work`` for at most ``bound`` seconds or until ``stop``; None when it succeeded,
+    else why not (TimeoutError past the bound). A caller's cancellation propagates."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(stop.wait()) if stop is not None else None
+    try:
+        await asyncio.wait({task} | ({waiter} if waiter else set()), timeout=bound,
+                           return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+    finally:
+        if waiter is not None:
+            waiter.cancel()
+        await _cancel(task)
+    if not task.done() or task.cancelled():
+        return _StoppedError() if stop is not None and stop.is_set() else TimeoutError()
+    exc = task.exception()
+    if exc is None or isinstance(exc, NoServersError | OSError | TimeoutError | NatsError):
+        return exc
+    raise exc
+
+
+async def _cancel(task: asyncio.Future[None], attempts: int = 20) -> None:
+    """Cancel ``task``, again while it goes on: nats-py's connect loop can swallow one
+    cancellation (an ``asyncio.wait_for`` racing its own timeout, Python 3.11)."""
+    for _ in range(attempts):
+        if task.done():
+            return
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.1)
+
+
+def _cause(nc: Client, exc: BaseException, bound: float) -> str:
+    """What the last attempt failed with (nats-py keeps it as ``last_error``)."""
+    last = nc.last_error if isinstance(exc, TimeoutError) else exc
+    what = f"{type(last).__name__}: {last}" if last is not None and str(last) else ""
+    what = what or (type(last).__name__ if last is not None else "")
+    within = f"no connection within {bound:g} s"
+    return config.without_userinfo(f"{within} ({what})" if what else within)
+
+
+async def _abandon(nc: Client) -> None:
+    """Stop a client whose first connect failed (its reconnect loop, its sockets)."""
+    with contextlib.suppress(Exception):
+        await nc.close()
 
 
 async def _ignore_error(exc: Exception) -> None:

@@ -1,24 +1,93 @@
 """The command group, its global flags and the one place errors become exit codes.
 
-Exit codes: 0 success, 1 check failed or not found, 2 usage or configuration error.
-Errors are one line on stderr; ``--debug`` adds the traceback.
+Exit codes: 0 success, 1 check failed, not found or not reachable (broker, store), 2 usage or
+configuration error, 130 / 143 stopped by SIGINT / SIGTERM. Errors are one line on stderr,
+never with a URL's credentials; ``--debug`` adds the traceback.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 import traceback
 
 import click
 
-from tokenwire.cli._errors import CheckFailedError, NotFoundError, UsageError
-from tokenwire.config import ConfigError
+from tokenwire.broker import BrokerUnavailable
+from tokenwire.cli._errors import (
+    CheckFailedError,
+    Interrupted,
+    NotFoundError,
+    UnreachableError,
+    UsageError,
+)
+from tokenwire.config import ConfigError, without_userinfo
 from tokenwire.providers import ProviderError
+from tokenwire.store import StoreConfigError, StoreUnavailable
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT = 0, 1, 2, 130
+_USAGE = (UsageError, ConfigError, ProviderError, StoreConfigError)
+_FAILED = (CheckFailedError, NotFoundError, UnreachableError, BrokerUnavailable, StoreUnavailable)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+COMMANDS: dict[str, str] = {
+    "demo": "_demo:demo",
+    "up": "_demo:up",
+    "gateway": "_services:gateway",
+    "assembler": "_services:assembler",
+    "telemetry": "_services:telemetry",
+    "provision": "_services:provision",
+    "scripted-provider": "_services:scripted_provider",
+    "fold": "_fold:fold",
+    "replay": "_replay:replay",
+    "tail": "_tail:tail",
+    "messages": "_messages:messages",
+    "status": "_status:status",
+    "rebuild": "_rebuild:rebuild",
+}
+"""Each command's module and function, imported only when the command runs (or for --help):
+``tokenwire status`` neither pays for nor needs what ``demo`` imports (openai)."""
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        try:
+            loaded = importlib.import_module(f"tokenwire.cli.{module}")
+        except ModuleNotFoundError as exc:
+            extra = EXTRAS.get((exc.name or "").split(".")[0])
+            if extra is None:
+                raise
+            return _needs_extra(cmd_name, exc.name or "", extra)
+        command: click.Command = getattr(loaded, attr)
+        return command
+
+
+EXTRAS = {"openai": "demo", "psycopg": "postgres"}
+"""Optional dependencies and the extra that installs each (pyproject.toml)."""
+
+
+def _needs_extra(name: str, module: str, extra: str) -> click.Command:
+    """A stand-in for a command whose optional dependency is not installed."""
+    hint = f"`tokenwire {name}` needs {module}: pip install 'tokenwire[{extra}]'"
+
+    def refuse(**_: object) -> None:
+        raise UsageError(hint)
+
+    return click.Command(
+        name, callback=refuse, help=hint, short_help=f"(needs tokenwire[{extra}])",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )  # fmt: skip
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tokenwire", prog_name="tokenwire")
 @click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
@@ -27,50 +96,41 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 def _register() -> None:
-    # Imported here so that `tokenwire --help` stays fast and each command module is optional
-    # reading for the others.
-    from tokenwire.cli import _demo, _fold, _services
-
-    cli.add_command(_fold.fold)
-    cli.add_command(_demo.demo)
-    cli.add_command(_demo.up)
-    cli.add_command(_services.telemetry)
-    cli.add_command(_services.gateway)
-    cli.add_command(_services.assembler)
-    cli.add_command(_services.provision)
-    cli.add_command(_services.scripted_provider)
-    from tokenwire.cli import _messages, _rebuild, _replay, _status, _tail
-
-    cli.add_command(_replay.replay)
-    cli.add_command(_tail.tail)
-    cli.add_command(_messages.messages)
-    cli.add_command(_status.status)
-    cli.add_command(_rebuild.rebuild)
+    """Nothing to do: commands load on first use (kept for callers that still call it)."""
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
-    _register()
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        cli.main(args=argv, prog_name="tokenwire", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        return EXIT_FAILED
+        returned = cli.main(args=argv, prog_name="tokenwire", standalone_mode=False)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("tokenwire: stopped by SIGINT", err=True)
+        return EXIT_SIGINT
     except click.ClickException as exc:
         exc.show()
         return EXIT_USAGE
-    except (UsageError, ConfigError, ProviderError) as exc:
-        return _fail(exc, EXIT_USAGE, debug)
-    except (CheckFailedError, NotFoundError) as exc:
-        return _fail(exc, EXIT_FAILED, debug)
+    except Interrupted as exc:
+        return _fail(exc, exc.exit_code, debug)
     except Exception as exc:
-        return _fail(exc, EXIT_FAILED, debug)
-    return EXIT_OK
+        return _fail(exc, exit_code(exc), debug)
+    return returned if isinstance(returned, int) else EXIT_OK
+
+
+def exit_code(exc: BaseException) -> int:
+    """2 for a configuration error, else 1; a wrapped cause (``raise ... from``) counts."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, _USAGE):
+            return EXIT_USAGE
+        if isinstance(seen, _FAILED):
+            return EXIT_FAILED
+        seen = seen.__cause__
+    return EXIT_FAILED
 
 
 def _fail(exc: BaseException, code: int, debug: bool) -> int:
     if debug:
         traceback.print_exception(exc)
-    click.echo(f"tokenwire: {exc}", err=True)
+    click.echo(f"tokenwire: {without_userinfo(str(exc))}", err=True)
     return code

@@ -24,6 +24,7 @@ from rich.table import Table
 from tokenwire.broker import Topology
 from tokenwire.cli._common import port_or_free, run_until_signal, settings, topology
 from tokenwire.cli._errors import CheckFailedError, UsageError
+from tokenwire.cli._flags import variable_flags
 from tokenwire.cli._fleet import ExpectedTotals, FleetPlan, FleetResult, expected_totals, run_fleet
 from tokenwire.cli._stack import Stack
 from tokenwire.schemas import ErrorEvent, MessageEvent, StreamStarted
@@ -63,6 +64,7 @@ class Observed:
 @click.option("--model", help="The model for --provider (e.g. gpt-4o-mini).")
 @click.option("--summary-json", type=click.Path(dir_okay=False, writable=True),
               help="Also write the summary as JSON to this file.")  # fmt: skip
+@variable_flags("demo")
 @click.pass_context
 def demo(
     ctx: click.Context, sessions: int, turns: int, steps: int, keep: bool,
@@ -97,6 +99,7 @@ def demo(
 
 
 @click.command()
+@variable_flags("up")
 @click.pass_context
 def up(ctx: click.Context) -> None:
     """Run the embedded stack in the foreground until Ctrl-C, printing the addresses."""

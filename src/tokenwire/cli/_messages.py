@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import assert_never
 
 import click
 
+from tokenwire.cli._common import run_command
 from tokenwire.cli._errors import NotFoundError
+from tokenwire.cli._flags import variable_flags
 from tokenwire.cli._replay import (
     checked_session,
     opened_store,
     resolve_store_url,
-    store_option,
     write_json,
 )
 from tokenwire.schemas import (
@@ -31,11 +31,12 @@ from tokenwire.schemas import (
 @click.command()
 @click.argument("session")
 @click.option("--json", "as_json", is_flag=True, help="Print the stored events as JSONL.")
-@store_option
-def messages(session: str, as_json: bool, store_url: str | None) -> None:
+@variable_flags("messages")
+def messages(session: str, as_json: bool) -> None:
     """Show SESSION's stored messages and recorded errors, with their chunk seq ranges."""
     checked_session(session)
-    asyncio.run(_messages(resolve_store_url(store_url), session, as_json))
+    url = resolve_store_url()
+    run_command(lambda: _messages(url, session, as_json))
 
 
 async def _messages(url: str, session: str, as_json: bool) -> None:

@@ -16,8 +16,11 @@ Sessions the store has and the stream no longer retains cannot be rebuilt and ar
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import click
@@ -25,12 +28,21 @@ import msgspec
 from nats.aio.client import Client
 
 from tokenwire.broker import Topology, connect, retained_sessions
-from tokenwire.cli._common import nats_url, run_until_signal, settings, topology
+from tokenwire.cli._common import (
+    nats_url,
+    ready_store,
+    run_until_signal,
+    settings,
+    topology,
+    unless_stopped,
+)
 from tokenwire.cli._errors import CheckFailedError, NotFoundError
+from tokenwire.cli._flags import variable_flags
+from tokenwire.cli._progress import SessionProgress
 from tokenwire.replay import stored_chunks
 from tokenwire.schemas import envelope_decoder
 from tokenwire.services.assembler import AssemblerSettings, Assembly, AssemblyConfig, ClosedStep
-from tokenwire.store import StepRecord, Store, open_store
+from tokenwire.store import StepRecord, Store
 
 COMMIT_BATCH = 256
 
@@ -59,28 +71,41 @@ class RebuildReport:
 @click.option(
     "--session", "sessions", multiple=True, help="Rebuild only this session (repeatable)."
 )
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object.")
+@variable_flags("rebuild")
 @click.pass_context
-def rebuild(ctx: click.Context, sessions: tuple[str, ...]) -> None:
-    """Rebuild the store from the retained stream (idempotent)."""
+def rebuild(ctx: click.Context, sessions: tuple[str, ...], as_json: bool) -> None:
+    """Rebuild the store from the retained stream (idempotent).
+
+    SIGINT/SIGTERM stop it between sessions: every session it reports is fully committed,
+    and running it again writes only what a clean rebuild would (exit 130/143).
+    """
     s = settings(ctx)
     url = nats_url(s)
     t = topology(s)
     config = _assembly_config(url)
     report = RebuildReport()
+    progress = SessionProgress("rebuild")
 
-    async def main(_stop: asyncio.Event) -> None:
-        nc = await connect(url, name="tokenwire-rebuild")
-        store = open_store(s.store_url)
+    async def main(stop: asyncio.Event) -> None:
+        nc = await unless_stopped(connect(url, name="tokenwire-rebuild"), stop)
         try:
-            report.sessions, report.past_retention = await rebuild_store(
-                nc, t, store, list(sessions) or None, config
-            )
+            store = await unless_stopped(ready_store(s.store_url, s.connect_timeout_s), stop)
+            try:
+                report.sessions, report.past_retention = await rebuild_store(
+                    nc, t, store, list(sessions) or None, config,
+                    stop=stop, on_session=progress.advance, on_total=progress.start,
+                )  # fmt: skip
+            finally:
+                await store.close()
         finally:
-            await store.close()
             await nc.close()
 
-    run_until_signal(main)
-    _print(report)
+    try:
+        with progress:
+            run_until_signal(main, log_level=logging.WARNING)
+    finally:
+        _print(report, as_json)
     if sessions and not report.sessions:
         raise NotFoundError(f"no retained chunks for {', '.join(sessions)}")
     if report.past_retention and sessions:
@@ -93,12 +118,34 @@ def _assembly_config(url: str) -> AssemblyConfig:
 
 
 async def rebuild_store(
-    nc: Client, t: Topology, store: Store, only: list[str] | None, config: AssemblyConfig
+    nc: Client,
+    t: Topology,
+    store: Store,
+    only: list[str] | None,
+    config: AssemblyConfig,
+    *,
+    now: Callable[[], int] = time.time_ns,
+    stop: asyncio.Event | None = None,
+    on_session: Callable[[SessionRebuild], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
 ) -> tuple[list[SessionRebuild], list[str]]:
-    """Rebuild ``only`` these sessions (default: every retained one); name those past retention."""
+    """Rebuild ``only`` these sessions (default: every retained one); name those past retention.
+
+    ``now`` is the clock steps' timeouts are measured against (a step whose last chunk is
+    older than its timeout closes as the assembler would have closed it). When ``stop`` is
+    set the rebuild ends after the session being committed, returning what is done so far.
+    """
     retained = await retained_sessions(nc, t)
-    wanted = only if only is not None else sorted(retained)
-    rebuilt = [await rebuild_session(nc, t, store, s, config) for s in wanted if s in retained]
+    wanted = [s for s in (only if only is not None else sorted(retained)) if s in retained]
+    if on_total is not None:
+        on_total(len(wanted))
+    rebuilt: list[SessionRebuild] = []
+    for session in wanted:
+        if stop is not None and stop.is_set():
+            return rebuilt, []
+        rebuilt.append(await rebuild_session(nc, t, store, session, config, now=now))
+        if on_session is not None:
+            on_session(rebuilt[-1])
     if only is not None:
         return rebuilt, [s for s in only if s not in retained]
     return rebuilt, sorted(await _stored_sessions(store) - retained)
@@ -117,7 +164,13 @@ async def _stored_sessions(store: Store, page: int = 10_000) -> set[str]:
 
 
 async def rebuild_session(
-    nc: Client, t: Topology, store: Store, session: str, config: AssemblyConfig
+    nc: Client,
+    t: Topology,
+    store: Store,
+    session: str,
+    config: AssemblyConfig,
+    *,
+    now: Callable[[], int] = time.time_ns,
 ) -> SessionRebuild:
     """Feed one session's retained chunks through the assembler's core and commit its steps."""
     clock = _ChunkClock()
@@ -136,7 +189,7 @@ async def rebuild_session(
             outcome = assembly.feed(envelope, seq)
             if isinstance(outcome, ClosedStep):
                 records.append(outcome.record)
-    records += [closed.record for closed in assembly.expire(time.time_ns())]
+    records += [closed.record for closed in assembly.expire(now())]
     result.still_streaming = assembly.open_steps
     for start in range(0, len(records), COMMIT_BATCH):
         for committed in await store.commit(records[start : start + COMMIT_BATCH]):
@@ -155,22 +208,45 @@ class _ChunkClock:
         return self.now
 
 
-def _print(report: RebuildReport) -> None:
+def _print(report: RebuildReport, as_json: bool) -> None:
+    if as_json:
+        click.echo(msgspec.json.encode(_summary(report)).decode())
+        return
     for r in report.sessions:
-        line = (
-            f"{r.session}: {r.chunks} chunks, {r.inserted} steps written, "
-            f"{r.already_stored} already stored"
-        )
-        if r.still_streaming:
-            line += f", {r.still_streaming} still streaming (skipped)"
-        if r.undecodable:
-            line += f", {r.undecodable} undecodable chunks (dead-lettered by the assembler)"
-        click.echo(line)
+        if r.inserted or r.still_streaming or r.undecodable:
+            click.echo(_session_line(r))
     for session in report.past_retention:
         click.echo(f"{session}: past retention, cannot be rebuilt (no chunk left on the stream)")
-    written = sum(r.inserted for r in report.sessions)
-    kept = sum(r.already_stored for r in report.sessions)
+    summary = _summary(report)
     click.echo(
-        f"rebuilt {len(report.sessions)} sessions: {written} steps written, {kept} already "
-        f"stored, {len(report.past_retention)} past retention"
+        f"rebuilt {summary['sessions']} sessions: {summary['steps_written']} steps written, "
+        f"{summary['already_stored']} already stored, {summary['still_streaming']} still "
+        f"streaming, {len(report.past_retention)} past retention"
     )
+
+
+def _session_line(r: SessionRebuild) -> str:
+    line = (
+        f"{r.session}: {r.chunks} chunks, {r.inserted} steps written, "
+        f"{r.already_stored} already stored"
+    )
+    if r.still_streaming:
+        line += f", {r.still_streaming} still streaming (skipped)"
+    if r.undecodable:
+        line += f", {r.undecodable} undecodable chunks (dead-lettered by the assembler)"
+    return line
+
+
+def _summary(report: RebuildReport) -> dict[str, object]:
+    """The ``--json`` object (also the totals of the text summary)."""
+    return {
+        "sessions": len(report.sessions),
+        "chunks": sum(r.chunks for r in report.sessions),
+        "steps_written": sum(r.inserted for r in report.sessions),
+        "already_stored": sum(r.already_stored for r in report.sessions),
+        "still_streaming": sum(r.still_streaming for r in report.sessions),
+        "undecodable": sum(r.undecodable for r in report.sessions),
+        "past_retention": report.past_retention,
+        "rebuilt": [dataclasses.asdict(r) for r in report.sessions
+                    if r.inserted or r.still_streaming or r.undecodable],
+    }  # fmt: skip

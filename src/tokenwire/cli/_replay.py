@@ -6,7 +6,6 @@ where the NATS server and the store are, and the topology.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -17,8 +16,10 @@ import click
 from nats.aio.client import Client
 
 from tokenwire.broker import Topology, connect, valid_session
+from tokenwire.cli._common import ready_store, run_command
 from tokenwire.cli._errors import CheckFailedError, NotFoundError, UsageError
-from tokenwire.config import load
+from tokenwire.cli._flags import variable_flags
+from tokenwire.config import connect_timeout, load
 from tokenwire.replay import (
     EventPrinter,
     ReplayEvent,
@@ -28,29 +29,12 @@ from tokenwire.replay import (
     verify_report,
 )
 from tokenwire.schemas import json_encoder
-from tokenwire.store import Store, open_store
+from tokenwire.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def nats_url_option(f: F) -> F:
-    """``--nats-url`` (env ``TOKENWIRE_NATS_URL``; else the URL recorded in the data dir)."""
-    return click.option(
-        "--nats-url",
-        default=None,
-        help="NATS server URL(s), comma-separated. Default: $TOKENWIRE_NATS_URL, else the "
-        "URL that `tokenwire demo`/`up` recorded in the data directory.",
-    )(f)
-
-
-def store_option(f: F) -> F:
-    """``--store`` (env ``TOKENWIRE_STORE``; default ``sqlite:///<data dir>/store.db``)."""
-    return click.option(
-        "--store", "store_url", default=None, help="Store URL. Default: $TOKENWIRE_STORE."
-    )(f)
-
-
-def resolve_nats_url(flag: str | None) -> str:
+def resolve_nats_url(flag: str | None = None) -> str:
     """The flag, else the environment, else the data dir's record; UsageError if none."""
     if flag:
         return flag
@@ -64,7 +48,7 @@ def resolve_nats_url(flag: str | None) -> str:
     return url
 
 
-def resolve_store_url(flag: str | None) -> str:
+def resolve_store_url(flag: str | None = None) -> str:
     """The flag, else ``TOKENWIRE_STORE``, else the data directory's SQLite file."""
     return flag or load().store_url
 
@@ -93,7 +77,8 @@ async def nats_client(url: str) -> AsyncIterator[Client]:
 
 @asynccontextmanager
 async def opened_store(url: str) -> AsyncIterator[Store]:
-    store = open_store(url)
+    """The store at ``url``, answering within ``TOKENWIRE_CONNECT_TIMEOUT_S``, closed after."""
+    store = await ready_store(url, connect_timeout())
     try:
         yield store
     finally:
@@ -108,34 +93,45 @@ def write_json(event: object, *, flush: bool = False) -> None:
 
 
 @click.command()
-@click.argument("session")
+@click.argument("sessions", metavar="SESSION...", nargs=-1, required=True)
 @click.option("--from-seq", type=click.IntRange(min=1), help="First stream seq to show.")
 @click.option("--speed", type=click.FloatRange(min=0, min_open=True), help="Timing factor.")
 @click.option("--max", "fastest", is_flag=True, help="As fast as possible (no timing).")
 @click.option("--verify", "check", is_flag=True, help="Compare with the store; exit 1 on a diff.")
 @click.option("--json", "as_json", is_flag=True, help="Print the events (or differences) as JSONL.")
-@nats_url_option
-@store_option
+@variable_flags("replay")
 def replay(
-    session: str,
+    sessions: tuple[str, ...],
     from_seq: int | None,
     speed: float | None,
     fastest: bool,
     check: bool,
     as_json: bool,
-    nats_url: str | None,
-    store_url: str | None,
 ) -> None:
-    """Show SESSION as the user saw it, from the broker, with its original timing."""
+    """Show SESSION as the user saw it, from the broker, with its original timing.
+
+    With --verify, several sessions may be named: each is compared with the store, with a
+    progress display on a terminal and one summary (one JSON object with --json).
+    """
     if speed is not None and fastest:
         raise UsageError("--speed and --max exclude each other")
-    checked_session(session)
-    url = resolve_nats_url(nats_url)
+    for one in sessions:
+        checked_session(one)
+    url = resolve_nats_url()
+    if check and len(sessions) > 1:
+        from tokenwire.cli._verify_many import verify_sessions
+
+        verify_sessions(url, resolve_store_url(), list(sessions), as_json)
+        return
+    if len(sessions) > 1:
+        raise UsageError("only --verify takes more than one session")
+    [session] = sessions
     if check:
-        asyncio.run(_verify(url, resolve_store_url(store_url), session, as_json))
+        store_url = resolve_store_url()
+        run_command(lambda: _verify(url, store_url, session, as_json))
         return
     pace = None if fastest else (speed or 1.0)
-    asyncio.run(_replay(url, session, from_seq, pace, as_json))
+    run_command(lambda: _replay(url, session, from_seq, pace, as_json))
 
 
 async def _replay(

@@ -3,28 +3,42 @@
 from __future__ import annotations
 
 import asyncio
-import logging
+import os
 import time
 
 import click
 from nats.aio.client import Client
 
 from tokenwire.broker import Topology
-from tokenwire.cli._common import nats_url, run_until_signal, settings, topology
-from tokenwire.config import parse_addr
+from tokenwire.cli._common import (
+    STOP_GRACE_S,
+    event_loop_factory,
+    nats_url,
+    run_until_signal,
+    settings,
+    topology,
+    unless_stopped,
+)
+from tokenwire.cli._flags import variable_flags
+from tokenwire.config import ConfigError, parse_addr
+
+DEFAULT_TELEMETRY_METRICS = "127.0.0.1:9466"
 
 
 @click.command()
-@click.option("--metrics-addr", envvar="TOKENWIRE_TELEMETRY_METRICS_ADDR", default="127.0.0.1:9466",
-              show_default=True, help="Where /metrics listens.")  # fmt: skip
 @click.option("--burst", is_flag=True, help="Drain what is pending, then exit.")
+@variable_flags("telemetry")
 @click.pass_context
-def telemetry(ctx: click.Context, metrics_addr: str, burst: bool) -> None:
+def telemetry(ctx: click.Context, burst: bool) -> None:
     """Run the telemetry consumer (stream-started signals, OpenTelemetry, Prometheus)."""
     from tokenwire.services import telemetry as service
 
     s = settings(ctx)
-    host, port = parse_addr(metrics_addr)
+    metrics_addr = os.environ.get("TOKENWIRE_TELEMETRY_METRICS_ADDR", DEFAULT_TELEMETRY_METRICS)
+    try:
+        host, port = parse_addr(metrics_addr)
+    except ConfigError as exc:
+        raise ConfigError("TOKENWIRE_TELEMETRY_METRICS_ADDR", metrics_addr, exc.why) from None
     config = service.TelemetrySettings(
         nats_url=nats_url(s, service=True),
         topology=topology(s),
@@ -76,17 +90,29 @@ def scripted_provider(
 
 
 @click.command()
+@variable_flags("gateway")
 def gateway() -> None:
-    """Run the provider gateway (configured by TOKENWIRE_GATEWAY_* and TOKENWIRE_NATS_URL)."""
+    """Run the provider gateway (configured by TOKENWIRE_GATEWAY_* and TOKENWIRE_NATS_URL).
+
+    SIGINT/SIGTERM: stop accepting, let in-flight steps finish (bounded by the ack timeout),
+    flush the publisher, exit 130/143.
+    """
     from tokenwire.services import gateway as service
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    service.main(service.GatewaySettings.from_env())
+    config = service.GatewaySettings.from_env()
+    service.tune_gc()
+
+    async def main(stop: asyncio.Event) -> None:
+        await service.run(config, stop)
+
+    run_until_signal(main, grace_s=config.ack_timeout_s + STOP_GRACE_S,
+                     loop_factory=event_loop_factory())  # fmt: skip
 
 
 @click.command()
 @click.option("--timeout", "timeout_s", default=60.0, show_default=True,
               help="How long to retry while a cluster elects its meta leader.")  # fmt: skip
+@variable_flags("provision")
 @click.pass_context
 def provision(ctx: click.Context, timeout_s: float) -> None:
     """Create or update the streams, KV bucket and consumers (idempotent).
@@ -101,7 +127,7 @@ def provision(ctx: click.Context, timeout_s: float) -> None:
     url = nats_url(s, service=True)
 
     async def main(stop: asyncio.Event) -> None:
-        nc = await connect(url, name="tokenwire-provision")
+        nc = await unless_stopped(connect(url, name="tokenwire-provision"), stop)
         try:
             await _retry_topology(nc, t, timeout_s, stop)
         finally:
@@ -130,16 +156,15 @@ async def _retry_topology(nc: Client, t: Topology, timeout_s: float, stop: async
 
 
 @click.command()
-@click.option("--burst", is_flag=True, help="Drain what the stream holds, commit it, exit.")
-def assembler(burst: bool) -> None:
-    """Run one assembler instance (configured by TOKENWIRE_ASSEMBLER_* and the shared variables)."""
-    import dataclasses
+@variable_flags("assembler")
+def assembler() -> None:
+    """Run one assembler instance (configured by TOKENWIRE_ASSEMBLER_* and the shared variables).
 
+    SIGINT/SIGTERM: stop pulling, commit what closed, exit 130/143.
+    """
     from tokenwire.services import assembler as service
 
     config = service.AssemblerSettings.from_env()
-    if burst:
-        config = dataclasses.replace(config, burst=True)
 
     async def main(stop: asyncio.Event) -> None:
         await service.run(config, stop)

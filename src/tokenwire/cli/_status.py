@@ -7,7 +7,6 @@ state that names a partition's current owner (the pinned client).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import click
@@ -15,13 +14,14 @@ import msgspec
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
+from tokenwire.cli._common import run_command
+from tokenwire.cli._errors import UnreachableError
+from tokenwire.cli._flags import variable_flags
 from tokenwire.cli._replay import (
     nats_client,
-    nats_url_option,
     opened_store,
     resolve_nats_url,
     resolve_store_url,
-    store_option,
     topology,
 )
 from tokenwire.store import StoreError, redact
@@ -32,12 +32,16 @@ _MAX_CONSUMER_PAGES = 20
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@nats_url_option
-@store_option
-def status(as_json: bool, nats_url: str | None, store_url: str | None) -> None:
+@variable_flags("status")
+def status(as_json: bool) -> None:
     """Show the broker, streams, partitions, consumers (lag, owners) and the store."""
-    url = resolve_nats_url(nats_url)
-    report = asyncio.run(_status(url, resolve_store_url(store_url)))
+    url, store_url = resolve_nats_url(), resolve_store_url()
+    report: dict[str, Any] = {}
+
+    async def work() -> None:
+        report.update(await _status(url, store_url))
+
+    run_command(work)
     if as_json:
         click.echo(msgspec.json.encode(report).decode())
     else:
@@ -133,7 +137,7 @@ async def _store(url: str) -> dict[str, Any]:
         async with opened_store(url) as store:
             stats = await store.stats()
             return {"url": store.url, "stats": msgspec.to_builtins(stats)}
-    except StoreError as exc:
+    except (StoreError, UnreachableError) as exc:
         return {"url": redact(url), "error": redact(str(exc))}
 
 

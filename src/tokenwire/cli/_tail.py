@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import signal
 import sys
 
 import click
 
+from tokenwire.cli._common import run_command
+from tokenwire.cli._flags import variable_flags
 from tokenwire.cli._replay import (
     checked_session,
     nats_client,
-    nats_url_option,
     resolve_nats_url,
     topology,
     write_json,
 )
+from tokenwire.config import without_userinfo
 from tokenwire.replay import EventPrinter, read_session
 
 
@@ -24,22 +24,24 @@ from tokenwire.replay import EventPrinter, read_session
 @click.argument("session")
 @click.option("--from-seq", type=click.IntRange(min=1), help="First stream seq to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print the events as JSONL (with seq).")
-@nats_url_option
-def tail(session: str, from_seq: int | None, as_json: bool, nats_url: str | None) -> None:
+@variable_flags("tail")
+def tail(session: str, from_seq: int | None, as_json: bool) -> None:
     """Follow SESSION live until Ctrl-C; print how to resume (--from-seq) when stopped.
 
     Every JSON line carries its ``seq``: a killed tail resumes exactly with
     ``--from-seq <last seq + 1>``. The text view prints the resume seq after each step.
+    Ctrl-C (exit 130) and SIGTERM (exit 143) print the resume point.
     """
     checked_session(session)
-    url = resolve_nats_url(nats_url)
+    url = resolve_nats_url()
     position = _Position(from_seq or 1)
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a tail normally stops
-        asyncio.run(_tail(url, session, position, as_json))
-    click.echo(
-        f"tail stopped; resume with: tokenwire tail {session} --from-seq {position.next_seq}",
-        err=True,
-    )
+    try:
+        run_command(lambda: _tail(url, session, position, as_json))
+    finally:
+        click.echo(
+            f"tail stopped; resume with: tokenwire tail {session} --from-seq {position.next_seq}",
+            err=True,
+        )
 
 
 class _Position:
@@ -50,10 +52,10 @@ class _Position:
 
 
 async def _tail(url: str, session: str, position: _Position, as_json: bool) -> None:
-    _stop_on_sigterm()
     printer = None if as_json else EventPrinter(sys.stdout)
     t = topology()
-    click.echo(f"tailing {session} on {url} from seq {position.next_seq}; Ctrl-C to stop",
+    shown = without_userinfo(url)
+    click.echo(f"tailing {session} on {shown} from seq {position.next_seq}; Ctrl-C to stop",
                err=True)  # fmt: skip
     try:
         async with nats_client(url) as nc:
@@ -66,17 +68,6 @@ async def _tail(url: str, session: str, position: _Position, as_json: bool) -> N
                         printer.print(event)
                         sys.stdout.flush()
                     position.next_seq = event.seq + 1
-    except asyncio.CancelledError:
-        pass  # SIGTERM: stop like Ctrl-C
     finally:
         if printer is not None:
             printer.close()
-
-
-def _stop_on_sigterm() -> None:
-    """Let SIGTERM end the tail cleanly (so it prints the resume point), when we can."""
-    task = asyncio.current_task()
-    if task is None:
-        return
-    with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)

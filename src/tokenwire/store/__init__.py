@@ -24,6 +24,8 @@ Errors::
     └── StoreIntegrityError
 """
 
+import typing as _typing
+
 from tokenwire.store._errors import (
     StoreConfigError,
     StoreError,
@@ -33,7 +35,6 @@ from tokenwire.store._errors import (
 from tokenwire.store._memory import MemoryStore
 from tokenwire.store._open import open_store, redact
 from tokenwire.store._packing import pack_chunks, unpack_chunks
-from tokenwire.store._postgres import PostgresStore
 from tokenwire.store._protocol import Store
 from tokenwire.store._records import (
     CommittedStep,
@@ -43,6 +44,19 @@ from tokenwire.store._records import (
     StoreStats,
 )
 from tokenwire.store._sqlite import SQLiteStore
+
+if _typing.TYPE_CHECKING:
+    from tokenwire.store._postgres import PostgresStore
+
+
+def __getattr__(name: str) -> object:
+    """``PostgresStore`` is imported on first use: psycopg is the ``postgres`` extra."""
+    if name == "PostgresStore":
+        from tokenwire.store._postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CommittedStep",

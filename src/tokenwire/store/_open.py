@@ -6,17 +6,17 @@ import re
 import time
 import urllib.parse
 from collections.abc import Callable
-from typing import get_args
-
-import psycopg.conninfo
+from typing import TYPE_CHECKING, get_args
 
 from tokenwire.store._errors import StoreConfigError
 from tokenwire.store._memory import MemoryStore
-from tokenwire.store._postgres import PostgresStore
 from tokenwire.store._protocol import Store
 from tokenwire.store._sqlite import SQLiteStore, Synchronous
 
 _PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+if TYPE_CHECKING:
+    from tokenwire.store._postgres import PostgresStore
+
 _FORMS = "sqlite:///PATH, postgresql://..., postgres://... or memory://"
 
 
@@ -68,6 +68,15 @@ def _sqlite(url: str, rest: str, clock: Callable[[], int]) -> SQLiteStore:
 
 
 def _postgres(url: str, clock: Callable[[], int]) -> PostgresStore:
+    # psycopg is the optional ``tokenwire[postgres]`` extra: imported only for such a URL.
+    try:
+        import psycopg.conninfo
+
+        from tokenwire.store._postgres import PostgresStore
+    except ImportError as exc:
+        raise StoreConfigError(
+            redact(url), f"PostgreSQL needs psycopg: pip install 'tokenwire[postgres]' ({exc})"
+        ) from exc
     try:
         psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.Error as exc:

@@ -9,6 +9,7 @@ import logging
 from nats.aio.client import Client
 
 from tokenwire.broker import BrokerError, connect
+from tokenwire.config import without_userinfo
 from tokenwire.observability import OtelProviders, otel_from_env
 from tokenwire.services.assembler._errors import AssemblerStartError
 from tokenwire.services.assembler._gc import tune_gc
@@ -36,11 +37,11 @@ async def run(
     ``store`` overrides ``settings.store_url`` (tests wrap a store to inject outages); it is
     then not closed here; ``otel`` overrides the providers made from the ``OTEL_*`` variables
     (and is then not shut down here). Raises AssemblerStartError when the broker, the topology
-    or the metrics address is unusable; a store that is down at start is waited for (not
-    ready).
+    or the metrics address is unusable, or when the broker or the store does not answer within
+    ``settings.start_timeout_s`` at start (a store going down later is waited for).
     """
     stop = stop or asyncio.Event()
-    nc = await _connect(settings)
+    nc = await _connect(settings, stop)
     owned_store = store is None
     the_store = store if store is not None else _open(settings)
     server: ProbeServer | None = None
@@ -69,9 +70,12 @@ async def run(
             await nc.close()
 
 
-async def _connect(settings: AssemblerSettings) -> Client:
+async def _connect(settings: AssemblerSettings, stop: asyncio.Event) -> Client:
     try:
-        return await connect(list(settings.nats_urls), name=settings.name)
+        return await connect(
+            list(settings.nats_urls), name=settings.name,
+            first_connect_s=settings.start_timeout_s, stop=stop,
+        )  # fmt: skip
     except BrokerError as exc:
         raise AssemblerStartError("broker", str(exc)) from exc
 
@@ -95,18 +99,31 @@ async def _prepare(
 
 
 async def _wait_for_store(settings: AssemblerSettings, store: Store, stop: asyncio.Event) -> None:
-    """Ping the store until it answers (bounded back-off) or ``stop`` is set."""
+    """Ping the store until it answers (bounded back-off) or ``stop`` is set; past
+    ``settings.start_timeout_s`` AssemblerStartError naming the store and the last cause."""
     delay = settings.backoff_initial_s
+    deadline = asyncio.get_running_loop().time() + settings.start_timeout_s
+    cause = "no answer"
     while not stop.is_set():
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            where = without_userinfo(settings.store_url)
+            raise AssemblerStartError(
+                "store", f"not reachable at {where} within {settings.start_timeout_s:g} s: {cause}"
+            )
         try:
-            await store.ping()
+            async with asyncio.timeout(left):
+                await store.ping()
             return
+        except TimeoutError:
+            continue
         except StoreUnavailable as exc:
-            log.warning("store not reachable yet: %s", exc)
+            cause = without_userinfo(str(exc))
+            log.warning("store not reachable yet: %s", cause)
         except StoreError as exc:
             raise AssemblerStartError("store", str(exc)) from exc
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), delay)
+            await asyncio.wait_for(stop.wait(), min(delay, max(left, 0.01)))
         delay = min(delay * 2, settings.backoff_max_s)
 
 

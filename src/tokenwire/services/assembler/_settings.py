@@ -45,6 +45,9 @@ class AssemblerSettings:
     - ``ack_wait_s``, ``max_deliver``, ``priority_timeout_s``: the consumers' settings, applied
       when ``provision`` is True (every start creates or updates the topology).
     - ``metrics_addr``: ``(host, port)`` of the metrics and probe server, None to disable.
+    - ``start_timeout_s``: the bound of the first connect to the broker and of the wait for
+      the store at start (``TOKENWIRE_CONNECT_TIMEOUT_S``); past it the service exits with
+      one line naming what did not answer.
     - ``tune_gc``: :func:`run` applies the process-wide GC policy of ``_gc.py`` (the service
       owns its process; embedders and tests may leave the interpreter's defaults).
     """
@@ -69,6 +72,7 @@ class AssemblerSettings:
     burst: bool = False
     tune_gc: bool = True
     name: str = "tokenwire-assembler"
+    start_timeout_s: float = config.DEFAULT_CONNECT_TIMEOUT_S
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AssemblerSettings:
@@ -93,6 +97,7 @@ class AssemblerSettings:
             provision=_flag(env, "PROVISION", base.provision),
             burst=_flag(env, "BURST", False),
             tune_gc=_flag(env, "TUNE_GC", True),
+            start_timeout_s=base.connect_timeout_s,
         )
 
 

@@ -37,6 +37,7 @@ from tokenwire.services.gateway._run import (
     check_bind,
     main,
     run,
+    tune_gc,
 )
 from tokenwire.services.gateway._seams import ChunkSink, GatewayDeps, HttpUpstream, Upstream
 from tokenwire.services.gateway._settings import GatewaySettings
@@ -77,4 +78,5 @@ __all__ = [
     "resolve",
     "run",
     "split_model",
+    "tune_gc",
 ]

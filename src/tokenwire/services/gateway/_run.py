@@ -11,11 +11,10 @@ import contextlib
 import dataclasses
 import gc
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import uvicorn
-import uvloop
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
@@ -174,10 +173,12 @@ async def _store(settings: GatewaySettings) -> AsyncIterator[Store]:
 
 
 @contextlib.asynccontextmanager
-async def _connected(settings: GatewaySettings) -> AsyncIterator[tuple[Client, Topology]]:
+async def _connected(
+    settings: GatewaySettings, stop: asyncio.Event | None
+) -> AsyncIterator[tuple[Client, Topology]]:
     if not settings.nats_url:
         raise ConfigError("TOKENWIRE_NATS_URL", "", "the gateway needs a NATS server URL")
-    nc = await connect(settings.nats_url, name="tokenwire-gateway")
+    nc = await connect(settings.nats_url, name="tokenwire-gateway", stop=stop)
     try:
         topology = Topology(partitions=settings.partitions, replicas=settings.replicas)
         if settings.provision:
@@ -187,16 +188,17 @@ async def _connected(settings: GatewaySettings) -> AsyncIterator[tuple[Client, T
         await nc.close()
 
 
-async def run(settings: GatewaySettings) -> None:
-    """Serve the gateway until cancelled or signalled (``tokenwire gateway``).
+async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> None:
+    """Serve the gateway until ``stop`` is set, or until uvicorn sees SIGINT/SIGTERM
+    (``tokenwire gateway``); in-flight steps get ``ack_timeout_s`` to finish.
 
     Raises :class:`tokenwire.config.ConfigError` for a non-loopback address without gateway
     keys or a missing NATS URL, and ``tokenwire.broker.BrokerUnavailable`` when NATS does
-    not answer.
+    not answer within ``TOKENWIRE_CONNECT_TIMEOUT_S``.
     """
     check_bind(settings)
     otel = otel_from_env("tokenwire-gateway")  # OTLP export only when an endpoint is set
-    async with _connected(settings) as (nc, topology), _store(settings) as store:
+    async with _connected(settings, stop) as (nc, topology), _store(settings) as store:
         real = await broker_deps(nc, topology, otel=otel)
         routes = events_router(lambda: nc, topology, lambda: store).routes
         real.deps = dataclasses.replace(real.deps, extra_routes=routes)
@@ -206,20 +208,53 @@ async def run(settings: GatewaySettings) -> None:
                 log_level="info", lifespan="on", access_log=False, http=HTTP_IMPL,
                 timeout_graceful_shutdown=int(settings.ack_timeout_s),
             )  # fmt: skip
-            await uvicorn.Server(config).serve()
+            await _serve(uvicorn.Server(config), stop)
         finally:
             await real.aclose()
             otel.shutdown()
 
 
+async def _serve(server: uvicorn.Server, stop: asyncio.Event | None) -> None:
+    """``server.serve()``, asked to exit (gracefully) when ``stop`` is set."""
+    if stop is None:
+        await server.serve()
+        return
+
+    async def exit_on_stop() -> None:
+        await stop.wait()
+        server.should_exit = True
+
+    watcher = asyncio.create_task(exit_on_stop())
+    try:
+        await server.serve()
+    finally:
+        watcher.cancel()
+
+
 def main(settings: GatewaySettings) -> None:
-    """Block serving :func:`run` on uvloop, the event loop the gateway is measured on.
+    """Block serving :func:`run` on uvloop (where installed), the loop the gateway is measured
+    on.
 
     uvloop's loop costs a fraction of asyncio's per socket read, write and task switch, which
-    the gateway does several of per streamed chunk (docs/gateway.md, "Performance"). The
-    process's garbage collector runs at :data:`GC_THRESHOLDS`.
+    the gateway does several of per streamed chunk (docs/gateway.md, "Performance"); without
+    it (Windows, PyPy) the gateway runs on asyncio's. The process's garbage collector runs at
+    :data:`GC_THRESHOLDS`.
     """
+    tune_gc()
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        runner.run(run(settings))
+
+
+def tune_gc() -> None:
+    """The gateway process's collector policy (:data:`GC_THRESHOLDS`)."""
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(run(settings))
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop where it is installed, else None (asyncio's default)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop

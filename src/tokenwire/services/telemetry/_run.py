@@ -6,10 +6,9 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-import nats
 from prometheus_client import start_http_server
 
-from tokenwire.broker import Topology, ensure_topology
+from tokenwire.broker import Topology, connect, ensure_topology
 from tokenwire.observability import otel_from_env
 from tokenwire.services.telemetry._otel import OtelSignals
 from tokenwire.services.telemetry._prometheus import TelemetryMetrics
@@ -35,11 +34,11 @@ async def run(
     """Consume first chunks until ``stop`` is set (or until caught up, with ``burst``)."""
     stop = stop or asyncio.Event()
     metrics = TelemetryMetrics()
+    nc = await connect(settings.nats_url, name="tokenwire-telemetry", stop=stop)  # bounded
     server, thread = start_http_server(
         settings.metrics_port, settings.metrics_host, metrics.registry
     )
     otel = otel_from_env("tokenwire-telemetry")  # OTLP export only when an endpoint is set
-    nc = await nats.connect(settings.nats_url, name="tokenwire-telemetry")
     try:
         if settings.provision:
             await ensure_topology(nc, settings.topology)

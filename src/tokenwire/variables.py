@@ -1,0 +1,126 @@
+"""The one definition of every tokenwire setting: its variable, its flag, which commands take it.
+
+Each row is an environment variable that some command reads; the CLI turns each row into a
+flag of every command it names (``tokenwire.cli._flags``), and docs/configuration.md carries
+:func:`reference_markdown` between its ``settings`` markers (a test fails when they differ).
+A flag given on the command line is applied as the variable for that invocation, so the
+readers (``tokenwire.config.load``, the services' ``from_env``) have one source and validate
+flags and variables with the same parser.
+
+Run ``python -m tokenwire.variables`` to print the reference table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BROKER_COMMANDS = ("replay", "tail", "status", "rebuild", "gateway", "assembler", "telemetry",
+                   "provision")  # fmt: skip
+READ_COMMANDS = ("replay", "tail", "messages", "status", "rebuild")
+STACK_COMMANDS = ("demo", "up")
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One setting. ``flag`` is the option name without ``--``; ``switch``: a flag without a
+    value that sets the variable to ``1``; ``secret``: its value is never shown."""
+
+    env: str
+    flag: str
+    default: str
+    meaning: str
+    commands: tuple[str, ...]
+    switch: bool = False
+    secret: bool = False
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("TOKENWIRE_NATS_URL", "nats-url", "absent",
+             "NATS server URLs, comma-separated. Absent: `demo`/`up` start the embedded server "
+             "and record its URL in the data directory, where the read commands find it; the "
+             "services refuse to start.", BROKER_COMMANDS),
+    Variable("TOKENWIRE_STORE", "store", "`sqlite:///<data dir>/store.db`",
+             "`sqlite:///PATH` or `postgresql://user:password@host:5432/db`.",
+             ("replay", "messages", "status", "rebuild", "gateway", "assembler",
+              *STACK_COMMANDS)),
+    Variable("TOKENWIRE_DATA_DIR", "data-dir", "`./.tokenwire`",
+             "Embedded broker data, the SQLite file, the recorded NATS URL (`nats.url`).",
+             (*READ_COMMANDS, *STACK_COMMANDS, "gateway", "assembler")),
+    Variable("TOKENWIRE_PARTITIONS", "partitions", "`16`",
+             "Session partitions of the chunk stream; the same in every process of a "
+             "deployment.", (*BROKER_COMMANDS, *STACK_COMMANDS)),
+    Variable("TOKENWIRE_REPLICAS", "replicas", "`1`",
+             "JetStream replicas of the streams and the KV bucket (1 to 5).",
+             ("gateway", "assembler", "telemetry", "provision")),
+    Variable("TOKENWIRE_PROVISION", "provision", "`1`",
+             "`0`: the gateway and the telemetry consumer do not create or update the topology "
+             "at start.", ("gateway", "telemetry")),
+    Variable("TOKENWIRE_CONNECT_TIMEOUT_S", "connect-timeout-s", "`5`",
+             "Seconds the first connection to the broker and to the store may take before the "
+             "command fails with one line naming the URL (exit 1). Later reconnects keep their "
+             "own bounds.", (*BROKER_COMMANDS, "messages")),
+    Variable("TOKENWIRE_GATEWAY_ADDR", "gateway-addr", "`127.0.0.1:8080`",
+             "`HOST:PORT` the gateway listens on (`[::1]:PORT` for IPv6).",
+             ("gateway", *STACK_COMMANDS)),
+    Variable("TOKENWIRE_GATEWAY_KEYS", "gateway-keys", "absent",
+             "Comma-separated keys accepted as `Authorization: Bearer` or `x-api-key`. Absent: "
+             "loopback only. Prefer the variable: a flag is visible to other local users.",
+             ("gateway", *STACK_COMMANDS), secret=True),
+    Variable("TOKENWIRE_GATEWAY_MAX_BODY_BYTES", "max-body-bytes", "`8388608`",
+             "Larger request bodies get 413 (at least 1024).", ("gateway",)),
+    Variable("TOKENWIRE_GATEWAY_CONTINUE_ON_DISCONNECT", "continue-on-disconnect", "`true`",
+             "Keep reading the provider after the caller left; `false`: `finish {aborted}`.",
+             ("gateway",)),
+    Variable("TOKENWIRE_ASSEMBLER_METRICS_ADDR", "metrics-addr", "`127.0.0.1:9465`",
+             "Assembler metrics and probes; `off` disables.", ("assembler",)),
+    Variable("TOKENWIRE_ASSEMBLER_BATCH_STEPS", "batch-steps", "`256`",
+             "Commit when this many steps closed ...", ("assembler",)),
+    Variable("TOKENWIRE_ASSEMBLER_BATCH_MS", "batch-ms", "`20`",
+             "... or when the oldest closed step waited this long.", ("assembler",)),
+    Variable("TOKENWIRE_ASSEMBLER_GAP_TIMEOUT_S", "gap-timeout-s", "`30`",
+             "Finish seen, chunks missing: close the step as `gap`.", ("assembler", "rebuild")),
+    Variable("TOKENWIRE_ASSEMBLER_ABANDON_TIMEOUT_S", "abandon-timeout-s", "`120`",
+             "No finish and no chunk for this long: close as `abandoned`.",
+             ("assembler", "rebuild")),
+    Variable("TOKENWIRE_ASSEMBLER_MAX_OPEN_STEPS", "max-open-steps", "`20000`",
+             "Steps held in memory; at the bound the instance stops pulling.", ("assembler",)),
+    Variable("TOKENWIRE_ASSEMBLER_ACK_WAIT_S", "ack-wait-s", "`300`",
+             "Consumer `ack_wait`: when a dead owner's messages come back.", ("assembler",)),
+    Variable("TOKENWIRE_ASSEMBLER_PRIORITY_TIMEOUT_S", "priority-timeout-s", "`5`",
+             "A partition's pin moves to a standby after this long without pulls.",
+             ("assembler",)),
+    Variable("TOKENWIRE_ASSEMBLER_PROVISION", "provision", "`TOKENWIRE_PROVISION`",
+             "Create/update the streams and consumers at start; `0`: leave them.",
+             ("assembler",)),
+    Variable("TOKENWIRE_ASSEMBLER_BURST", "burst", "`0`",
+             "`1`: drain what the stream holds, commit, exit.", ("assembler",), switch=True),
+    Variable("TOKENWIRE_ASSEMBLER_TUNE_GC", "tune-gc", "`1`",
+             "Apply the assembler's GC policy at start; `0`: the interpreter's defaults.",
+             ("assembler",)),
+    Variable("TOKENWIRE_TELEMETRY_METRICS_ADDR", "metrics-addr", "`127.0.0.1:9466`",
+             "Where the telemetry consumer's `/metrics` listens.", ("telemetry",)),
+)  # fmt: skip
+"""Every row; provider base URLs (``TOKENWIRE_<PROVIDER>_BASE_URL``) and keys
+(``<PROVIDER>_API_KEY``) are a family documented with the providers, not flags."""
+
+
+def for_command(command: str) -> tuple[Variable, ...]:
+    """The rows ``command`` takes as flags, in table order."""
+    return tuple(v for v in VARIABLES if command in v.commands)
+
+
+def reference_markdown() -> str:
+    """The reference table docs/configuration.md carries between its ``settings`` markers."""
+    lines = [
+        "| variable | flag | default | commands | meaning |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for v in VARIABLES:
+        flag = f"`--{v.flag}`"
+        commands = ", ".join(f"`{c}`" for c in v.commands)
+        lines.append(f"| `{v.env}` | {flag} | {v.default} | {commands} | {v.meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")
