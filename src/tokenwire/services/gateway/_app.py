@@ -30,6 +30,7 @@ from tokenwire.services.gateway._endpoints import (
     Endpoint,
     OpenAIEndpoint,
     Reply,
+    provider_call,
 )
 from tokenwire.services.gateway._errors import (
     AuthenticationError,
@@ -119,7 +120,9 @@ class Gateway:
         req = ep.parse(raw)
         wanted = read_identity(request.headers)
         route = resolve(req.model, ep.dialect, self.settings.provider_env)
-        body = ep.provider_body(raw, req, route, self.settings.default_max_tokens)
+        env, max_tokens = self.settings.provider_env, self.settings.default_max_tokens
+        call = provider_call(ep, raw, req, route, request.headers, env, max_tokens)
+        route, body = call.route, call.body
         session = wanted.session or self.deps.new_id()
         claim = await self._claim(wanted, session, req.ends_with_tool_result)
         reply = Reply(ep.reply_id(self.deps.new_id()), req.model, received_ns // 1_000_000_000)
@@ -132,10 +135,10 @@ class Gateway:
         try:
             await self._begin(run, span)
         except GatewayError as exc:
-            return self._error(ep, exc, run.identity)
+            return _with(call.response_headers, self._error(ep, exc, run.identity))
         if isinstance(output, FoldingOutput):
-            return await self._complete(run, output, ep, reply)
-        return self._stream(run)
+            return _with(call.response_headers, await self._complete(run, output, ep, reply))
+        return _with(call.response_headers, self._stream(run))
 
     def authenticate(self, headers: Mapping[str, str]) -> None:
         """Raise AuthenticationError unless the headers carry a gateway key (when keys are set)."""
@@ -227,6 +230,8 @@ class Gateway:
         headers = identity.headers() if identity is not None else {}
         if isinstance(exc, AuthenticationError):
             headers["www-authenticate"] = "Bearer"
+        if exc.status in _NOT_RETRYABLE:
+            headers["x-should-retry"] = "false"  # the SDKs retry 409 (and more) by default
         body = ep.error_body(exc)
         return Response(body, exc.status, headers, media_type="application/json")
 
@@ -243,6 +248,17 @@ class Gateway:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+_NOT_RETRYABLE = frozenset({400, 401, 404, 409, 413, 422})
+"""Answers a retry of the same request cannot change."""
+
+
+def _with(headers: Mapping[str, str], response: Response) -> Response:
+    """``response`` with ``headers`` added (the translation's dropped-field list)."""
+    for name, value in headers.items():
+        response.headers[name] = value
+    return response
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:

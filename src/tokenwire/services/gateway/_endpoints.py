@@ -8,13 +8,15 @@ caller's stream encoder. Non-streaming callers are served from a streamed provid
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import msgspec
 
 from tokenwire.schemas import Message
 from tokenwire.services.gateway._dialect_anthropic import (
+    STRUCTURED_OUTPUTS_BETA,
     AnthropicRequest,
     anthropic_plain_ids,
     anthropic_to_neutral,
@@ -41,9 +43,11 @@ from tokenwire.services.gateway._encode_openai import (
     openai_error_body,
 )
 from tokenwire.services.gateway._errors import GatewayError, TranslationUnsupportedError
+from tokenwire.services.gateway._forward import forwarded_headers, merge_beta
 from tokenwire.services.gateway._neutral import NeutralRequest, without_signatures
 from tokenwire.services.gateway._output import CallerOutput, EncodingOutput, ForwardingOutput
 from tokenwire.services.gateway._routing import CallerDialect, Route
+from tokenwire.services.gateway._translation import DROPPED_HEADER, screen, wants_drop
 
 _encode = msgspec.json.encode
 
@@ -57,6 +61,16 @@ class Reply:
     created: int
 
 
+@dataclass(frozen=True)
+class ProviderCall:
+    """What goes to the provider (the route with the caller's forwarded headers, the body)
+    and the headers the caller's answer carries (the dropped fields)."""
+
+    route: Route
+    body: bytes
+    response_headers: dict[str, str] = field(default_factory=dict)
+
+
 class Endpoint(Protocol):
     """One caller dialect."""
 
@@ -68,6 +82,8 @@ class Endpoint(Protocol):
         self, body: dict[str, Any], req: Any, route: Route, default_max_tokens: int
     ) -> bytes: ...
 
+    def to_neutral(self, req: Any) -> NeutralRequest: ...
+
     def stream_output(self, req: Any, route: Route, reply: Reply) -> CallerOutput: ...
 
     def reply_id(self, raw_id: str) -> str: ...
@@ -75,6 +91,40 @@ class Endpoint(Protocol):
     def message_body(self, message: Message, reply: Reply) -> bytes: ...
 
     def error_body(self, exc: GatewayError) -> bytes: ...
+
+
+def provider_call(
+    ep: Endpoint,
+    body: dict[str, Any],
+    req: Any,
+    route: Route,
+    caller_headers: Mapping[str, str],
+    env: Mapping[str, str],
+    default_max_tokens: int,
+) -> ProviderCall:
+    """The provider request for a parsed caller request.
+
+    Same dialect: the body as sent (``provider_body``). Another dialect: every field is
+    screened against the translation table first (a 400 naming the field and the route, or
+    dropped and listed with the opt-in), then translated.
+    """
+    headers = forwarded_headers(caller_headers, route)
+    if route.dialect == ep.dialect:
+        routed = replace(route, headers={**route.headers, **headers})
+        return ProviderCall(routed, ep.provider_body(body, req, route, default_max_tokens))
+    name = f"{route.provider}/{route.model}"
+    drop = wants_drop(caller_headers, env, route.provider)
+    screened = screen(body, ep.dialect, route.dialect, name, drop=drop)
+    if screened.dropped:
+        req = ep.parse(screened.body)
+    neutral = ep.to_neutral(req)
+    if route.dialect == "anthropic-messages" and neutral.output_format is not None:
+        headers["anthropic-beta"] = merge_beta(
+            headers.get("anthropic-beta"), STRUCTURED_OUTPUTS_BETA
+        )
+    routed = replace(route, headers={**route.headers, **headers})
+    answer = {DROPPED_HEADER: ",".join(screened.dropped)} if screened.dropped else {}
+    return ProviderCall(routed, translated_body(neutral, route, default_max_tokens), answer)
 
 
 def translated_body(neutral: NeutralRequest, route: Route, default_max_tokens: int) -> bytes:
@@ -101,6 +151,9 @@ class OpenAIEndpoint:
 
     def parse(self, body: dict[str, Any]) -> OpenAIChatRequest:
         return validate_openai(body)
+
+    def to_neutral(self, req: OpenAIChatRequest) -> NeutralRequest:
+        return openai_to_neutral(req)
 
     def provider_body(
         self, body: dict[str, Any], req: OpenAIChatRequest, route: Route, default_max_tokens: int
@@ -149,6 +202,9 @@ class AnthropicEndpoint:
 
     def parse(self, body: dict[str, Any]) -> AnthropicRequest:
         return validate_anthropic(body)
+
+    def to_neutral(self, req: AnthropicRequest) -> NeutralRequest:
+        return anthropic_to_neutral(req)
 
     def provider_body(
         self, body: dict[str, Any], req: AnthropicRequest, route: Route, default_max_tokens: int

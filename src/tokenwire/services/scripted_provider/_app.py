@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import re
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,6 +41,23 @@ _REQUEST_ID_HEADER: Mapping[Dialect, str] = {"openai": "x-request-id", "anthropi
 _EVENT_END = re.compile(rb"(?<=\n\n)|(?<=\r\n\r\n)")
 
 
+RECEIVED_KEPT = 256
+"""Requests kept in :attr:`ScriptedProvider.received` (the oldest go first)."""
+
+
+@dataclass(frozen=True)
+class ReceivedRequest:
+    """One request as the provider received it (tests check what a gateway sent on)."""
+
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """The body, decoded."""
+        return msgspec.json.decode(self.body)
+
+
 class _Renderer(Protocol):
     def frames(self) -> list[Frame]: ...
 
@@ -58,6 +77,7 @@ class ScriptedProvider:
         self.settings = settings
         self.clock = clock
         self.closing = asyncio.Event()
+        self.received: collections.deque[ReceivedRequest] = collections.deque(maxlen=RECEIVED_KEPT)
 
     def app(self) -> Starlette:
         """The Starlette app serving this provider."""
@@ -72,8 +92,10 @@ class ScriptedProvider:
 
     async def respond(self, request: Request, dialect: Dialect) -> ASGIApp:
         """The response to one request; a caller's mistake is answered in the dialect (4xx)."""
+        body = await request.body()
+        self.received.append(ReceivedRequest(request.url.path, dict(request.headers), body))
         try:
-            step = decode_request(await request.body(), request.headers)
+            step = decode_request(body, request.headers)
             options = {**step.options, **header_options(request.headers)}
             settings = apply_overrides(self.settings, options)
             if step.scenario == "recording":
