@@ -31,6 +31,7 @@ from tokenwire.services.gateway._endpoints import (
     OpenAIEndpoint,
     Reply,
     provider_call,
+    provider_reply,
 )
 from tokenwire.services.gateway._errors import (
     AuthenticationError,
@@ -217,6 +218,7 @@ class Gateway:
         if isinstance(result, RecordedError):
             error = UpstreamError(result.message, upstream_status=None, retryable=result.retryable)
             return self._error(ep, error, run.identity)
+        reply = provider_reply(reply, output.provider_id, output.provider_model)
         return Response(
             ep.message_body(result, reply), media_type="application/json",
             headers=run.identity.headers(),
@@ -230,6 +232,8 @@ class Gateway:
         headers = identity.headers() if identity is not None else {}
         if isinstance(exc, AuthenticationError):
             headers["www-authenticate"] = "Bearer"
+        if isinstance(exc, UpstreamError):
+            headers.update(exc.relay_headers)
         if exc.status in _NOT_RETRYABLE:
             headers["x-should-retry"] = "false"  # the SDKs retry 409 (and more) by default
         body = ep.error_body(exc)

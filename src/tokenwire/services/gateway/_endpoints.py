@@ -71,6 +71,12 @@ class ProviderCall:
     response_headers: dict[str, str] = field(default_factory=dict)
 
 
+def provider_reply(reply: Reply, response_id: str | None, model: str | None) -> Reply:
+    """The reply named as the provider named its answer (its response id and model), where
+    the provider sent them; the gateway's own id and the route otherwise."""
+    return Reply(response_id or reply.response_id, model or reply.model, reply.created)
+
+
 class Endpoint(Protocol):
     """One caller dialect."""
 

@@ -193,14 +193,86 @@ class EncodingOutput:
         return anthropic_stream_error(message, "api_error")
 
 
+class _Head(msgspec.Struct):
+    id: str | None = None
+    model: str | None = None
+
+
+class _Opening(msgspec.Struct):
+    """Where each dialect names its response: Chat chunks at the top, Anthropic in
+    ``message_start.message``, Responses in ``response``, Gemini as ``responseId`` /
+    ``modelVersion``."""
+
+    id: str | None = None
+    model: str | None = None
+    message: _Head | None = None
+    response: _Head | None = None
+    responseId: str | None = None  # noqa: N815 (Gemini's name)
+    modelVersion: str | None = None  # noqa: N815
+
+    def head(self) -> tuple[str | None, str | None]:
+        for inner in (self.message, self.response):
+            if inner is not None and (inner.id or inner.model):
+                return inner.id, inner.model
+        return self.id or self.responseId, self.model or self.modelVersion
+
+
+_opening = msgspec.json.Decoder(_Opening)
+_SNIFFED_EVENTS = 4
+"""Events read for the provider's response id and model (they come in the first one)."""
+
+
+class _HeadTap:
+    """A normaliser that also reads the provider's own response id and model."""
+
+    def __init__(self, inner: Normaliser) -> None:
+        self._inner = inner
+        self.response_id: str | None = None
+        self.model: str | None = None
+        self._left = _SNIFFED_EVENTS
+
+    def feed(self, event: SseEvent) -> list[StreamChunk]:
+        if self._left > 0:
+            self._left -= 1
+            self._sniff(event.data)
+        return self._inner.feed(event)
+
+    def close(self) -> list[StreamChunk]:
+        return self._inner.close()
+
+    def _sniff(self, data: str) -> None:
+        try:
+            response_id, model = _opening.decode(data).head()
+        except msgspec.DecodeError:
+            return
+        self.response_id = self.response_id or response_id
+        self.model = self.model or model
+        if self.response_id and self.model:
+            self._left = 0
+
+
 class FoldingOutput:
-    """Non-streaming callers: nothing is sent while the step runs; the fold is the answer."""
+    """Non-streaming callers: nothing is sent while the step runs; the fold is the answer.
+
+    ``provider_id`` and ``provider_model`` are the provider's own names for the answer, read
+    from its first events (``None`` when it sent none).
+    """
 
     def __init__(self) -> None:
         self._fold = StepFold()
+        self._tap: _HeadTap | None = None
 
     def normaliser(self, inner: Normaliser) -> Normaliser:
-        return inner
+        self._tap = _HeadTap(inner)
+        return self._tap
+
+    @property
+    def provider_id(self) -> str | None:
+        return self._tap.response_id if self._tap is not None else None
+
+    @property
+    def provider_model(self) -> str | None:
+        return self._tap.model if self._tap is not None else None
 
     def opening(self) -> bytes:
         return b""

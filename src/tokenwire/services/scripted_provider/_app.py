@@ -189,8 +189,10 @@ def _error_response(
 ) -> Response:
     """The JSON error body each provider answers with before any stream."""
     extra = dict(headers or {})
-    if status == 429:
+    if status == 429:  # as OpenAI and Anthropic answer a rate limit
         extra["retry-after"] = "1"
+        extra["retry-after-ms"] = "1000"
+        extra["x-ratelimit-remaining-requests"] = "0"
     if dialect == "openai":
         body = _openai.error_object(failure)
     else:
