@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import importlib.metadata
 import logging
 import random
 from collections.abc import AsyncIterator, Mapping
@@ -25,6 +26,8 @@ from starlette.types import Receive, Scope, Send
 
 from tokenwire.broker import BrokerError
 from tokenwire.schemas import RecordedError
+from tokenwire.services.gateway._catalog import ModelCatalog
+from tokenwire.services.gateway._count_tokens import CountTokens
 from tokenwire.services.gateway._endpoints import (
     AnthropicEndpoint,
     Endpoint,
@@ -50,6 +53,7 @@ from tokenwire.services.gateway._identity import (
     read_identity,
 )
 from tokenwire.services.gateway._metrics import GatewayMetrics
+from tokenwire.services.gateway._openapi import openapi_document
 from tokenwire.services.gateway._outbox import Outbox
 from tokenwire.services.gateway._output import FoldingOutput
 from tokenwire.services.gateway._response import StepStream
@@ -319,6 +323,32 @@ class GatewayApp:
         await self.starlette(scope, receive, send)
 
 
+def _catalog_routes(gw: Gateway) -> list[BaseRoute]:
+    """``/v1/models``, ``/v1/messages/count_tokens`` and ``/openapi.json`` (their modules)."""
+    env = gw.settings.provider_env
+    catalog = ModelCatalog(env, gw.deps.monotonic)
+
+    async def models(request: Request) -> Response:
+        return JSONResponse(await catalog.listing())
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(openapi_document(_version()))
+
+    count = CountTokens(env, gw.authenticate, gw._read_body, gw._secrets)
+    return [
+        _require_key(gw, HttpRoute("/v1/models", models, methods=["GET"])),
+        HttpRoute("/v1/messages/count_tokens", count.handle, methods=["POST"]),
+        HttpRoute("/openapi.json", openapi, methods=["GET"]),
+    ]
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("tokenwire")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
+
+
 def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
     """The gateway as an ASGI app; the caller owns ``deps`` (connections, publisher).
 
@@ -335,6 +365,7 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
     routes = [
         HttpRoute("/v1/chat/completions", gw.chat_completions, methods=["POST"]),
         HttpRoute("/v1/messages", gw.messages, methods=["POST"]),
+        *_catalog_routes(gw),
         # The session routes read recorded content: behind the same gateway keys as the model
         # endpoints (the viewer page itself holds no data and sends the key it is given).
         *(_require_key(gw, r) for r in deps.extra_routes),

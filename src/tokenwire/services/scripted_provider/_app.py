@@ -27,7 +27,13 @@ from tokenwire.services.scripted_provider._errors import (
 from tokenwire.services.scripted_provider._plan import Emit, Frame, plan_body, plan_stream
 from tokenwire.services.scripted_provider._player import PlayedResponse, install_abort_filter
 from tokenwire.services.scripted_provider._request import Dialect, StepRequest, decode_request
-from tokenwire.services.scripted_provider._script import ProviderFailure, Script, build_script
+from tokenwire.services.scripted_provider._script import (
+    INPUT_TOKENS_PER_MESSAGE,
+    SCENARIOS,
+    ProviderFailure,
+    Script,
+    build_script,
+)
 from tokenwire.services.scripted_provider._settings import (
     ScriptedSettings,
     apply_overrides,
@@ -86,9 +92,21 @@ class ScriptedProvider:
             routes=[
                 Route("/v1/chat/completions", _Endpoint(self, "openai"), methods=["POST"]),
                 Route("/v1/messages", _Endpoint(self, "anthropic"), methods=["POST"]),
+                Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
+                Route("/v1/models", _models, methods=["GET"]),
                 Route("/healthz", _healthz, methods=["GET"]),
             ]
         )
+
+    async def _count_tokens(self, request: Request) -> Response:
+        """Anthropic's token count: the input tokens a message to this request would report."""
+        body = await request.body()
+        self.received.append(ReceivedRequest(request.url.path, dict(request.headers), body))
+        try:
+            step = decode_request(body, request.headers)
+        except ScriptedRequestError as exc:
+            return _error_response("anthropic", exc.status, _client_failure(exc))
+        return JSONResponse({"input_tokens": INPUT_TOKENS_PER_MESSAGE * max(1, step.message_count)})
 
     async def respond(self, request: Request, dialect: Dialect) -> ASGIApp:
         """The response to one request; a caller's mistake is answered in the dialect (4xx)."""
@@ -169,6 +187,16 @@ class _Endpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = await self.provider.respond(Request(scope, receive), self.dialect)
         await response(scope, receive, send)
+
+
+async def _models(request: Request) -> Response:
+    """The scenarios as models, in a shape both OpenAI's and Anthropic's list readers accept."""
+    data = [
+        {"id": name, "object": "model", "type": "model", "created": 0, "owned_by": "scripted"}
+        for name in SCENARIOS
+        if name != "recording"
+    ]
+    return JSONResponse({"object": "list", "data": data, "has_more": False})
 
 
 async def _healthz(request: Request) -> Response:
