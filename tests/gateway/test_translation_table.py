@@ -19,6 +19,7 @@ import pytest
 
 from tests.gateway._helpers import GATEWAY_KEY, provider_env
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
+from tokenwire.services.gateway._caller_responses import ResponsesRequest
 from tokenwire.services.gateway._dialect_anthropic import AnthropicRequest, validate_anthropic
 from tokenwire.services.gateway._dialect_openai import OpenAIChatRequest, validate_openai
 from tokenwire.services.gateway._endpoints import AnthropicEndpoint, OpenAIEndpoint, provider_call
@@ -69,7 +70,11 @@ def test_docs_table_is_generated_from_the_table() -> None:
 
 @pytest.mark.parametrize("pair", sorted(TABLE), ids=lambda p: f"{p[0]}->{p[1]}")
 def test_every_field_the_gateway_reads_has_a_fate(pair: tuple[str, str]) -> None:
-    struct = OpenAIChatRequest if pair[0] == "openai-chat" else AnthropicRequest
+    struct = {
+        "openai-chat": OpenAIChatRequest,
+        "anthropic-messages": AnthropicRequest,
+        "openai-responses": ResponsesRequest,
+    }[pair[0]]
     fields = set(struct.__struct_fields__)
     assert fields <= set(TABLE[pair]), fields - set(TABLE[pair])
 

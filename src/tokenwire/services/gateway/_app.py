@@ -33,6 +33,7 @@ from tokenwire.services.gateway._endpoints import (
     Endpoint,
     OpenAIEndpoint,
     Reply,
+    ResponsesEndpoint,
     provider_call,
     provider_reply,
 )
@@ -68,6 +69,7 @@ log = logging.getLogger("tokenwire.gateway")
 _READY_TIMEOUT_S = 2.0
 _OPENAI = OpenAIEndpoint()
 _ANTHROPIC = AnthropicEndpoint()
+_RESPONSES = ResponsesEndpoint()
 
 
 class Gateway:
@@ -90,6 +92,10 @@ class Gateway:
     async def messages(self, request: Request) -> Response:
         """``POST /v1/messages``."""
         return await self._handle(request, _ANTHROPIC)
+
+    async def responses(self, request: Request) -> Response:
+        """``POST /v1/responses``."""
+        return await self._handle(request, _RESPONSES)
 
     async def healthz(self, request: Request) -> Response:
         """The process is up."""
@@ -311,7 +317,11 @@ class GatewayApp:
     def __init__(self, starlette: Starlette, gw: Gateway) -> None:
         self.starlette = starlette
         self.state = starlette.state
-        self._handlers = {"/v1/chat/completions": gw.chat_completions, "/v1/messages": gw.messages}
+        self._handlers = {
+            "/v1/chat/completions": gw.chat_completions,
+            "/v1/messages": gw.messages,
+            "/v1/responses": gw.responses,
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -365,6 +375,7 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
     routes = [
         HttpRoute("/v1/chat/completions", gw.chat_completions, methods=["POST"]),
         HttpRoute("/v1/messages", gw.messages, methods=["POST"]),
+        HttpRoute("/v1/responses", gw.responses, methods=["POST"]),
         *_catalog_routes(gw),
         # The session routes read recorded content: behind the same gateway keys as the model
         # endpoints (the viewer page itself holds no data and sends the key it is given).

@@ -15,6 +15,11 @@ from typing import Any, Protocol
 import msgspec
 
 from tokenwire.schemas import Message
+from tokenwire.services.gateway._caller_responses import (
+    ResponsesRequest,
+    responses_to_neutral,
+    validate_responses,
+)
 from tokenwire.services.gateway._dialect_anthropic import (
     STRUCTURED_OUTPUTS_BETA,
     AnthropicRequest,
@@ -42,6 +47,7 @@ from tokenwire.services.gateway._encode_openai import (
     openai_completion,
     openai_error_body,
 )
+from tokenwire.services.gateway._encode_responses import ResponsesStreamEncoder, responses_object
 from tokenwire.services.gateway._errors import GatewayError, TranslationUnsupportedError
 from tokenwire.services.gateway._forward import forwarded_headers, merge_beta
 from tokenwire.services.gateway._neutral import NeutralRequest, without_signatures
@@ -82,7 +88,9 @@ class Endpoint(Protocol):
 
     dialect: CallerDialect
 
-    def parse(self, body: dict[str, Any]) -> OpenAIChatRequest | AnthropicRequest: ...
+    def parse(
+        self, body: dict[str, Any]
+    ) -> OpenAIChatRequest | AnthropicRequest | ResponsesRequest: ...
 
     def provider_body(
         self, body: dict[str, Any], req: Any, route: Route, default_max_tokens: int
@@ -251,3 +259,39 @@ def _anthropic_type(status: int) -> str:
         429: "rate_limit_error",
         503: "overloaded_error",
     }.get(status, "invalid_request_error" if status < 500 else "api_error")
+
+
+class ResponsesEndpoint:
+    """``POST /v1/responses``: the OpenAI Responses API (what the Agents SDK speaks)."""
+
+    dialect: CallerDialect = "openai-responses"
+
+    def parse(self, body: dict[str, Any]) -> ResponsesRequest:
+        return validate_responses(body)
+
+    def to_neutral(self, req: ResponsesRequest) -> NeutralRequest:
+        return responses_to_neutral(req)
+
+    def provider_body(
+        self, body: dict[str, Any], req: ResponsesRequest, route: Route, default_max_tokens: int
+    ) -> bytes:
+        return _encode({**body, "model": route.model, "stream": True})
+
+    def stream_output(self, req: ResponsesRequest, route: Route, reply: Reply) -> CallerOutput:
+        if route.dialect == self.dialect:
+            return ForwardingOutput(self.dialect, strip_usage=False)
+        encoder = ResponsesStreamEncoder(
+            response_id=reply.response_id, model=reply.model, created=reply.created
+        )
+        return EncodingOutput(encoder)
+
+    def reply_id(self, raw_id: str) -> str:
+        return f"resp_{raw_id}"
+
+    def message_body(self, message: Message, reply: Reply) -> bytes:
+        return responses_object(
+            message, response_id=reply.response_id, model=reply.model, created=reply.created
+        )
+
+    def error_body(self, exc: GatewayError) -> bytes:
+        return openai_error_body(exc.message, _openai_type(exc), param=exc.param, code=exc.code)

@@ -27,6 +27,10 @@ from tokenwire.services.gateway._encode_openai import (
     OpenAIStreamEncoder,
     openai_stream_error,
 )
+from tokenwire.services.gateway._encode_responses import (
+    ResponsesStreamEncoder,
+    responses_error_event,
+)
 from tokenwire.sse import SseEvent
 
 
@@ -97,9 +101,11 @@ class ForwardingOutput:
 
     def __init__(self, dialect: str, *, strip_usage: bool) -> None:
         self._openai = dialect == "openai-chat"
+        self._responses = dialect == "openai-responses"
         self._strip_usage = strip_usage and self._openai
         self._tap: _Tap | None = None
         self._error_sent = False
+        self._held: list[SseEvent] = []  # Responses: the terminal event, until the acks
 
     def normaliser(self, inner: Normaliser) -> Normaliser:
         self._tap = _Tap(inner)
@@ -116,10 +122,14 @@ class ForwardingOutput:
         return out
 
     def ending(self) -> bytes:
+        if self._responses:
+            return self._drain() + b"".join(frame(e) for e in self._held)
         return self._drain() + (DONE if self._openai else MESSAGE_STOP)
 
     def failure(self, message: str) -> bytes:
         self._error_sent = True
+        if self._responses:
+            return responses_error_event(message, "server_error", 0)
         return (
             openai_stream_error(message, "api_error")
             if self._openai
@@ -135,9 +145,19 @@ class ForwardingOutput:
     def _forwarded(self, event: SseEvent) -> bool:
         if self._openai:
             return self._forwarded_openai(event)
+        if self._responses:
+            return self._forwarded_responses(event)
         if event.event == "error":
             self._error_sent = True
         return event.event != "message_stop"
+
+    def _forwarded_responses(self, event: SseEvent) -> bool:
+        if event.event in ("response.completed", "response.incomplete"):
+            self._held.append(event)
+            return False
+        if event.event in ("error", "response.failed"):
+            self._error_sent = True
+        return True
 
     def _forwarded_openai(self, event: SseEvent) -> bool:
         data = event.data
@@ -171,7 +191,9 @@ def _reason(finish: Finish) -> str:
 class EncodingOutput:
     """Another dialect: chunks encoded into the caller's dialect by a stream encoder."""
 
-    def __init__(self, encoder: OpenAIStreamEncoder | AnthropicStreamEncoder) -> None:
+    def __init__(
+        self, encoder: OpenAIStreamEncoder | AnthropicStreamEncoder | ResponsesStreamEncoder
+    ) -> None:
         self._encoder = encoder
         self._openai = isinstance(encoder, OpenAIStreamEncoder)
 
@@ -185,9 +207,13 @@ class EncodingOutput:
         return self._encoder.encode(chunk)
 
     def ending(self) -> bytes:
+        if isinstance(self._encoder, ResponsesStreamEncoder):
+            return self._encoder.end()
         return DONE if self._openai else MESSAGE_STOP
 
     def failure(self, message: str) -> bytes:
+        if isinstance(self._encoder, ResponsesStreamEncoder):
+            return self._encoder.failure(message)
         if self._openai:
             return openai_stream_error(message, "api_error")
         return anthropic_stream_error(message, "api_error")

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from tokenwire.services.gateway._errors import InvalidRequestError
 
-Caller = Literal["openai-chat", "anthropic-messages"]
+Caller = Literal["openai-chat", "anthropic-messages", "openai-responses"]
 Target = Literal["openai-chat", "anthropic-messages", "openai-responses", "gemini"]
 DROP_HEADER = "x-tokenwire-drop-params"
 DROPPED_HEADER = "x-tokenwire-dropped-params"
@@ -32,10 +32,15 @@ DROPPED_HEADER = "x-tokenwire-dropped-params"
 
 @dataclass(frozen=True)
 class Fate:
-    """``translated`` (``how``: to what) or ``refused`` (``how``: why there is no counterpart)."""
+    """``translated`` (``how``: to what) or ``refused`` (``how``: why there is no counterpart).
+
+    ``refused_value``: a value a translated field still cannot carry (``store: true`` toward a
+    provider that stores nothing); such a value is refused like a refused field.
+    """
 
     kind: Literal["translated", "refused"]
     how: str
+    refused_value: Callable[[Any], bool] | None = None
 
 
 def _t(how: str) -> Fate:
@@ -47,6 +52,13 @@ def _r(why: str) -> Fate:
 
 
 _NO = "no counterpart"
+
+_STORES_NOTHING = "`false` (the default there: nothing is stored); `true` refused"
+
+
+def _true(value: Any) -> bool:
+    return value is True
+
 
 # -- OpenAI Chat Completions callers --------------------------------------------------------
 
@@ -92,7 +104,7 @@ CHAT_TO_ANTHROPIC: dict[str, Fate] = {
     "safety_identifier": _t("`metadata.user_id`"),
     "metadata": _r("Anthropic's metadata holds only user_id"),
     "seed": _r(_NO),
-    "store": _r(_NO),
+    "store": Fate("translated", _STORES_NOTHING, _true),
     "frequency_penalty": _r(_NO),
     "presence_penalty": _r(_NO),
 }
@@ -143,7 +155,7 @@ CHAT_TO_GEMINI: dict[str, Fate] = {
     "user": _r(_NO),
     "safety_identifier": _r(_NO),
     "metadata": _r(_NO),
-    "store": _r(_NO),
+    "store": Fate("translated", _STORES_NOTHING, _true),
 }
 
 # -- Anthropic Messages callers --------------------------------------------------------------
@@ -208,6 +220,59 @@ ANTHROPIC_TO_GEMINI: dict[str, Fate] = {
     ),
 }
 
+# -- OpenAI Responses callers ------------------------------------------------------------------
+
+_RESPONSES_COMMON: dict[str, Fate] = {
+    "model": _t("the route's model"),
+    "input": _t("messages / contents (text, images, function calls and outputs, reasoning)"),
+    "instructions": _t("the system prompt"),
+    "stream": _t("always streamed upstream; a non-streaming caller gets the folded answer"),
+    "tools": _t("function tools"),
+    "tools: built-in tools": _r("run by OpenAI (web search, file search...): not a function"),
+    "tool_choice": _t("tool choice auto / none / required / function"),
+    "max_output_tokens": _t("the max tokens"),
+    "temperature": _t("temperature"),
+    "top_p": _t("top_p"),
+    "text": _t("`format` json_schema / json_object: structured output as for Chat callers"),
+    "reasoning": _t("`effort` as for Chat callers' `reasoning_effort`; summaries as reasoning"),
+    "store": Fate("translated", _STORES_NOTHING, _true),
+    "include": _r("OpenAI-side extras (encrypted reasoning, logprobs...)"),
+    "previous_response_id": _r("server-side conversation state exists only at OpenAI"),
+    "conversation": _r("server-side conversation state exists only at OpenAI"),
+    "prompt": _r("stored prompts exist only at OpenAI"),
+    "truncation": _r(_NO),
+    "service_tier": _r("tiers differ between providers"),
+    "prompt_cache_key": _r(_NO),
+    "top_logprobs": _r(_NO),
+    "background": _r("background responses exist only at OpenAI"),
+    "max_tool_calls": _r(_NO),
+    "stream_options": _r(_NO),
+}
+
+RESPONSES_TO_CHAT: dict[str, Fate] = {
+    **_RESPONSES_COMMON,
+    "parallel_tool_calls": _t("`parallel_tool_calls`"),
+    "user": _t("`user`"),
+    "safety_identifier": _t("`user`"),
+    "metadata": _r("Chat Completions keeps metadata only for stored completions"),
+}
+
+RESPONSES_TO_ANTHROPIC: dict[str, Fate] = {
+    **_RESPONSES_COMMON,
+    "parallel_tool_calls": _t("false -> `tool_choice.disable_parallel_tool_use: true`"),
+    "user": _t("`metadata.user_id`"),
+    "safety_identifier": _t("`metadata.user_id`"),
+    "metadata": _r("Anthropic's metadata holds only user_id"),
+}
+
+RESPONSES_TO_GEMINI: dict[str, Fate] = {
+    **_RESPONSES_COMMON,
+    "parallel_tool_calls": _r("Gemini has no switch for parallel calls"),
+    "user": _r(_NO),
+    "safety_identifier": _r(_NO),
+    "metadata": _r(_NO),
+}
+
 TABLE: dict[tuple[Caller, Target], dict[str, Fate]] = {
     ("openai-chat", "anthropic-messages"): CHAT_TO_ANTHROPIC,
     ("openai-chat", "openai-responses"): CHAT_TO_RESPONSES,
@@ -215,6 +280,9 @@ TABLE: dict[tuple[Caller, Target], dict[str, Fate]] = {
     ("anthropic-messages", "openai-chat"): ANTHROPIC_TO_CHAT,
     ("anthropic-messages", "openai-responses"): ANTHROPIC_TO_RESPONSES,
     ("anthropic-messages", "gemini"): ANTHROPIC_TO_GEMINI,
+    ("openai-responses", "openai-chat"): RESPONSES_TO_CHAT,
+    ("openai-responses", "anthropic-messages"): RESPONSES_TO_ANTHROPIC,
+    ("openai-responses", "gemini"): RESPONSES_TO_GEMINI,
 }
 """One table per (caller dialect, provider dialect) pair that is translated."""
 
@@ -258,7 +326,8 @@ def screen(
     out = dict(body)
     for field, remove in _present(out, caller):
         fate = table.get(field, _r("not in the translation table"))
-        if fate.kind == "translated":
+        value = out.get(field)
+        if fate.kind == "translated" and not (fate.refused_value and fate.refused_value(value)):
             continue
         if not drop:
             raise UntranslatableFieldError(field, caller, target, route, fate.how)
@@ -272,8 +341,15 @@ _Remove = Callable[[dict[str, Any]], dict[str, Any]]
 
 def _present(body: dict[str, Any], caller: Caller) -> Iterator[tuple[str, _Remove]]:
     """Each field the table rules on that ``body`` holds, with how to take it out."""
-    for key in list(body):
+    for key, value in list(body.items()):
+        if value is None or value in ([], {}):
+            continue  # null or empty asks for nothing (SDKs send some fields so)
         yield key, _without_key(key)
+    if caller == "openai-responses":
+        tools = body.get("tools") or []
+        if any(isinstance(t, dict) and t.get("type") != "function" for t in tools):
+            yield "tools: built-in tools", _without_builtin_tools
+        return
     if caller != "anthropic-messages":
         return
     if any(_is_server_tool(t) for t in body.get("tools") or [] if isinstance(t, dict)):
@@ -305,6 +381,11 @@ def _without_server_tools(body: dict[str, Any]) -> dict[str, Any]:
         return body
     kept = [t for t in tools if not (isinstance(t, dict) and _is_server_tool(t))]
     return {**body, "tools": kept} if kept else {k: v for k, v in body.items() if k != "tools"}
+
+
+def _without_builtin_tools(body: dict[str, Any]) -> dict[str, Any]:
+    kept = [t for t in body["tools"] if isinstance(t, dict) and t.get("type") == "function"]
+    return {**body, "tools": kept}
 
 
 def _has_cache_control(value: Any) -> bool:
