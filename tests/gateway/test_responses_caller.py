@@ -129,3 +129,59 @@ def test_encoded_events_fold_back_to_the_recordings_message(name: str) -> None:
     assert again.content == original.content
     assert again.finish_reason == original.finish_reason
     assert again.usage == original.usage
+
+
+@pytest.fixture
+async def responses_gateway(nc, topology):
+    """The scripted provider replaying a real Responses recording as an OpenAI Responses API."""
+    recording = recordings_dir() / "openai-responses" / "responses-parallel-function-calls.sse"
+    async with ScriptedServer(ScriptedSettings(recording=str(recording))) as scripted:
+        env = provider_env(TOKENWIRE_OPENAI_RESPONSES_BASE_URL=scripted.url + "/v1")
+        real = await broker_deps(nc, topology)
+        settings = GatewaySettings(
+            port=0, keys=frozenset({GATEWAY_KEY}), provider_env=env,
+            partitions=topology.partitions, ack_timeout_s=10.0,
+        )  # fmt: skip
+        try:
+            async with GatewayServer(settings, real.deps) as server:
+                yield server.url, scripted, recording.read_bytes()
+        finally:
+            await real.aclose()
+
+
+async def test_responses_to_responses_is_forwarded_untouched(responses_gateway) -> None:
+    url, scripted, recorded = responses_gateway
+    sent_events = [
+        json.loads(line[6:]) for line in recorded.decode().splitlines() if line.startswith("data: ")
+    ]
+    async with openai.AsyncOpenAI(base_url=url + "/v1", api_key=GATEWAY_KEY, max_retries=0) as oa:
+        events = []
+        async with oa.responses.stream(
+            model="openai-responses/recording",
+            input=[{"role": "user", "content": "the secret?"}],
+            tools=TOOLS,
+            store=True,
+            include=["reasoning.encrypted_content"],
+            extra_body={"a_vendor_field": 1},
+        ) as stream:
+            async for event in stream:
+                events.append(event.model_dump(exclude_unset=True))
+            final = await stream.get_final_response()
+    assert [e["type"] for e in events] == [e["type"] for e in sent_events]
+    assert [e["sequence_number"] for e in events] == [e["sequence_number"] for e in sent_events]
+    calls = [(o.call_id, o.arguments) for o in final.output if o.type == "function_call"]
+    want = [
+        (e["item"]["call_id"], e["item"]["arguments"])
+        for e in sent_events
+        if e["type"] == "response.output_item.done"
+    ]
+    assert calls == want
+    body = scripted.received[-1].json()
+    assert (body["model"], body["stream"], body["store"], body["a_vendor_field"]) == (
+        "recording",
+        True,
+        True,
+        1,
+    )
+    assert body["include"] == ["reasoning.encrypted_content"]
+    assert scripted.received[-1].path == "/v1/responses"

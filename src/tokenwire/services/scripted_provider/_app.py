@@ -93,6 +93,9 @@ class ScriptedProvider:
                 Route("/v1/chat/completions", _Endpoint(self, "openai"), methods=["POST"]),
                 Route("/v1/messages", _Endpoint(self, "anthropic"), methods=["POST"]),
                 Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
+                Route(
+                    "/v1/responses", _Endpoint(self, "openai", replay_only=True), methods=["POST"]
+                ),
                 Route("/v1/models", _models, methods=["GET"]),
                 Route("/healthz", _healthz, methods=["GET"]),
             ]
@@ -107,6 +110,23 @@ class ScriptedProvider:
         except ScriptedRequestError as exc:
             return _error_response("anthropic", exc.status, _client_failure(exc))
         return JSONResponse({"input_tokens": INPUT_TOKENS_PER_MESSAGE * max(1, step.message_count)})
+
+    async def replay_only(self, request: Request) -> ASGIApp:
+        """``/v1/responses``: the ``recording`` scenario only (no scripts in that dialect)."""
+        body = await request.body()
+        self.received.append(ReceivedRequest(request.url.path, dict(request.headers), body))
+        try:
+            step = decode_request(body, request.headers)
+            if step.scenario != "recording":
+                message = (
+                    "the Responses API is served only by replaying a recording (model 'recording')"
+                )
+                return JSONResponse(
+                    {"error": {"message": message, "type": "invalid_request_error"}}, 400
+                )
+            return await self._replay(request, apply_overrides(self.settings, step.options))
+        except ScriptedRequestError as exc:
+            return _error_response("openai", exc.status, _client_failure(exc))
 
     async def respond(self, request: Request, dialect: Dialect) -> ASGIApp:
         """The response to one request; a caller's mistake is answered in the dialect (4xx)."""
@@ -180,12 +200,19 @@ def _recording_path(header: str | None, settings: ScriptedSettings) -> Path:
 class _Endpoint:
     """One POST endpoint in one dialect, as a plain ASGI app (it may answer with a stream)."""
 
-    def __init__(self, provider: ScriptedProvider, dialect: Dialect) -> None:
+    def __init__(
+        self, provider: ScriptedProvider, dialect: Dialect, *, replay_only: bool = False
+    ) -> None:
         self.provider = provider
         self.dialect = dialect
+        self.replay_only = replay_only  # the Responses API: only recordings are replayed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = await self.provider.respond(Request(scope, receive), self.dialect)
+        request = Request(scope, receive)
+        if self.replay_only:
+            response = await self.provider.replay_only(request)
+        else:
+            response = await self.provider.respond(request, self.dialect)
         await response(scope, receive, send)
 
 
