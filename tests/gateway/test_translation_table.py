@@ -473,3 +473,19 @@ async def test_same_dialect_forwards_the_body_untouched(translating) -> None:
     )
     assert got.headers["openai-beta"] == "assistants=v2"
     assert GATEWAY_KEY not in str(got.headers)
+
+
+async def test_a_streamed_answer_names_the_dropped_fields_too(translating) -> None:
+    url, scripted = translating
+    async with openai.AsyncOpenAI(base_url=url + "/v1", api_key=GATEWAY_KEY, max_retries=0) as oa:
+        raw = await oa.chat.completions.with_raw_response.create(
+            model="anthropic/text",
+            messages=[{"role": "user", "content": "x"}],
+            logprobs=True,
+            stream=True,
+            extra_headers={"x-tokenwire-drop-params": "true"},
+        )
+        text = "".join([c.choices[0].delta.content or "" async for c in raw.parse() if c.choices])
+    assert raw.headers[DROPPED_HEADER] == "logprobs"
+    assert text
+    assert "logprobs" not in scripted.received[-1].json()
