@@ -22,7 +22,12 @@ from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_de
 from tokenwire.services.gateway._caller_responses import ResponsesRequest
 from tokenwire.services.gateway._dialect_anthropic import AnthropicRequest, validate_anthropic
 from tokenwire.services.gateway._dialect_openai import OpenAIChatRequest, validate_openai
-from tokenwire.services.gateway._endpoints import AnthropicEndpoint, OpenAIEndpoint, provider_call
+from tokenwire.services.gateway._endpoints import (
+    AnthropicEndpoint,
+    OpenAIEndpoint,
+    ResponsesEndpoint,
+    provider_call,
+)
 from tokenwire.services.gateway._errors import InvalidRequestError
 from tokenwire.services.gateway._routing import resolve
 from tokenwire.services.gateway._translation import (
@@ -89,7 +94,11 @@ def test_the_counts() -> None:
 
 
 def _translated(caller: str, model: str, body: dict[str, Any], **headers: str) -> Any:
-    ep = OpenAIEndpoint() if caller == "openai-chat" else AnthropicEndpoint()
+    ep = {
+        "openai-chat": OpenAIEndpoint(),
+        "anthropic-messages": AnthropicEndpoint(),
+        "openai-responses": ResponsesEndpoint(),
+    }[caller]
     env = provider_env(GEMINI_API_KEY="g-key")
     route = resolve(model, ep.dialect, env)
     req = ep.parse(body)
@@ -489,3 +498,115 @@ async def test_a_streamed_answer_names_the_dropped_fields_too(translating) -> No
     assert raw.headers[DROPPED_HEADER] == "logprobs"
     assert text
     assert "logprobs" not in scripted.received[-1].json()
+
+
+# -- every entry of every pair ---------------------------------------------------------------
+
+RESPONSES_TOOLS = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+_SCHEMA_FORMAT = {"type": "json_schema", "json_schema": {"name": "w", "schema": SCHEMA}}
+SAMPLES: dict[str, dict[str, Any]] = {
+    "openai-chat": {
+        "tools": WEATHER_OA, "tool_choice": "required", "max_tokens": 77,
+        "max_completion_tokens": 77, "temperature": 0.3, "top_p": 0.4, "stop": ["Z"],
+        "response_format": _SCHEMA_FORMAT, "reasoning_effort": "low",
+        "parallel_tool_calls": False, "user": "u", "safety_identifier": "s",
+        "metadata": {"k": "v"}, "seed": 1, "store": True, "frequency_penalty": 0.1,
+        "presence_penalty": 0.2, "logit_bias": {"1": 1}, "logprobs": True, "top_logprobs": 2,
+        "service_tier": "flex", "modalities": ["text"], "audio": {"voice": "x"},
+        "prediction": {"type": "content", "content": "x"},
+        "web_search_options": {"search_context_size": "low"}, "verbosity": "low",
+        "prompt_cache_key": "k", "functions": [{"name": "f"}], "function_call": "auto",
+        "stream": True, "stream_options": {"include_usage": True}, "n": 1,
+    },
+    "anthropic-messages": {
+        "system": "s", "tools": WEATHER_AN, "tool_choice": {"type": "any"}, "max_tokens": 77,
+        "temperature": 0.3, "top_p": 0.4, "top_k": 3, "stop_sequences": ["Z"],
+        "metadata": {"user_id": "u"}, "thinking": {"type": "enabled", "budget_tokens": 1500},
+        "service_tier": "auto", "container": "c", "stream": True,
+        "mcp_servers": [{"type": "url", "url": "http://127.0.0.1:9", "name": "m"}],
+        "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]},
+    },
+    "openai-responses": {
+        "instructions": "s", "tools": RESPONSES_TOOLS, "tool_choice": "required",
+        "max_output_tokens": 77, "temperature": 0.3, "top_p": 0.4,
+        "text": {"format": {"type": "json_schema", "name": "w", "schema": SCHEMA}},
+        "reasoning": {"effort": "low"}, "store": True, "include": ["x"],
+        "previous_response_id": "r", "conversation": "c", "prompt": {"id": "p"},
+        "truncation": "auto", "service_tier": "flex", "prompt_cache_key": "k",
+        "top_logprobs": 2, "background": True, "max_tool_calls": 3,
+        "stream_options": {"include_obfuscation": False}, "parallel_tool_calls": False,
+        "user": "u", "safety_identifier": "s", "metadata": {"k": "v"}, "stream": True,
+    },
+}  # fmt: skip
+BASES: dict[str, dict[str, Any]] = {
+    "openai-chat": {**OA_BASE, "tools": WEATHER_OA},
+    "anthropic-messages": {**AN_BASE, "tools": WEATHER_AN},
+    "openai-responses": {"model": "x", "input": "hi", "tools": RESPONSES_TOOLS},
+}
+PSEUDO: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    # (with, without): the body holding the entry, and the same body without it
+    "tools: server tools": (
+        {"tools": [{"type": "web_search_20250305", "name": "web_search"}, *WEATHER_AN]},
+        {"tools": WEATHER_AN},
+    ),
+    "cache_control": (
+        {"system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}]},
+        {"system": [{"type": "text", "text": "s"}]},
+    ),
+    "tool_choice.disable_parallel_tool_use": (
+        {"tool_choice": {"type": "auto", "disable_parallel_tool_use": True}},
+        {"tool_choice": {"type": "auto"}},
+    ),
+    "tools: built-in tools": (
+        {"tools": [{"type": "web_search"}, *RESPONSES_TOOLS]},
+        {"tools": RESPONSES_TOOLS},
+    ),
+}
+NO_EFFECT = {"model", "messages", "input", "stream", "stream_options", "n"}
+"""Translated entries that change nothing in the provider body by design (docs table)."""
+ROUTE_OF = {
+    "anthropic-messages": "anthropic/claude",
+    "openai-chat": "openai/gpt-4o",
+    "openai-responses": "openai-responses/gpt-5",
+    "gemini": "gemini/gemini-2.5-flash",
+}
+ENTRIES = [(pair, field) for pair, table in TABLE.items() for field in table]
+
+
+def _bodies(caller: str, field: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    base = BASES[caller]
+    if field in PSEUDO:
+        with_, without = PSEUDO[field]
+        return {**base, **with_}, {**base, **without}
+    if field in ("model", "messages", "input"):
+        return base, base
+    with_ = {**base, field: SAMPLES[caller][field]}
+    if (caller, field) == ("anthropic-messages", "max_tokens"):  # required: compare values
+        return with_, base
+    return with_, {k: v for k, v in with_.items() if k != field}
+
+
+@pytest.mark.parametrize(
+    ("pair", "field"), ENTRIES, ids=[f"{p[0]}->{p[1]}:{f}" for p, f in ENTRIES]
+)
+def test_every_entry_is_seen_translated_or_refused(pair: tuple[str, str], field: str) -> None:
+    caller, target = pair
+    fate = TABLE[pair][field]
+    with_, without = _bodies(caller, field)
+    route = ROUTE_OF[target]
+    value = with_.get(field)
+    refused = fate.kind == "refused" or (
+        fate.refused_value is not None and fate.refused_value(value)
+    )
+    if refused:
+        with pytest.raises(UntranslatableFieldError) as info:
+            _translated(caller, route, with_)
+        assert (info.value.param, info.value.route) == (field, route)
+        got, call = _translated(caller, route, with_, **{"x-tokenwire-drop-params": "true"})
+        assert call.response_headers == {DROPPED_HEADER: field}
+        assert got == _translated(caller, route, without)[0]
+        return
+    got, call = _translated(caller, route, with_)
+    assert call.response_headers == {}
+    if field not in NO_EFFECT:  # never silently absent: the field changed the provider body
+        assert got != _translated(caller, route, without)[0], fate.how

@@ -224,10 +224,21 @@ def neutral_to_openai(
     if req.max_tokens is not None:
         body["max_tokens" if legacy_max_tokens else "max_completion_tokens"] = req.max_tokens
     _put_optional(body, temperature=req.temperature, top_p=req.top_p, stop=req.stop or None)
-    _put_optional(body, reasoning_effort=req.effort, user=req.user)
+    _put_optional(body, reasoning_effort=req.effort, user=req.user or req.safety_identifier)
+    if req.output_format is not None:
+        body["response_format"] = _render_format(req.output_format)
     if req.parallel_tool_calls is False and req.tools:
         body["parallel_tool_calls"] = False
     return body
+
+
+def _render_format(fmt: OutputFormat) -> dict[str, Any]:
+    if fmt.kind == "json_object":
+        return {"type": "json_object"}
+    spec: dict[str, Any] = {"name": fmt.name or "output", "schema": fmt.schema}
+    if fmt.strict is not None:
+        spec["strict"] = fmt.strict
+    return {"type": "json_schema", "json_schema": spec}
 
 
 def _put_optional(body: dict[str, Any], **values: object) -> None:
