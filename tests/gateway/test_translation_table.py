@@ -610,3 +610,16 @@ def test_every_entry_is_seen_translated_or_refused(pair: tuple[str, str], field:
     assert call.response_headers == {}
     if field not in NO_EFFECT:  # never silently absent: the field changed the provider body
         assert got != _translated(caller, route, without)[0], fate.how
+
+
+def test_the_drop_settings_reach_the_gateway_from_the_environment() -> None:
+    from tokenwire.services.gateway import GatewaySettings
+    from tokenwire.services.gateway._translation import wants_drop
+
+    env = GatewaySettings.from_env(
+        {"TOKENWIRE_GEMINI_DROP_PARAMS": "true", "TOKENWIRE_NATS_URL": "nats://127.0.0.1:1"}
+    ).provider_env
+    assert wants_drop({}, env, "gemini")
+    assert not wants_drop({}, env, "anthropic")
+    everywhere = GatewaySettings.from_env({"TOKENWIRE_GATEWAY_DROP_PARAMS": "1"}).provider_env
+    assert wants_drop({}, everywhere, "anthropic")
