@@ -81,8 +81,10 @@ def max_tokens_step() -> Script:
         Finish(reason="max-tokens"),
     ]
     dropped = [ToolCallBlock("call_c", "search", '{"q": "tru')]
+    text = [TextBlock("Let me search.")]
+    # Both blocks were still open at the finish (no block-end): the cut the message records.
     return Script(
-        chunks, Message([TextBlock("Let me search.")], "max-tokens", dropped_tool_calls=dropped)
+        chunks, Message(text, "max-tokens", dropped_tool_calls=dropped, truncated_blocks=[0, 1])
     )
 
 

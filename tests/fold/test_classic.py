@@ -191,6 +191,7 @@ def test_max_tokens_drops_complete_and_partial_tool_calls_and_keeps_the_text() -
         finish_reason="max-tokens",
         usage=USAGE,
         dropped_tool_calls=[done, ToolCallBlock(id="call_b", name="g", arguments='{"q": "unfini')],
+        truncated_blocks=[0, 2],  # never ended: the text (delta-only) and the cut call
     )
 
 

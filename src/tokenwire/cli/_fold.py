@@ -8,8 +8,8 @@ from typing import BinaryIO
 import click
 import msgspec
 
-from tokenwire.cli._errors import UsageError
-from tokenwire.schemas import StreamChunk, chunk_decoder, json_encoder
+from tokenwire.cli._errors import CheckFailedError, UsageError
+from tokenwire.schemas import RecordedError, StreamChunk, chunk_decoder, json_encoder
 
 
 @click.command()
@@ -22,7 +22,10 @@ from tokenwire.schemas import StreamChunk, chunk_decoder, json_encoder
 )
 @click.option("--chunks", is_flag=True, help="Print the normalised chunks (JSONL), not the fold.")
 def fold(source: BinaryIO, provider: str, chunks: bool) -> None:
-    """Fold a stream: tokenwire chunk JSONL or a recorded provider SSE body (FILE or -)."""
+    """Fold a stream: tokenwire chunk JSONL or a recorded provider SSE body (FILE or -).
+
+    Prints the message, or the recorded error marked ``"type": "error"`` and exits 1.
+    """
     parsed = list(_read(source, provider))
     if chunks:
         for chunk in parsed:
@@ -30,7 +33,12 @@ def fold(source: BinaryIO, provider: str, chunks: bool) -> None:
         return
     from tokenwire.fold import fold as fold_chunks
 
-    sys.stdout.buffer.write(msgspec.json.format(json_encoder.encode(fold_chunks(parsed))) + b"\n")
+    result = fold_chunks(parsed)
+    if isinstance(result, RecordedError):
+        marked = {"type": "error", **msgspec.to_builtins(result)}
+        sys.stdout.buffer.write(msgspec.json.format(json_encoder.encode(marked)) + b"\n")
+        raise CheckFailedError(f"the stream folds to a recorded error ({result.kind})")
+    sys.stdout.buffer.write(msgspec.json.format(json_encoder.encode(result)) + b"\n")
 
 
 def _read(source: BinaryIO, provider: str) -> list[StreamChunk]:

@@ -40,7 +40,9 @@ class StepFold:
     ``block-start``/``block-end`` are optional; a ``block-end`` carries the authoritative block;
     chunks for an index already ended are ignored and counted (``ignored_deltas``); an empty
     delta changes nothing; a later ``usage`` replaces an earlier one; a ``max-tokens`` finish
-    drops every tool call into ``Message.dropped_tool_calls``; ``finish {error|aborted}`` gives
+    (a truncating one) closes the text and reasoning blocks still open as they stand, lists
+    every block it found open in ``Message.truncated_blocks`` and drops every tool call into
+    ``Message.dropped_tool_calls``; ``finish {error|aborted}`` gives
     a :class:`RecordedError`, never a message. A contract break inside the step (a text delta
     for a tool-call block, a second tool call spliced into an index) or an exceeded
     :class:`FoldLimits` bound ends the step as ``RecordedError(kind="contract"|"limit")``: the
@@ -289,6 +291,7 @@ class StepFold:
     def _message(self, finish: Finish, *, drop_tool_calls: bool) -> Message | RecordedError:
         content: list[ContentBlock] = []
         dropped: list[ToolCallBlock] = []
+        cut = sorted(self._open) if drop_tool_calls else []
         for index in sorted(self._open.keys() | self._closed.keys()):
             closed = self._closed.get(index)
             block = closed if closed is not None else _built(self._open[index])
@@ -308,6 +311,7 @@ class StepFold:
             replay_state=finish.replay_state,
             dropped_tool_calls=dropped,
             ignored_deltas=self._ignored,
+            truncated_blocks=cut,
         )
 
     def _provider_error(self, error: StepError | None) -> RecordedError:

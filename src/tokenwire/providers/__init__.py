@@ -31,6 +31,7 @@ from tokenwire.providers._errors import (
     ProviderHTTPError,
     UnknownProviderError,
     is_retryable,
+    relayed_headers,
 )
 from tokenwire.providers._gemini import (
     SIGNATURE_MARK,
@@ -90,6 +91,7 @@ __all__ = [
     "is_retryable",
     "normalise_body",
     "provider_names",
+    "relayed_headers",
     "signed_call_id",
     "split_call_id",
     "stream_batches",

@@ -397,11 +397,15 @@ class AnthropicNormaliser:
         return raw
 
     def _finish(self) -> list[StreamChunk]:
-        if self._open:
-            raise _ProtocolError(_protocol(f"message_stop with open blocks {sorted(self._open)}"))
         if self._stop_reason is None:
             raise _ProtocolError(_protocol("message_stop without a stop_reason"))
         reason = _STOP_REASONS.get(self._stop_reason, "stop")
+        if self._open and reason != "max-tokens":
+            raise _ProtocolError(_protocol(f"message_stop with open blocks {sorted(self._open)}"))
+        # A truncating stop may leave blocks open (no content_block_stop): they stay open, and
+        # the fold keeps their text and reasoning as they stand and drops their tool calls. An
+        # open opaque block (a cut server tool call) is not complete enough to send back.
+        self._open.clear()
         state: dict[str, Any] = {}
         if self._opaque:
             state["opaque_blocks"] = self._opaque

@@ -13,6 +13,7 @@ Mid-stream failures are not exceptions: a normaliser ends the step with ``finish
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 # Codes that no retry can fix, even when they arrive with a 429 (OpenAI's insufficient_quota).
@@ -91,9 +92,33 @@ class ProviderHTTPError(ProviderError):
     credential. ``code`` is the provider's error code or type when the body had one.
     """
 
-    def __init__(self, status: int, message: str, retryable: bool, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        retryable: bool,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(f"provider returned HTTP {status}: {message}")
         self.status = status
         self.message = message
         self.retryable = retryable
         self.code = code
+        self.headers: dict[str, str] = relayed_headers(headers or {})
+
+
+RELAYED_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
+RELAYED_NAMES = frozenset({"retry-after", "retry-after-ms"})
+
+
+def relayed_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The headers of a provider's error answer its caller's SDK acts on: ``retry-after``,
+    ``retry-after-ms`` and the rate-limit headers (OpenAI's ``x-ratelimit-*``, Anthropic's
+    ``anthropic-ratelimit-*``); nothing else (no cookies, no request ids of our account)."""
+    out: dict[str, str] = {}
+    for name, value in headers.items():
+        low = name.lower()
+        if low in RELAYED_NAMES or low.startswith(RELAYED_PREFIXES):
+            out[low] = value
+    return out

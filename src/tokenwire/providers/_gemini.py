@@ -227,7 +227,8 @@ class GeminiNormaliser:
                 out += self._part(part)
         if candidate.finish_reason is not None:
             self._reason = candidate.finish_reason
-            out += self._end_open()
+            if candidate.finish_reason != "MAX_TOKENS":  # a cut block is left open
+                out += self._end_open()
         if self._chars > MAX_STEP_CHARS:
             out += self._fail(StepError("step exceeds MAX_STEP_CHARS", False, "limit_exceeded"))
         return out

@@ -235,9 +235,11 @@ class OpenAIChatNormaliser:
             message = "provider sent [DONE] without a finish_reason" if done else ENDED_EARLY
             return self._fail(step_error(message, True, None))
         out: list[StreamChunk] = []
-        self._close_current(out)
-        self._blocks.close_all(out)
-        return out + self._terminal(Finish(reason=self._reason(self._finish_reason)))
+        reason = self._reason(self._finish_reason)
+        if reason != "max-tokens":  # a truncated answer's open blocks were cut: left open
+            self._close_current(out)
+            self._blocks.close_all(out)
+        return out + self._terminal(Finish(reason=reason))
 
     def _reason(self, raw: str) -> FinishReason:
         reason = _FINISH_REASONS.get(raw, "stop")

@@ -297,7 +297,8 @@ class OpenAIResponsesNormaliser:
         elif self._refused:
             reason = "refusal"
         out: list[StreamChunk] = []
-        self._blocks.close_all(out)
+        if reason != "max-tokens":  # a truncated answer's open blocks were cut: left open
+            self._blocks.close_all(out)
         return out + self._terminal(usage, Finish(reason=reason, replay_state=self._replay_state()))
 
     def _replay_state(self) -> dict[str, Any] | None:

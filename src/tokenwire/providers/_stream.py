@@ -162,7 +162,8 @@ async def _http_error(response: HttpResponse, secrets: list[str]) -> ProviderHTT
         message = message.replace(secret, "[redacted]")
     status = response.status
     reason = response.reason or f"HTTP {status}"
-    return ProviderHTTPError(status, message or reason, is_retryable(status, code), code)
+    retryable = is_retryable(status, code)
+    return ProviderHTTPError(status, message or reason, retryable, code, response.headers)
 
 
 def _error_text(body: bytes) -> tuple[str, str | None]:

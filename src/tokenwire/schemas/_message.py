@@ -16,7 +16,9 @@ class Message(msgspec.Struct, frozen=True):
 
     ``dropped_tool_calls`` lists the tool calls a ``max-tokens`` finish removed (their
     ``arguments`` are the truncated fragments received); ``ignored_deltas`` counts deltas that
-    arrived for a block already closed by ``block-end`` (a misbehaving adapter).
+    arrived for a block already closed by ``block-end`` (a misbehaving adapter);
+    ``truncated_blocks`` lists the indexes of the blocks a truncating (``max-tokens``) finish
+    cut while they were still open: their text and reasoning are kept as they stood.
     """
 
     content: list[ContentBlock]
@@ -26,6 +28,7 @@ class Message(msgspec.Struct, frozen=True):
     replay_state: dict[str, Any] | None = None
     dropped_tool_calls: list[ToolCallBlock] = msgspec.field(default_factory=list)
     ignored_deltas: int = 0
+    truncated_blocks: list[int] = msgspec.field(default_factory=list)
 
     @property
     def text(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import importlib.metadata
 import logging
 import random
 from collections.abc import AsyncIterator, Mapping
@@ -24,11 +25,16 @@ from starlette.types import Receive, Scope, Send
 
 from tokenwire.broker import BrokerError
 from tokenwire.schemas import RecordedError
+from tokenwire.services.gateway._catalog import ModelCatalog
+from tokenwire.services.gateway._count_tokens import CountTokens
 from tokenwire.services.gateway._endpoints import (
     AnthropicEndpoint,
     Endpoint,
     OpenAIEndpoint,
     Reply,
+    ResponsesEndpoint,
+    provider_call,
+    provider_reply,
 )
 from tokenwire.services.gateway._errors import (
     AuthenticationError,
@@ -48,6 +54,7 @@ from tokenwire.services.gateway._identity import (
     read_identity,
 )
 from tokenwire.services.gateway._metrics import GatewayMetrics
+from tokenwire.services.gateway._openapi import openapi_document
 from tokenwire.services.gateway._outbox import Outbox
 from tokenwire.services.gateway._output import FoldingOutput
 from tokenwire.services.gateway._response import StepStream
@@ -62,6 +69,7 @@ log = logging.getLogger("tokenwire.gateway")
 _READY_TIMEOUT_S = 2.0
 _OPENAI = OpenAIEndpoint()
 _ANTHROPIC = AnthropicEndpoint()
+_RESPONSES = ResponsesEndpoint()
 
 
 class Gateway:
@@ -85,6 +93,10 @@ class Gateway:
     async def messages(self, request: Request) -> Response:
         """``POST /v1/messages``."""
         return await self._handle(request, _ANTHROPIC)
+
+    async def responses(self, request: Request) -> Response:
+        """``POST /v1/responses``."""
+        return await self._handle(request, _RESPONSES)
 
     async def healthz(self, request: Request) -> Response:
         """The process is up."""
@@ -120,7 +132,9 @@ class Gateway:
         req = ep.parse(raw)
         wanted = read_identity(request.headers)
         route = resolve(req.model, ep.dialect, self.settings.provider_env)
-        body = ep.provider_body(raw, req, route, self.settings.default_max_tokens)
+        env, max_tokens = self.settings.provider_env, self.settings.default_max_tokens
+        call = provider_call(ep, raw, req, route, request.headers, env, max_tokens)
+        route, body = call.route, call.body
         session = wanted.session or self.deps.new_id()
         claim = await self._claim(wanted, session, req.ends_with_tool_result)
         reply = Reply(ep.reply_id(self.deps.new_id()), req.model, received_ns // 1_000_000_000)
@@ -131,21 +145,27 @@ class Gateway:
             call_span_attributes(route, session) if self.calls.recording else {},
             call_start_ns,
         )  # fmt: skip
-        call = self.calls.observe(route, session, span, call_start_ns)
+        observer = self.calls.observe(route, session, span, call_start_ns)
         route = with_identity(route, {SESSION_HEADER: session})
         plan = StepPlan(session, claim, route, body, received_ns, trace_headers, self._secrets)
         output = ep.stream_output(req, route, reply) if req.stream else FoldingOutput()
         outbox = Outbox(self.settings.caller_buffer_bytes)
         run = StepRun(
-            plan, output, outbox, self.deps, self.metrics, self.settings.ack_timeout_s, call=call
+            plan,
+            output,
+            outbox,
+            self.deps,
+            self.metrics,
+            self.settings.ack_timeout_s,
+            call=observer,
         )
         try:
             await self._begin(run)
         except GatewayError as exc:
-            return self._error(ep, exc, run.identity)
+            return _with(call.response_headers, self._error(ep, exc, run.identity))
         if isinstance(output, FoldingOutput):
-            return await self._complete(run, output, ep, reply)
-        return self._stream(run)
+            return _with(call.response_headers, await self._complete(run, output, ep, reply))
+        return _with(call.response_headers, self._stream(run))
 
     def authenticate(self, headers: Mapping[str, str]) -> None:
         """Raise AuthenticationError unless the headers carry a gateway key (when keys are set)."""
@@ -220,6 +240,7 @@ class Gateway:
         if isinstance(result, RecordedError):
             error = UpstreamError(result.message, upstream_status=None, retryable=result.retryable)
             return self._error(ep, error, run.identity)
+        reply = provider_reply(reply, output.provider_id, output.provider_model)
         return Response(
             ep.message_body(result, reply), media_type="application/json",
             headers=run.identity.headers(),
@@ -233,6 +254,10 @@ class Gateway:
         headers = identity.headers() if identity is not None else {}
         if isinstance(exc, AuthenticationError):
             headers["www-authenticate"] = "Bearer"
+        if isinstance(exc, UpstreamError):
+            headers.update(exc.relay_headers)
+        if exc.status in _NOT_RETRYABLE:
+            headers["x-should-retry"] = "false"  # the SDKs retry 409 (and more) by default
         body = ep.error_body(exc)
         return Response(body, exc.status, headers, media_type="application/json")
 
@@ -249,6 +274,17 @@ class Gateway:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+_NOT_RETRYABLE = frozenset({400, 401, 404, 409, 413, 422})
+"""Answers a retry of the same request cannot change."""
+
+
+def _with(headers: Mapping[str, str], response: Response) -> Response:
+    """``response`` with ``headers`` added (the translation's dropped-field list)."""
+    for name, value in headers.items():
+        response.headers[name] = value
+    return response
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
@@ -293,7 +329,11 @@ class GatewayApp:
     def __init__(self, starlette: Starlette, gw: Gateway) -> None:
         self.starlette = starlette
         self.state = starlette.state
-        self._handlers = {"/v1/chat/completions": gw.chat_completions, "/v1/messages": gw.messages}
+        self._handlers = {
+            "/v1/chat/completions": gw.chat_completions,
+            "/v1/messages": gw.messages,
+            "/v1/responses": gw.responses,
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -303,6 +343,32 @@ class GatewayApp:
                 await response(scope, receive, send)
                 return
         await self.starlette(scope, receive, send)
+
+
+def _catalog_routes(gw: Gateway) -> list[BaseRoute]:
+    """``/v1/models``, ``/v1/messages/count_tokens`` and ``/openapi.json`` (their modules)."""
+    env = gw.settings.provider_env
+    catalog = ModelCatalog(env, gw.deps.monotonic)
+
+    async def models(request: Request) -> Response:
+        return JSONResponse(await catalog.listing())
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(openapi_document(_version()))
+
+    count = CountTokens(env, gw.authenticate, gw._read_body, gw._secrets)
+    return [
+        _require_key(gw, HttpRoute("/v1/models", models, methods=["GET"])),
+        HttpRoute("/v1/messages/count_tokens", count.handle, methods=["POST"]),
+        HttpRoute("/openapi.json", openapi, methods=["GET"]),
+    ]
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("tokenwire")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
 
 
 def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
@@ -321,6 +387,8 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
     routes = [
         HttpRoute("/v1/chat/completions", gw.chat_completions, methods=["POST"]),
         HttpRoute("/v1/messages", gw.messages, methods=["POST"]),
+        HttpRoute("/v1/responses", gw.responses, methods=["POST"]),
+        *_catalog_routes(gw),
         # The session routes read recorded content: behind the same gateway keys as the model
         # endpoints (the viewer page itself holds no data and sends the key it is given).
         *(_require_key(gw, r) for r in deps.extra_routes),

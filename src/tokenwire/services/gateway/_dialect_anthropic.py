@@ -95,6 +95,9 @@ class AnthropicRequest(msgspec.Struct, frozen=True):
     temperature: float | None = None
     top_p: float | None = None
     stop_sequences: list[str] | None = None
+    top_k: int | None = None
+    metadata: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = None
 
     @property
     def ends_with_tool_result(self) -> bool:
@@ -126,7 +129,37 @@ def anthropic_to_neutral(req: AnthropicRequest) -> NeutralRequest:
         stop=list(req.stop_sequences or []),
         stream=req.stream,
         include_usage=True,
+        thinking_budget=_thinking_budget(req.thinking),
+        parallel_tool_calls=_parallel(req.tool_choice),
+        user=_user_id(req.metadata),
+        top_k=req.top_k,
     )
+
+
+def _thinking_budget(thinking: dict[str, Any] | None) -> int | None:
+    match thinking:
+        case None:
+            return None
+        case {"type": "disabled"}:
+            return 0
+        case {"type": "enabled", "budget_tokens": int(budget)} if budget > 0:
+            return budget
+    raise InvalidRequestError(
+        "thinking must be enabled with budget_tokens, or disabled", param="thinking"
+    )
+
+
+def _parallel(choice: dict[str, Any] | None) -> bool | None:
+    if isinstance(choice, dict) and choice.get("disable_parallel_tool_use") is True:
+        return False
+    return None
+
+
+def _user_id(metadata: dict[str, Any] | None) -> str | None:
+    user = (metadata or {}).get("user_id")
+    if user is not None and not isinstance(user, str):
+        raise InvalidRequestError("metadata.user_id must be a string", param="metadata")
+    return user
 
 
 def _blocks(content: str | list[dict[str, Any]]) -> list[_Block]:
@@ -195,6 +228,10 @@ def _tool_choice(choice: dict[str, Any] | None) -> ToolChoice | None:
     raise InvalidRequestError("tool_choice is not one Anthropic defines", param="tool_choice")
 
 
+STRUCTURED_OUTPUTS_BETA = "structured-outputs-2025-11-13"
+"""The ``anthropic-beta`` value that enables ``output_format`` (structured outputs)."""
+
+
 def neutral_to_anthropic(
     req: NeutralRequest, model: str, *, default_max_tokens: int
 ) -> dict[str, Any]:
@@ -210,11 +247,38 @@ def neutral_to_anthropic(
     if req.tools:
         body["tools"] = [_render_tool(t) for t in req.tools]
         _put_choice(body, req.tool_choice)
+        if req.parallel_tool_calls is False:
+            choice = body.setdefault("tool_choice", {"type": "auto"})
+            choice["disable_parallel_tool_use"] = True
     extra = {"temperature": req.temperature, "top_p": req.top_p}
     body.update({k: v for k, v in extra.items() if v is not None})
     if req.stop:
         body["stop_sequences"] = req.stop
+    if (user := req.safety_identifier or req.user) is not None:
+        body["metadata"] = {"user_id": user}
+    if req.output_format is not None:
+        schema = req.output_format.schema or {"type": "object"}
+        body["output_format"] = {"type": "json_schema", "schema": schema}
+    _put_thinking(body, req)
     return body
+
+
+def _put_thinking(body: dict[str, Any], req: NeutralRequest) -> None:
+    """Thinking from an effort: the budget fits under the caller's max_tokens (OpenAI counts
+    reasoning inside it too); without a caller limit the answer keeps the default on top."""
+    budget = req.budget
+    if not budget:
+        return
+    if req.max_tokens is None:
+        body["max_tokens"] = budget + body["max_tokens"]
+    budget = min(budget, body["max_tokens"] - 1)
+    if budget < 1024:
+        raise InvalidRequestError(
+            f"reasoning needs a thinking budget of at least 1024 tokens below max_tokens "
+            f"({body['max_tokens']}) toward Anthropic",
+            param="reasoning_effort",
+        )
+    body["thinking"] = {"type": "enabled", "budget_tokens": budget}
 
 
 def _put_choice(body: dict[str, Any], choice: ToolChoice | None) -> None:

@@ -57,12 +57,21 @@ def neutral_to_gemini(req: NeutralRequest) -> dict[str, Any]:
         body["tools"] = [{"functionDeclarations": [_declaration(t) for t in req.tools]}]
     if req.tool_choice is not None:
         body["toolConfig"] = {"functionCallingConfig": _calling(req.tool_choice)}
-    config = {
+    config: dict[str, Any] = {
         "maxOutputTokens": req.max_tokens,
         "temperature": req.temperature,
         "topP": req.top_p,
+        "topK": req.top_k,
         "stopSequences": req.stop or None,
+        "seed": req.seed,
+        "frequencyPenalty": req.frequency_penalty,
+        "presencePenalty": req.presence_penalty,
     }
+    if req.output_format is not None:
+        config["responseMimeType"] = "application/json"
+        config["responseJsonSchema"] = req.output_format.schema
+    if (budget := req.budget) is not None:
+        config["thinkingConfig"] = {"thinkingBudget": budget, "includeThoughts": budget > 0}
     if any(v is not None for v in config.values()):
         body["generationConfig"] = {k: v for k, v in config.items() if v is not None}
     return body

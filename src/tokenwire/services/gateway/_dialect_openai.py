@@ -18,6 +18,7 @@ from tokenwire.services.gateway._neutral import (
     NeutralMessage,
     NeutralRequest,
     NeutralTool,
+    OutputFormat,
     ToolChoice,
     plain_call_id,
 )
@@ -72,6 +73,18 @@ class OpenAIChatRequest(msgspec.Struct, frozen=True):
     top_p: float | None = None
     stop: str | list[str] | None = None
     n: Annotated[int, msgspec.Meta(ge=1, le=1)] | None = None
+    response_format: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    parallel_tool_calls: bool | None = None
+    seed: int | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
 
     @property
     def include_usage(self) -> bool:
@@ -103,6 +116,33 @@ def openai_to_neutral(req: OpenAIChatRequest) -> NeutralRequest:
         stop=[req.stop] if isinstance(req.stop, str) else list(req.stop or []),
         stream=req.stream,
         include_usage=req.include_usage,
+        output_format=_output_format(req.response_format),
+        reasoning_effort=req.reasoning_effort,
+        parallel_tool_calls=req.parallel_tool_calls,
+        user=req.user,
+        safety_identifier=req.safety_identifier,
+        metadata=req.metadata,
+        store=req.store,
+        seed=req.seed,
+        frequency_penalty=req.frequency_penalty,
+        presence_penalty=req.presence_penalty,
+        service_tier=req.service_tier,
+        prompt_cache_key=req.prompt_cache_key,
+    )
+
+
+def _output_format(value: dict[str, Any] | None) -> OutputFormat | None:
+    match value:
+        case None | {"type": "text"}:
+            return None
+        case {"type": "json_object"}:
+            return OutputFormat("json_object")
+        case {"type": "json_schema", "json_schema": {"schema": dict(schema)} as spec}:
+            name, strict = spec.get("name"), spec.get("strict")
+            return OutputFormat("json_schema", schema, name, strict)
+    raise InvalidRequestError(
+        "response_format must be text, json_object or json_schema with a schema",
+        param="response_format",
     )
 
 
@@ -184,7 +224,21 @@ def neutral_to_openai(
     if req.max_tokens is not None:
         body["max_tokens" if legacy_max_tokens else "max_completion_tokens"] = req.max_tokens
     _put_optional(body, temperature=req.temperature, top_p=req.top_p, stop=req.stop or None)
+    _put_optional(body, reasoning_effort=req.effort, user=req.user or req.safety_identifier)
+    if req.output_format is not None:
+        body["response_format"] = _render_format(req.output_format)
+    if req.parallel_tool_calls is False and req.tools:
+        body["parallel_tool_calls"] = False
     return body
+
+
+def _render_format(fmt: OutputFormat) -> dict[str, Any]:
+    if fmt.kind == "json_object":
+        return {"type": "json_object"}
+    spec: dict[str, Any] = {"name": fmt.name or "output", "schema": fmt.schema}
+    if fmt.strict is not None:
+        spec["strict"] = fmt.strict
+    return {"type": "json_schema", "json_schema": spec}
 
 
 def _put_optional(body: dict[str, Any], **values: object) -> None:

@@ -10,8 +10,8 @@ What changes on the way (docs/gateway.md, "Translation"):
   call id); the system prompt becomes ``instructions``;
 - function tools are sent with ``strict: false``, the meaning they have in Chat Completions
   and Anthropic (Responses would otherwise make them strict);
-- ``store: false``: the caller asked a stateless API, so nothing is kept at OpenAI on its
-  behalf (tokenwire records the step itself);
+- ``store: false`` unless the caller sent ``store``: the caller asked a stateless API, so
+  nothing is kept at OpenAI on its behalf (tokenwire records the step itself);
 - stop sequences have no Responses equivalent: a request with ``stop`` is refused (400)
   rather than answered without them; reasoning from the history is not sent (Responses needs
   its own encrypted reasoning items).
@@ -30,7 +30,12 @@ from tokenwire.schemas import (
     ToolResultBlock,
 )
 from tokenwire.services.gateway._errors import InvalidRequestError
-from tokenwire.services.gateway._neutral import NeutralMessage, NeutralRequest, NeutralTool
+from tokenwire.services.gateway._neutral import (
+    NeutralMessage,
+    NeutralRequest,
+    NeutralTool,
+    OutputFormat,
+)
 
 Item = dict[str, Any]
 
@@ -58,9 +63,29 @@ def neutral_to_responses(req: NeutralRequest, model: str) -> dict[str, Any]:
         "max_output_tokens": req.max_tokens,
         "temperature": req.temperature,
         "top_p": req.top_p,
+        "parallel_tool_calls": req.parallel_tool_calls,
+        "user": req.user,
+        "safety_identifier": req.safety_identifier,
+        "metadata": req.metadata,
+        "store": req.store,
+        "service_tier": req.service_tier,
+        "prompt_cache_key": req.prompt_cache_key,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
+    if (effort := req.effort) is not None:
+        body["reasoning"] = {"effort": effort}
+    if (fmt := req.output_format) is not None:
+        body["text"] = {"format": _format(fmt)}
     return body
+
+
+def _format(fmt: OutputFormat) -> Item:
+    if fmt.kind == "json_object":
+        return {"type": "json_object"}
+    out: Item = {"type": "json_schema", "name": fmt.name or "output", "schema": fmt.schema}
+    if fmt.strict is not None:
+        out["strict"] = fmt.strict
+    return out
 
 
 def _items(m: NeutralMessage) -> list[Item]:

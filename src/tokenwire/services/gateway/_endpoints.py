@@ -8,13 +8,20 @@ caller's stream encoder. Non-streaming callers are served from a streamed provid
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import msgspec
 
 from tokenwire.schemas import Message
+from tokenwire.services.gateway._caller_responses import (
+    ResponsesRequest,
+    responses_to_neutral,
+    validate_responses,
+)
 from tokenwire.services.gateway._dialect_anthropic import (
+    STRUCTURED_OUTPUTS_BETA,
     AnthropicRequest,
     anthropic_plain_ids,
     anthropic_to_neutral,
@@ -40,10 +47,13 @@ from tokenwire.services.gateway._encode_openai import (
     openai_completion,
     openai_error_body,
 )
+from tokenwire.services.gateway._encode_responses import ResponsesStreamEncoder, responses_object
 from tokenwire.services.gateway._errors import GatewayError, TranslationUnsupportedError
+from tokenwire.services.gateway._forward import forwarded_headers, merge_beta
 from tokenwire.services.gateway._neutral import NeutralRequest, without_signatures
 from tokenwire.services.gateway._output import CallerOutput, EncodingOutput, ForwardingOutput
 from tokenwire.services.gateway._routing import CallerDialect, Route
+from tokenwire.services.gateway._translation import DROPPED_HEADER, screen, wants_drop
 
 _encode = msgspec.json.encode
 
@@ -57,16 +67,36 @@ class Reply:
     created: int
 
 
+@dataclass(frozen=True)
+class ProviderCall:
+    """What goes to the provider (the route with the caller's forwarded headers, the body)
+    and the headers the caller's answer carries (the dropped fields)."""
+
+    route: Route
+    body: bytes
+    response_headers: dict[str, str] = field(default_factory=dict)
+
+
+def provider_reply(reply: Reply, response_id: str | None, model: str | None) -> Reply:
+    """The reply named as the provider named its answer (its response id and model), where
+    the provider sent them; the gateway's own id and the route otherwise."""
+    return Reply(response_id or reply.response_id, model or reply.model, reply.created)
+
+
 class Endpoint(Protocol):
     """One caller dialect."""
 
     dialect: CallerDialect
 
-    def parse(self, body: dict[str, Any]) -> OpenAIChatRequest | AnthropicRequest: ...
+    def parse(
+        self, body: dict[str, Any]
+    ) -> OpenAIChatRequest | AnthropicRequest | ResponsesRequest: ...
 
     def provider_body(
         self, body: dict[str, Any], req: Any, route: Route, default_max_tokens: int
     ) -> bytes: ...
+
+    def to_neutral(self, req: Any) -> NeutralRequest: ...
 
     def stream_output(self, req: Any, route: Route, reply: Reply) -> CallerOutput: ...
 
@@ -75,6 +105,40 @@ class Endpoint(Protocol):
     def message_body(self, message: Message, reply: Reply) -> bytes: ...
 
     def error_body(self, exc: GatewayError) -> bytes: ...
+
+
+def provider_call(
+    ep: Endpoint,
+    body: dict[str, Any],
+    req: Any,
+    route: Route,
+    caller_headers: Mapping[str, str],
+    env: Mapping[str, str],
+    default_max_tokens: int,
+) -> ProviderCall:
+    """The provider request for a parsed caller request.
+
+    Same dialect: the body as sent (``provider_body``). Another dialect: every field is
+    screened against the translation table first (a 400 naming the field and the route, or
+    dropped and listed with the opt-in), then translated.
+    """
+    headers = forwarded_headers(caller_headers, route)
+    if route.dialect == ep.dialect:
+        routed = replace(route, headers={**route.headers, **headers})
+        return ProviderCall(routed, ep.provider_body(body, req, route, default_max_tokens))
+    name = f"{route.provider}/{route.model}"
+    drop = wants_drop(caller_headers, env, route.provider)
+    screened = screen(body, ep.dialect, route.dialect, name, drop=drop)
+    if screened.dropped:
+        req = ep.parse(screened.body)
+    neutral = ep.to_neutral(req)
+    if route.dialect == "anthropic-messages" and neutral.output_format is not None:
+        headers["anthropic-beta"] = merge_beta(
+            headers.get("anthropic-beta"), STRUCTURED_OUTPUTS_BETA
+        )
+    routed = replace(route, headers={**route.headers, **headers})
+    answer = {DROPPED_HEADER: ",".join(screened.dropped)} if screened.dropped else {}
+    return ProviderCall(routed, translated_body(neutral, route, default_max_tokens), answer)
 
 
 def translated_body(neutral: NeutralRequest, route: Route, default_max_tokens: int) -> bytes:
@@ -101,6 +165,9 @@ class OpenAIEndpoint:
 
     def parse(self, body: dict[str, Any]) -> OpenAIChatRequest:
         return validate_openai(body)
+
+    def to_neutral(self, req: OpenAIChatRequest) -> NeutralRequest:
+        return openai_to_neutral(req)
 
     def provider_body(
         self, body: dict[str, Any], req: OpenAIChatRequest, route: Route, default_max_tokens: int
@@ -150,6 +217,9 @@ class AnthropicEndpoint:
     def parse(self, body: dict[str, Any]) -> AnthropicRequest:
         return validate_anthropic(body)
 
+    def to_neutral(self, req: AnthropicRequest) -> NeutralRequest:
+        return anthropic_to_neutral(req)
+
     def provider_body(
         self, body: dict[str, Any], req: AnthropicRequest, route: Route, default_max_tokens: int
     ) -> bytes:
@@ -189,3 +259,39 @@ def _anthropic_type(status: int) -> str:
         429: "rate_limit_error",
         503: "overloaded_error",
     }.get(status, "invalid_request_error" if status < 500 else "api_error")
+
+
+class ResponsesEndpoint:
+    """``POST /v1/responses``: the OpenAI Responses API (what the Agents SDK speaks)."""
+
+    dialect: CallerDialect = "openai-responses"
+
+    def parse(self, body: dict[str, Any]) -> ResponsesRequest:
+        return validate_responses(body)
+
+    def to_neutral(self, req: ResponsesRequest) -> NeutralRequest:
+        return responses_to_neutral(req)
+
+    def provider_body(
+        self, body: dict[str, Any], req: ResponsesRequest, route: Route, default_max_tokens: int
+    ) -> bytes:
+        return _encode({**body, "model": route.model, "stream": True})
+
+    def stream_output(self, req: ResponsesRequest, route: Route, reply: Reply) -> CallerOutput:
+        if route.dialect == self.dialect:
+            return ForwardingOutput(self.dialect, strip_usage=False)
+        encoder = ResponsesStreamEncoder(
+            response_id=reply.response_id, model=reply.model, created=reply.created
+        )
+        return EncodingOutput(encoder)
+
+    def reply_id(self, raw_id: str) -> str:
+        return f"resp_{raw_id}"
+
+    def message_body(self, message: Message, reply: Reply) -> bytes:
+        return responses_object(
+            message, response_id=reply.response_id, model=reply.model, created=reply.created
+        )
+
+    def error_body(self, exc: GatewayError) -> bytes:
+        return openai_error_body(exc.message, _openai_type(exc), param=exc.param, code=exc.code)

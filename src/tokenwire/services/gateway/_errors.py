@@ -119,10 +119,18 @@ class UpstreamError(StepFailureError):
 
     _RELAYED = frozenset({400, 404, 413, 422, 429})
 
-    def __init__(self, message: str, *, upstream_status: int | None, retryable: bool) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        upstream_status: int | None,
+        retryable: bool,
+        relay_headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.upstream_status = upstream_status
         self.retryable = retryable
+        self.relay_headers = relay_headers or {}  # the provider's retry-after, rate limits
         self.status = _relay_status(upstream_status)
         self.code = "rate_limit_error" if self.status == 429 else "api_error"
 

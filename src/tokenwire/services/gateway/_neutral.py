@@ -43,8 +43,40 @@ class ToolChoice(msgspec.Struct, frozen=True):
     name: str | None = None
 
 
+class OutputFormat(msgspec.Struct, frozen=True):
+    """Structured output: any JSON object (``json_object``) or one matching ``schema``."""
+
+    kind: Literal["json_object", "json_schema"]
+    schema: dict[str, Any] | None = None
+    name: str | None = None
+    strict: bool | None = None
+
+
+EFFORT_BUDGETS: dict[str, int] = {
+    "none": 0,
+    "minimal": 0,
+    "low": 1024,
+    "medium": 8192,
+    "high": 24576,
+}
+"""Thinking budgets for OpenAI's ``reasoning_effort`` (docs/providers.md, translation table)."""
+
+
+def effort_for_budget(budget: int) -> str | None:
+    """The ``reasoning_effort`` an Anthropic thinking budget comes closest to (0: none)."""
+    if budget <= 0:
+        return None
+    if budget <= EFFORT_BUDGETS["low"]:
+        return "low"
+    return "medium" if budget <= EFFORT_BUDGETS["medium"] else "high"
+
+
 class NeutralRequest(msgspec.Struct, frozen=True):
-    """A chat request independent of dialect. ``include_usage`` is the caller's own wish."""
+    """A chat request independent of dialect. ``include_usage`` is the caller's own wish.
+
+    Reasoning is ``reasoning_effort`` (OpenAI callers) or ``thinking_budget`` (Anthropic
+    callers; 0 = thinking disabled); each translator renders whichever its dialect needs.
+    """
 
     messages: list[NeutralMessage]
     system: str | None = None
@@ -56,6 +88,41 @@ class NeutralRequest(msgspec.Struct, frozen=True):
     stop: list[str] = msgspec.field(default_factory=list)
     stream: bool = False
     include_usage: bool = False
+    output_format: OutputFormat | None = None
+    reasoning_effort: str | None = None
+    thinking_budget: int | None = None
+    parallel_tool_calls: bool | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    metadata: dict[str, Any] | None = None
+    store: bool | None = None
+    seed: int | None = None
+    top_k: int | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+
+    @property
+    def effort(self) -> str | None:
+        """The OpenAI reasoning effort asked for, directly or as a thinking budget."""
+        if self.reasoning_effort is not None:
+            return self.reasoning_effort
+        return effort_for_budget(self.thinking_budget) if self.thinking_budget is not None else None
+
+    @property
+    def budget(self) -> int | None:
+        """The thinking budget asked for, directly or as an effort (0: no thinking)."""
+        if self.thinking_budget is not None:
+            return self.thinking_budget
+        if self.reasoning_effort is None:
+            return None
+        if self.reasoning_effort not in EFFORT_BUDGETS:
+            raise InvalidRequestError(
+                f"reasoning_effort {self.reasoning_effort!r} is not one OpenAI defines",
+                param="reasoning_effort",
+            )
+        return EFFORT_BUDGETS[self.reasoning_effort]
 
     @property
     def ends_with_tool_result(self) -> bool:

@@ -27,6 +27,10 @@ from tokenwire.services.gateway._encode_openai import (
     OpenAIStreamEncoder,
     openai_stream_error,
 )
+from tokenwire.services.gateway._encode_responses import (
+    ResponsesStreamEncoder,
+    responses_error_event,
+)
 from tokenwire.sse import SseEvent
 
 
@@ -97,9 +101,11 @@ class ForwardingOutput:
 
     def __init__(self, dialect: str, *, strip_usage: bool) -> None:
         self._openai = dialect == "openai-chat"
+        self._responses = dialect == "openai-responses"
         self._strip_usage = strip_usage and self._openai
         self._tap: _Tap | None = None
         self._error_sent = False
+        self._held: list[SseEvent] = []  # Responses: the terminal event, until the acks
 
     def normaliser(self, inner: Normaliser) -> Normaliser:
         self._tap = _Tap(inner)
@@ -116,10 +122,14 @@ class ForwardingOutput:
         return out
 
     def ending(self) -> bytes:
+        if self._responses:
+            return self._drain() + b"".join(frame(e) for e in self._held)
         return self._drain() + (DONE if self._openai else MESSAGE_STOP)
 
     def failure(self, message: str) -> bytes:
         self._error_sent = True
+        if self._responses:
+            return responses_error_event(message, "server_error", 0)
         return (
             openai_stream_error(message, "api_error")
             if self._openai
@@ -135,9 +145,19 @@ class ForwardingOutput:
     def _forwarded(self, event: SseEvent) -> bool:
         if self._openai:
             return self._forwarded_openai(event)
+        if self._responses:
+            return self._forwarded_responses(event)
         if event.event == "error":
             self._error_sent = True
         return event.event != "message_stop"
+
+    def _forwarded_responses(self, event: SseEvent) -> bool:
+        if event.event in ("response.completed", "response.incomplete"):
+            self._held.append(event)
+            return False
+        if event.event in ("error", "response.failed"):
+            self._error_sent = True
+        return True
 
     def _forwarded_openai(self, event: SseEvent) -> bool:
         data = event.data
@@ -171,7 +191,9 @@ def _reason(finish: Finish) -> str:
 class EncodingOutput:
     """Another dialect: chunks encoded into the caller's dialect by a stream encoder."""
 
-    def __init__(self, encoder: OpenAIStreamEncoder | AnthropicStreamEncoder) -> None:
+    def __init__(
+        self, encoder: OpenAIStreamEncoder | AnthropicStreamEncoder | ResponsesStreamEncoder
+    ) -> None:
         self._encoder = encoder
         self._openai = isinstance(encoder, OpenAIStreamEncoder)
 
@@ -185,22 +207,98 @@ class EncodingOutput:
         return self._encoder.encode(chunk)
 
     def ending(self) -> bytes:
+        if isinstance(self._encoder, ResponsesStreamEncoder):
+            return self._encoder.end()
         return DONE if self._openai else MESSAGE_STOP
 
     def failure(self, message: str) -> bytes:
+        if isinstance(self._encoder, ResponsesStreamEncoder):
+            return self._encoder.failure(message)
         if self._openai:
             return openai_stream_error(message, "api_error")
         return anthropic_stream_error(message, "api_error")
 
 
+class _Head(msgspec.Struct):
+    id: str | None = None
+    model: str | None = None
+
+
+class _Opening(msgspec.Struct):
+    """Where each dialect names its response: Chat chunks at the top, Anthropic in
+    ``message_start.message``, Responses in ``response``, Gemini as ``responseId`` /
+    ``modelVersion``."""
+
+    id: str | None = None
+    model: str | None = None
+    message: _Head | None = None
+    response: _Head | None = None
+    responseId: str | None = None  # noqa: N815 (Gemini's name)
+    modelVersion: str | None = None  # noqa: N815
+
+    def head(self) -> tuple[str | None, str | None]:
+        for inner in (self.message, self.response):
+            if inner is not None and (inner.id or inner.model):
+                return inner.id, inner.model
+        return self.id or self.responseId, self.model or self.modelVersion
+
+
+_opening = msgspec.json.Decoder(_Opening)
+_SNIFFED_EVENTS = 4
+"""Events read for the provider's response id and model (they come in the first one)."""
+
+
+class _HeadTap:
+    """A normaliser that also reads the provider's own response id and model."""
+
+    def __init__(self, inner: Normaliser) -> None:
+        self._inner = inner
+        self.response_id: str | None = None
+        self.model: str | None = None
+        self._left = _SNIFFED_EVENTS
+
+    def feed(self, event: SseEvent) -> list[StreamChunk]:
+        if self._left > 0:
+            self._left -= 1
+            self._sniff(event.data)
+        return self._inner.feed(event)
+
+    def close(self) -> list[StreamChunk]:
+        return self._inner.close()
+
+    def _sniff(self, data: str) -> None:
+        try:
+            response_id, model = _opening.decode(data).head()
+        except msgspec.DecodeError:
+            return
+        self.response_id = self.response_id or response_id
+        self.model = self.model or model
+        if self.response_id and self.model:
+            self._left = 0
+
+
 class FoldingOutput:
-    """Non-streaming callers: nothing is sent while the step runs; the fold is the answer."""
+    """Non-streaming callers: nothing is sent while the step runs; the fold is the answer.
+
+    ``provider_id`` and ``provider_model`` are the provider's own names for the answer, read
+    from its first events (``None`` when it sent none).
+    """
 
     def __init__(self) -> None:
         self._fold = StepFold()
+        self._tap: _HeadTap | None = None
 
     def normaliser(self, inner: Normaliser) -> Normaliser:
-        return inner
+        self._tap = _HeadTap(inner)
+        return self._tap
+
+    @property
+    def provider_id(self) -> str | None:
+        return self._tap.response_id if self._tap is not None else None
+
+    @property
+    def provider_model(self) -> str | None:
+        return self._tap.model if self._tap is not None else None
 
     def opening(self) -> bytes:
         return b""

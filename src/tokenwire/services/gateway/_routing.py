@@ -20,13 +20,14 @@ from tokenwire.providers import (
 )
 from tokenwire.services.gateway._errors import UnknownModelError
 
-CallerDialect = Literal["openai-chat", "anthropic-messages"]
+CallerDialect = Literal["openai-chat", "anthropic-messages", "openai-responses"]
 """The dialects the gateway's endpoints speak."""
 
 SCRIPTED = "scripted"
 _SCRIPTED_PATHS: dict[CallerDialect, str] = {
     "openai-chat": "/v1/chat/completions",
     "anthropic-messages": "/v1/messages",
+    "openai-responses": "/v1/chat/completions",  # it has no Responses API: Chat, translated
 }
 # Anthropic's API refuses requests without a version header; the SDK's current value.
 _ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01"}
@@ -86,12 +87,13 @@ def _scripted(model: str, caller: CallerDialect, env: Mapping[str, str]) -> Rout
             model=f"{SCRIPTED}/{model}",
         )
     url = base + _SCRIPTED_PATHS[caller]
-    return Route(SCRIPTED, model, caller, url, _scripted_normaliser(caller, model))
+    dialect = "openai-chat" if caller == "openai-responses" else caller
+    return Route(SCRIPTED, model, dialect, url, _scripted_normaliser(caller, model))
 
 
 def _scripted_normaliser(caller: CallerDialect, model: str) -> Callable[[], Normaliser]:
     """The scripted provider speaks the caller's dialect: read it with that dialect's reader."""
-    if caller == "openai-chat":
+    if caller != "anthropic-messages":
         return OpenAIChatNormaliser
     try:
         return get_provider("anthropic").normaliser

@@ -15,7 +15,9 @@ from tokenwire import config
 from tokenwire.config import ConfigError, parse_addr, parse_int, parse_urls
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
-_PROVIDER_VAR = re.compile(r"^(TOKENWIRE_[A-Z0-9_]+_BASE_URL|[A-Z0-9_]+_API_KEY)$")
+_PROVIDER_VAR = re.compile(
+    r"^(TOKENWIRE_[A-Z0-9_]+_BASE_URL|TOKENWIRE_[A-Z0-9_]+_DROP_PARAMS|[A-Z0-9_]+_API_KEY)$"
+)
 _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
@@ -25,8 +27,10 @@ class GatewaySettings:
 
     - ``keys``: accepted gateway keys (``Authorization: Bearer`` or ``x-api-key``); empty means
       no authentication, and then :func:`run` refuses any non-loopback ``host``.
-    - ``provider_env``: the provider base URLs (``TOKENWIRE_<PROVIDER>_BASE_URL``) and
-      credentials (``OPENAI_API_KEY``, ...) as environment-style variables.
+    - ``provider_env``: the provider base URLs (``TOKENWIRE_<PROVIDER>_BASE_URL``),
+      credentials (``OPENAI_API_KEY``, ...) and the translation drop opt-ins
+      (``TOKENWIRE_GATEWAY_DROP_PARAMS``, ``TOKENWIRE_<PROVIDER>_DROP_PARAMS``) as
+      environment-style variables.
     - ``max_body_bytes``: larger request bodies get a 413 without being read further.
     - ``continue_on_disconnect``: keep reading the provider to the end after the caller left,
       so the durable log is complete (else the step ends ``finish {aborted}``).

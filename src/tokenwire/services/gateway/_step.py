@@ -158,7 +158,9 @@ class StepRun:
             error = StepError(message=message, retryable=exc.retryable, code=exc.code)
             await self._record_before_start(Finish(reason="error", error=error))
             text = f"provider returned HTTP {exc.status}: {message}"
-            raise UpstreamError(text, upstream_status=exc.status, retryable=exc.retryable) from exc
+            raise UpstreamError(
+                text, upstream_status=exc.status, retryable=exc.retryable, relay_headers=exc.headers
+            ) from exc
         raise UpstreamError(
             "the provider stream ended without a chunk", upstream_status=None, retryable=True
         )

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import re
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,7 +27,13 @@ from tokenwire.services.scripted_provider._errors import (
 from tokenwire.services.scripted_provider._plan import Emit, Frame, plan_body, plan_stream
 from tokenwire.services.scripted_provider._player import PlayedResponse, install_abort_filter
 from tokenwire.services.scripted_provider._request import Dialect, StepRequest, decode_request
-from tokenwire.services.scripted_provider._script import ProviderFailure, Script, build_script
+from tokenwire.services.scripted_provider._script import (
+    INPUT_TOKENS_PER_MESSAGE,
+    SCENARIOS,
+    ProviderFailure,
+    Script,
+    build_script,
+)
 from tokenwire.services.scripted_provider._settings import (
     ScriptedSettings,
     apply_overrides,
@@ -37,6 +45,23 @@ JSON_TYPE = "application/json"
 RECORDING_HEADER = "x-scripted-recording"
 _REQUEST_ID_HEADER: Mapping[Dialect, str] = {"openai": "x-request-id", "anthropic": "request-id"}
 _EVENT_END = re.compile(rb"(?<=\n\n)|(?<=\r\n\r\n)")
+
+
+RECEIVED_KEPT = 256
+"""Requests kept in :attr:`ScriptedProvider.received` (the oldest go first)."""
+
+
+@dataclass(frozen=True)
+class ReceivedRequest:
+    """One request as the provider received it (tests check what a gateway sent on)."""
+
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """The body, decoded."""
+        return msgspec.json.decode(self.body)
 
 
 class _Renderer(Protocol):
@@ -58,6 +83,7 @@ class ScriptedProvider:
         self.settings = settings
         self.clock = clock
         self.closing = asyncio.Event()
+        self.received: collections.deque[ReceivedRequest] = collections.deque(maxlen=RECEIVED_KEPT)
 
     def app(self) -> Starlette:
         """The Starlette app serving this provider."""
@@ -66,14 +92,48 @@ class ScriptedProvider:
             routes=[
                 Route("/v1/chat/completions", _Endpoint(self, "openai"), methods=["POST"]),
                 Route("/v1/messages", _Endpoint(self, "anthropic"), methods=["POST"]),
+                Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
+                Route(
+                    "/v1/responses", _Endpoint(self, "openai", replay_only=True), methods=["POST"]
+                ),
+                Route("/v1/models", _models, methods=["GET"]),
                 Route("/healthz", _healthz, methods=["GET"]),
             ]
         )
 
+    async def _count_tokens(self, request: Request) -> Response:
+        """Anthropic's token count: the input tokens a message to this request would report."""
+        body = await request.body()
+        self.received.append(ReceivedRequest(request.url.path, dict(request.headers), body))
+        try:
+            step = decode_request(body, request.headers)
+        except ScriptedRequestError as exc:
+            return _error_response("anthropic", exc.status, _client_failure(exc))
+        return JSONResponse({"input_tokens": INPUT_TOKENS_PER_MESSAGE * max(1, step.message_count)})
+
+    async def replay_only(self, request: Request) -> ASGIApp:
+        """``/v1/responses``: the ``recording`` scenario only (no scripts in that dialect)."""
+        body = await request.body()
+        self.received.append(ReceivedRequest(request.url.path, dict(request.headers), body))
+        try:
+            step = decode_request(body, request.headers)
+            if step.scenario != "recording":
+                message = (
+                    "the Responses API is served only by replaying a recording (model 'recording')"
+                )
+                return JSONResponse(
+                    {"error": {"message": message, "type": "invalid_request_error"}}, 400
+                )
+            return await self._replay(request, apply_overrides(self.settings, step.options))
+        except ScriptedRequestError as exc:
+            return _error_response("openai", exc.status, _client_failure(exc))
+
     async def respond(self, request: Request, dialect: Dialect) -> ASGIApp:
         """The response to one request; a caller's mistake is answered in the dialect (4xx)."""
+        body = await request.body()
+        self.received.append(ReceivedRequest(request.url.path, dict(request.headers), body))
         try:
-            step = decode_request(await request.body(), request.headers)
+            step = decode_request(body, request.headers)
             options = {**step.options, **header_options(request.headers)}
             settings = apply_overrides(self.settings, options)
             if step.scenario == "recording":
@@ -140,13 +200,30 @@ def _recording_path(header: str | None, settings: ScriptedSettings) -> Path:
 class _Endpoint:
     """One POST endpoint in one dialect, as a plain ASGI app (it may answer with a stream)."""
 
-    def __init__(self, provider: ScriptedProvider, dialect: Dialect) -> None:
+    def __init__(
+        self, provider: ScriptedProvider, dialect: Dialect, *, replay_only: bool = False
+    ) -> None:
         self.provider = provider
         self.dialect = dialect
+        self.replay_only = replay_only  # the Responses API: only recordings are replayed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = await self.provider.respond(Request(scope, receive), self.dialect)
+        request = Request(scope, receive)
+        if self.replay_only:
+            response = await self.provider.replay_only(request)
+        else:
+            response = await self.provider.respond(request, self.dialect)
         await response(scope, receive, send)
+
+
+async def _models(request: Request) -> Response:
+    """The scenarios as models, in a shape both OpenAI's and Anthropic's list readers accept."""
+    data = [
+        {"id": name, "object": "model", "type": "model", "created": 0, "owned_by": "scripted"}
+        for name in SCENARIOS
+        if name != "recording"
+    ]
+    return JSONResponse({"object": "list", "data": data, "has_more": False})
 
 
 async def _healthz(request: Request) -> Response:
@@ -167,8 +244,10 @@ def _error_response(
 ) -> Response:
     """The JSON error body each provider answers with before any stream."""
     extra = dict(headers or {})
-    if status == 429:
+    if status == 429:  # as OpenAI and Anthropic answer a rate limit
         extra["retry-after"] = "1"
+        extra["retry-after-ms"] = "1000"
+        extra["x-ratelimit-remaining-requests"] = "0"
     if dialect == "openai":
         body = _openai.error_object(failure)
     else:

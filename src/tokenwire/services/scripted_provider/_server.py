@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import socket
 import sys
@@ -13,7 +14,7 @@ from typing import Self
 
 import uvicorn
 
-from tokenwire.services.scripted_provider._app import ScriptedProvider
+from tokenwire.services.scripted_provider._app import ReceivedRequest, ScriptedProvider
 from tokenwire.services.scripted_provider._errors import ScriptedProviderError
 from tokenwire.services.scripted_provider._settings import ScriptedSettings
 
@@ -66,6 +67,11 @@ class ScriptedServer:
         self._handle_signals = handle_signals
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def received(self) -> collections.deque[ReceivedRequest]:
+        """The latest requests the provider received, oldest first (bounded)."""
+        return self.provider.received
 
     @property
     def url(self) -> str:

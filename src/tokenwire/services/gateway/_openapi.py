@@ -1,0 +1,162 @@
+"""``GET /openapi.json``: an OpenAPI 3.1 description of the gateway's own surface.
+
+The model endpoints take and return the bodies of the APIs they mirror (OpenAI Chat
+Completions, Anthropic Messages), so their schemas point at those APIs rather than copying
+them; what is the gateway's own (routing by ``provider/model``, the tokenwire headers, the
+translation opt-in, the error shapes) is described here. A test checks that every route the
+app serves is described.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokenwire.services.gateway._translation import DROP_HEADER, DROPPED_HEADER
+
+_OBJECT = {"type": "object", "additionalProperties": True}
+
+
+def _header(name: str, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "header",
+        "required": False,
+        "description": description,
+        "schema": schema or {"type": "string"},
+    }
+
+
+_IDENTITY = [
+    _header("x-tokenwire-session", "session id (letters, digits, - and _; 1-128); absent: new"),
+    _header("x-tokenwire-turn", "explicit turn (with step)", {"type": "integer", "minimum": 0}),
+    _header("x-tokenwire-step", "explicit step (with turn)", {"type": "integer", "minimum": 0}),
+    _header(DROP_HEADER, "true: drop fields that cannot be translated (listed in the answer)"),
+    _header("traceparent", "W3C trace context the step's span continues"),
+]
+_ANSWER_HEADERS = {
+    "x-tokenwire-session": {"schema": {"type": "string"}},
+    "x-tokenwire-turn": {"schema": {"type": "integer"}},
+    "x-tokenwire-step": {"schema": {"type": "integer"}},
+    DROPPED_HEADER: {"schema": {"type": "string"}, "description": "fields dropped on opt-in"},
+}
+
+
+def _model_call(summary: str, api: str, error: str) -> dict[str, Any]:
+    return {
+        "post": {
+            "summary": summary,
+            "description": (
+                f"The body of {api}; `model` is `provider/model`. Streaming answers are "
+                "server-sent events in the same API's format."
+            ),
+            "parameters": _IDENTITY,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _OBJECT}}},
+            "responses": {
+                "200": {
+                    "description": f"{api} answer (JSON, or text/event-stream when streaming)",
+                    "headers": _ANSWER_HEADERS,
+                    "content": {"application/json": {"schema": _OBJECT}, "text/event-stream": {}},
+                },
+                "default": {
+                    "description": f"an error in {error}'s shape",
+                    "content": {
+                        "application/json": {
+                            "schema": {"$ref": f"#/components/schemas/{error}Error"}
+                        }
+                    },
+                },
+            },
+        }
+    }
+
+
+def _get(summary: str, content: str = "application/json") -> dict[str, Any]:
+    return {
+        "get": {
+            "summary": summary,
+            "responses": {"200": {"description": summary, "content": {content: {}}}},
+        }
+    }
+
+
+def openapi_document(version: str) -> dict[str, Any]:
+    """The gateway's OpenAPI document."""
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "tokenwire gateway",
+            "version": version,
+            "description": "A drop-in for the OpenAI and Anthropic APIs that records every "
+            "token stream durably (docs/gateway.md).",
+        },
+        "components": {
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+            },
+            "schemas": {
+                "OpenAIError": {
+                    "type": "object",
+                    "properties": {
+                        "error": {
+                            "type": "object",
+                            "properties": {
+                                "message": {"type": "string"},
+                                "type": {"type": "string"},
+                                "param": {"type": ["string", "null"]},
+                                "code": {"type": ["string", "null"]},
+                            },
+                        }
+                    },
+                },
+                "AnthropicError": {
+                    "type": "object",
+                    "properties": {
+                        "type": {"const": "error"},
+                        "error": {
+                            "type": "object",
+                            "properties": {
+                                "type": {"type": "string"},
+                                "message": {"type": "string"},
+                            },
+                        },
+                    },
+                },
+            },
+        },
+        "security": [{"bearer": []}, {"apiKey": []}],
+        "paths": {
+            "/v1/chat/completions": _model_call(
+                "OpenAI Chat Completions", "OpenAI's Chat Completions API", "OpenAI"
+            ),
+            "/v1/messages": _model_call(
+                "Anthropic Messages", "Anthropic's Messages API", "Anthropic"
+            ),
+            "/v1/messages/count_tokens": {
+                "post": {
+                    "summary": "Anthropic token count (Anthropic routes; 400 elsewhere)",
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _OBJECT}},
+                    },
+                    "responses": {
+                        "200": {
+                            "description": "`{input_tokens}`",
+                            "content": {"application/json": {}},
+                        }
+                    },
+                }
+            },
+            "/v1/models": _get(
+                "the configured providers' models as `provider/model` (OpenAI list)"
+            ),
+            "/openapi.json": _get("this document"),
+            "/healthz": _get("200 while the process runs"),
+            "/readyz": _get("200 when the broker is connected and the stream exists, else 503"),
+            "/metrics": _get("Prometheus text exposition", "text/plain"),
+            "/v1/sessions": _get("recorded sessions (docs/replay.md)"),
+            "/v1/sessions/{session}/events": _get("a session's recorded events (docs/replay.md)"),
+            "/v1/sessions/{session}/messages": _get("a session's messages (docs/replay.md)"),
+            "/viewer": _get("the session viewer page", "text/html"),
+        },
+    }
