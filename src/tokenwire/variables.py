@@ -71,6 +71,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TOKENWIRE_GATEWAY_CONTINUE_ON_DISCONNECT", "continue-on-disconnect", "`true`",
              "Keep reading the provider after the caller left; `false`: `finish {aborted}`.",
              ("gateway",)),
+    Variable("TOKENWIRE_GATEWAY_DROP_PARAMS", "drop-params", "`false`",
+             "`true`: request fields that cannot be translated to the route's dialect are "
+             "dropped (listed in `x-tokenwire-dropped-params`) instead of refused with 400; "
+             "`TOKENWIRE_<PROVIDER>_DROP_PARAMS` does the same for one provider's routes.",
+             ("gateway", *STACK_COMMANDS)),
     Variable("TOKENWIRE_ASSEMBLER_METRICS_ADDR", "metrics-addr", "`127.0.0.1:9465`",
              "Assembler metrics and probes; `off` disables.", ("assembler",)),
     Variable("TOKENWIRE_ASSEMBLER_BATCH_STEPS", "batch-steps", "`256`",
