@@ -86,7 +86,11 @@ class Gateway:
         return await self._handle(request, _ANTHROPIC)
 
     async def healthz(self, request: Request) -> Response:
-        """The process is up."""
+        """The process is up and can serve: 503 once the broker connection is closed for good
+        (reconnecting is not closed: ``/readyz`` covers that)."""
+        if not self.deps.live():
+            body = {"status": "broker connection closed"}
+            return self._count(request, JSONResponse(body, status_code=503))
         return self._count(request, JSONResponse({"status": "ok"}))
 
     async def readyz(self, request: Request) -> Response:
@@ -128,7 +132,10 @@ class Gateway:
         plan = StepPlan(session, claim, route, body, received_ns, trace_headers, self._secrets)
         output = ep.stream_output(req, route, reply) if req.stream else FoldingOutput()
         outbox = Outbox(self.settings.caller_buffer_bytes)
-        run = StepRun(plan, output, outbox, self.deps, self.metrics, self.settings.ack_timeout_s)
+        run = StepRun(
+            plan, output, outbox, self.deps, self.metrics, self.settings.ack_timeout_s,
+            self.settings.step_bounds,
+        )  # fmt: skip
         try:
             await self._begin(run, span)
         except GatewayError as exc:

@@ -95,7 +95,10 @@ async def broker_deps(
             return False
         return True
 
-    deps = GatewayDeps(upstream=upstream, sink=publisher, steps=steps, ready=ready)
+    def live() -> bool:
+        return not nc.is_closed
+
+    deps = GatewayDeps(upstream=upstream, sink=publisher, steps=steps, ready=ready, live=live)
     return BrokerDeps(deps, publisher, steps, upstream)
 
 

@@ -29,23 +29,39 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
+from typing import NoReturn
 
 import msgspec
 
-from tokenwire.broker import BrokerError
+from tokenwire.broker import BrokerError, PayloadTooLarge
 from tokenwire.providers import ProviderHTTPError
-from tokenwire.schemas import ChunkEnvelope, Finish, StepError, StreamChunk, json_encoder
+from tokenwire.schemas import (
+    LIMIT_ERROR_CODE,
+    ChunkEnvelope,
+    Finish,
+    StepError,
+    StreamChunk,
+    json_encoder,
+)
+from tokenwire.services.gateway._bounds import StepBounds, StepMeter
 from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     GatewayError,
+    StepLimitError,
     UpstreamError,
 )
+from tokenwire.services.gateway._fit import ChunkTooLarge, DeltaLedger, fitted
 from tokenwire.services.gateway._identity import StepClaim, StepIdentity
 from tokenwire.services.gateway._metrics import GatewayMetrics
 from tokenwire.services.gateway._outbox import Outbox
 from tokenwire.services.gateway._output import CallerOutput
 from tokenwire.services.gateway._routing import Route
 from tokenwire.services.gateway._seams import GatewayDeps
+
+DEFAULT_BOUNDS = StepBounds()
+_ID_GROWTH = 64
+"""Bytes kept free in a fitted message for what grows with the ordinal (its envelope field and
+the ``Nats-Msg-Id`` header)."""
 
 _COUNT_EVERY = 64
 """Published chunks are added to the Prometheus counter in groups of this many (and the rest
@@ -87,6 +103,7 @@ class StepRun:
         deps: GatewayDeps,
         metrics: GatewayMetrics,
         ack_timeout_s: float,
+        bounds: StepBounds = DEFAULT_BOUNDS,
     ) -> None:
         self.plan = plan
         self.output = output
@@ -102,6 +119,10 @@ class StepRun:
         self._key = (plan.session, 0, 0)  # the claimed (session, turn, step), once claimed
         self._chunk_counter = metrics.chunks.labels(plan.route.provider)
         self._chunks: AsyncGenerator[list[StreamChunk], None] | None = None
+        self._ledger = DeltaLedger()
+        self._bounds = bounds
+        self._meter = StepMeter(bounds)
+        self._deadline = asyncio.get_running_loop().time() + bounds.max_seconds
 
     async def begin(self) -> None:
         """Call the provider and take the chunks of its first read: published, and the caller's
@@ -123,10 +144,8 @@ class StepRun:
 
     async def finish_rest(self) -> None:
         """Read the provider to the end and settle the step; a failure goes to ``error``."""
-        assert self._chunks is not None  # begun
         try:
-            async for batch in self._chunks:
-                await self._take(batch)
+            await self._read_rest()
             await self._settle()
         except GatewayError as exc:
             self.error = exc
@@ -136,6 +155,22 @@ class StepRun:
             raise
         finally:
             await self._end()
+
+    async def _read_rest(self) -> None:
+        """Take the provider's chunks until its finish, within ``max_step_seconds``."""
+        assert self._chunks is not None  # begun
+        window = asyncio.timeout_at(self._deadline)
+        try:
+            async with window:
+                async for batch in self._chunks:
+                    await self._take(batch)
+                    if self.finish is not None:
+                        return  # nothing after finish: the rest is not read
+        except TimeoutError:
+            if not window.expired():
+                raise
+            seconds = self._bounds.max_seconds
+            await self.stop_at_limit(f"the step exceeded max_step_seconds ({seconds:g} s)")
 
     async def _first_batch(
         self, batches: AsyncGenerator[list[StreamChunk], None]
@@ -185,6 +220,9 @@ class StepRun:
 
     async def _take_one(self, chunk: StreamChunk, out: list[bytes]) -> None:
         first = self._ordinal == 0
+        crossed = self._meter.over(chunk, self._ordinal)
+        if crossed is not None:
+            await self.stop_at_limit(crossed)
         if isinstance(chunk, Finish):
             chunk = self._scrubbed(chunk)
             if first and chunk.error is not None:
@@ -218,22 +256,53 @@ class StepRun:
 
     async def _publish(self, chunk: StreamChunk) -> None:
         ident = self.identity or await self._claimed()
+        try:
+            await self._publish_encoded(self._encode(ident, chunk))
+        except PayloadTooLarge as exc:
+            await self._publish_fitted(ident, chunk, exc.room - _ID_GROWTH)
+        self._ledger.note(chunk)
+
+    def _encode(self, ident: StepIdentity, chunk: StreamChunk) -> bytes:
         route, ordinal = self.plan.route, self._ordinal
         envelope = ChunkEnvelope(
             session=ident.session, turn=ident.turn, step=ident.step, ordinal=ordinal,
             time_ns=self._deps.clock_ns(), provider=route.provider, model=route.model,
             chunk=chunk, request_time_ns=self.plan.request_time_ns if ordinal == 0 else None,
         )  # fmt: skip
+        return json_encoder.encode(envelope)
+
+    async def _publish_encoded(self, envelope_bytes: bytes) -> None:
+        ordinal = self._ordinal
         try:
             await self._deps.sink.publish(
-                json_encoder.encode(envelope), *self._key, ordinal,
+                envelope_bytes, *self._key, ordinal,
                 first=ordinal == 0, headers=self.plan.trace_headers,
             )  # fmt: skip
+        except PayloadTooLarge:
+            raise
         except BrokerError as exc:
             raise BrokerUnavailableError(f"the broker did not accept the step: {exc}") from exc
         self._ordinal += 1
         if self._ordinal % _COUNT_EVERY == 0:
             self._chunk_counter.inc(_COUNT_EVERY)
+
+    async def _publish_fitted(self, ident: StepIdentity, chunk: StreamChunk, room: int) -> None:
+        """A chunk over the broker's message size: split, by reference, or the step's end."""
+        try:
+            pieces = fitted(chunk, lambda c: len(self._encode(ident, c)) <= room, self._ledger)
+        except ChunkTooLarge as exc:
+            await self.stop_at_limit(f"the step exceeded the broker's message size: {exc}")
+        for piece in pieces:
+            await self._publish_encoded(self._encode(ident, piece))
+
+    async def stop_at_limit(self, message: str) -> NoReturn:
+        """End the step at a gateway bound: record ``finish {error: tokenwire_limit}``, then
+        raise :class:`StepLimitError` (the caller is told in its dialect)."""
+        error = StepError(message=message, retryable=False, code=LIMIT_ERROR_CODE)
+        self.finish = Finish(reason="error", error=error)
+        await self._publish_encoded(self._encode(await self._claimed(), self.finish))
+        await self._wait_acked()
+        raise StepLimitError(message)
 
     async def _record_before_start(self, finish: Finish) -> None:
         """Publish a failed-before-start step as its one ``finish`` chunk, and wait for it."""
