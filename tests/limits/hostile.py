@@ -81,7 +81,60 @@ def _arguments(total: int) -> str:
     return head + body + tail
 
 
-SCENARIOS: dict[str, Scenario] = {"big-text": big_text, "big-args": big_args}
+async def endless(pause_ms: str = "0") -> AsyncIterator[bytes]:
+    """Text deltas for ever (until the server's bound), ``pause_ms`` apart."""
+    yield event({"role": "assistant", "content": ""})
+    n = 0
+    while True:
+        yield event({"content": f"w{n} "})
+        n += 1
+        await asyncio.sleep(int(pause_ms) / 1000)
+
+
+async def keepalive_only(pause_ms: str = "20") -> AsyncIterator[bytes]:
+    """One delta, then only SSE comments (keep-alive bytes) for ever."""
+    yield event({"role": "assistant", "content": "hello"})
+    while True:
+        await asyncio.sleep(int(pause_ms) / 1000)
+        yield b": keep-alive\n\n"
+
+
+async def empty_events(pause_ms: str = "1") -> AsyncIterator[bytes]:
+    """One delta, then events that carry nothing (no choices) for ever."""
+    yield event({"role": "assistant", "content": "hello"})
+    empty = b'data: {"id":"chatcmpl-hostile","object":"chat.completion.chunk","choices":[]}\n\n'
+    while True:
+        yield empty * 64
+        await asyncio.sleep(int(pause_ms) / 1000)
+
+
+async def after_done() -> AsyncIterator[bytes]:
+    """A normal stream, then more content after ``[DONE]``."""
+    yield event({"role": "assistant", "content": "before"})
+    yield event({}, "stop")
+    yield USAGE
+    yield DONE + event({"content": " EXTRA"}) + event({}, "stop") + DONE
+
+
+async def many_open_calls(count: str = "70") -> AsyncIterator[bytes]:
+    """``count`` tool calls streamed at once (all open until the finish)."""
+    yield event({"role": "assistant"})
+    for i in range(int(count)):
+        call = {"index": i, "id": f"call_{i}", "type": "function",
+                "function": {"name": "f", "arguments": '{"i": '}}  # fmt: skip
+        yield event({"tool_calls": [call]})
+    for i in range(int(count)):
+        yield event({"tool_calls": [{"index": i, "function": {"arguments": f"{i}}}"}}]})
+    yield event({}, "tool_calls")
+    yield USAGE
+    yield DONE
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "big-text": big_text, "big-args": big_args, "endless": endless,
+    "keepalive-only": keepalive_only, "empty-events": empty_events, "after-done": after_done,
+    "many-open-calls": many_open_calls,
+}  # fmt: skip
 
 
 class HostileUpstream:

@@ -35,27 +35,36 @@ from tokenwire.schemas import (
 DEFAULT_MAX_STEP_BYTES = DEFAULT_LIMITS.max_step_bytes
 DEFAULT_MAX_STEP_CHUNKS = 100_000
 DEFAULT_MAX_STEP_SECONDS = 600.0
+DEFAULT_MAX_STEP_IDLE_SECONDS = 60.0
+"""Below the assembler's ``abandon_timeout_s`` (120 s): a provider that keeps the connection
+open without sending a chunk (keep-alive bytes only) is ended by the gateway, with the caller
+told, before the assembler would record the step ``abandoned``."""
 
 
 @dataclass(frozen=True, slots=True)
 class StepBounds:
     """``max_bytes`` of content, ``max_chunks`` published chunks, ``max_seconds`` from the
-    request; see the module docstring."""
+    request, ``max_idle_seconds`` without a chunk; see the module docstring. The fold's block
+    bounds (``max_open_blocks``, ``max_blocks``) are the assemblers' defaults."""
 
     max_bytes: int = DEFAULT_MAX_STEP_BYTES
     max_chunks: int = DEFAULT_MAX_STEP_CHUNKS
     max_seconds: float = DEFAULT_MAX_STEP_SECONDS
+    max_idle_seconds: float = DEFAULT_MAX_STEP_IDLE_SECONDS
+    max_open_blocks: int = DEFAULT_LIMITS.max_open_blocks
+    max_blocks: int = DEFAULT_LIMITS.max_blocks
 
 
 class StepMeter:
     """Counts one step against its :class:`StepBounds`; :meth:`over` names a crossed bound."""
 
-    __slots__ = ("_bounds", "_bytes", "_streamed")
+    __slots__ = ("_bounds", "_bytes", "_ended", "_streamed")
 
     def __init__(self, bounds: StepBounds) -> None:
         self._bounds = bounds
         self._bytes = 0
-        self._streamed: dict[int, int] = {}
+        self._streamed: dict[int, int] = {}  # open blocks: bytes streamed
+        self._ended: set[int] = set()
 
     def over(self, chunk: StreamChunk, ordinal: int) -> str | None:
         """Account ``chunk`` (about to be published as ``ordinal``): the crossed bound or None.
@@ -69,6 +78,10 @@ class StepMeter:
         self._bytes += self._size(chunk)
         if self._bytes > self._bounds.max_bytes:
             return f"the step exceeded max_step_bytes ({self._bounds.max_bytes} bytes)"
+        if len(self._streamed) > self._bounds.max_open_blocks:
+            return f"the step exceeded max_open_blocks ({self._bounds.max_open_blocks})"
+        if len(self._streamed) + len(self._ended) > self._bounds.max_blocks:
+            return f"the step exceeded max_blocks ({self._bounds.max_blocks})"
         return None
 
     def _size(self, chunk: StreamChunk) -> int:
@@ -78,14 +91,20 @@ class StepMeter:
             case ToolCallDelta(index=index, id=id_, name=name, arguments_delta=args):
                 return self._stream(index, _utf8(args)) + _utf8(id_) + _utf8(name or "")
             case BlockEnd(index=index, block=block):
+                if index in self._ended:
+                    return 0  # the fold ignores it
+                self._ended.add(index)
                 return max(0, _block_size(block) - self._streamed.pop(index, 0))
-            case BlockStart() | Usage() | Finish():
+            case BlockStart(index=index):
+                return self._stream(index, 0)
+            case Usage() | Finish():
                 return 0
             case _:
                 assert_never(chunk)
 
     def _stream(self, index: int, n: int) -> int:
-        self._streamed[index] = self._streamed.get(index, 0) + n
+        if index not in self._ended:
+            self._streamed[index] = self._streamed.get(index, 0) + n
         return n
 
 

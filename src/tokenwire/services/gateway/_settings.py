@@ -16,6 +16,7 @@ from tokenwire.config import ConfigError, parse_addr, parse_int, parse_urls
 from tokenwire.services.gateway._bounds import (
     DEFAULT_MAX_STEP_BYTES,
     DEFAULT_MAX_STEP_CHUNKS,
+    DEFAULT_MAX_STEP_IDLE_SECONDS,
     DEFAULT_MAX_STEP_SECONDS,
     StepBounds,
 )
@@ -63,6 +64,7 @@ class GatewaySettings:
     max_step_bytes: int = DEFAULT_MAX_STEP_BYTES
     max_step_chunks: int = DEFAULT_MAX_STEP_CHUNKS
     max_step_seconds: float = DEFAULT_MAX_STEP_SECONDS
+    max_step_idle_seconds: float = DEFAULT_MAX_STEP_IDLE_SECONDS
     partitions: int = 16
     replicas: int = 1
     provision: bool = True
@@ -76,7 +78,10 @@ class GatewaySettings:
     @property
     def step_bounds(self) -> StepBounds:
         """The bounds every step runs under."""
-        return StepBounds(self.max_step_bytes, self.max_step_chunks, self.max_step_seconds)
+        return StepBounds(
+            self.max_step_bytes, self.max_step_chunks, self.max_step_seconds,
+            self.max_step_idle_seconds,
+        )  # fmt: skip
 
     def secrets(self) -> tuple[str, ...]:
         """Every credential value, to scrub from anything the gateway reports."""
@@ -105,6 +110,7 @@ class GatewaySettings:
             max_step_bytes=bounds.max_bytes,
             max_step_chunks=bounds.max_chunks,
             max_step_seconds=bounds.max_seconds,
+            max_step_idle_seconds=bounds.max_idle_seconds,
             partitions=parse_int("TOKENWIRE_PARTITIONS", env.get("TOKENWIRE_PARTITIONS", "16"), 1),
             replicas=parse_int("TOKENWIRE_REPLICAS", env.get("TOKENWIRE_REPLICAS", "1"), 1, 5),
             provision=_flag(env, "TOKENWIRE_PROVISION", True),
@@ -113,20 +119,24 @@ class GatewaySettings:
 
 
 def _step_bounds(env: Mapping[str, str]) -> StepBounds:
-    """``TOKENWIRE_GATEWAY_MAX_STEP_{BYTES,CHUNKS,SECONDS}``; defaults in ``_bounds.py``."""
-    seconds_var = "TOKENWIRE_GATEWAY_MAX_STEP_SECONDS"
-    seconds_text = env.get(seconds_var, str(DEFAULT_MAX_STEP_SECONDS))
-    try:
-        seconds = float(seconds_text)
-    except ValueError:
-        raise ConfigError(seconds_var, seconds_text, "expected a number of seconds") from None
-    if not seconds > 0:
-        raise ConfigError(seconds_var, seconds_text, "expected a positive number of seconds")
+    """``TOKENWIRE_GATEWAY_MAX_STEP_*``; defaults in ``_bounds.py``."""
     return StepBounds(
         _int(env, "TOKENWIRE_GATEWAY_MAX_STEP_BYTES", DEFAULT_MAX_STEP_BYTES),
         _int(env, "TOKENWIRE_GATEWAY_MAX_STEP_CHUNKS", DEFAULT_MAX_STEP_CHUNKS),
-        seconds,
+        _seconds(env, "TOKENWIRE_GATEWAY_MAX_STEP_SECONDS", DEFAULT_MAX_STEP_SECONDS),
+        _seconds(env, "TOKENWIRE_GATEWAY_MAX_STEP_IDLE_SECONDS", DEFAULT_MAX_STEP_IDLE_SECONDS),
     )
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name, str(default))
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ConfigError(name, text, "expected a number of seconds") from None
+    if not seconds > 0:
+        raise ConfigError(name, text, "expected a positive number of seconds")
+    return seconds
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:

@@ -133,7 +133,7 @@ class StepRun:
         normaliser = self.output.normaliser(route.normaliser())
         self._chunks = self._deps.upstream.stream(route, self.plan.body, normaliser)
         try:
-            await self._take(await self._first_batch(self._chunks))
+            await self._take(await self._bounded_first_batch(self._chunks))
         except asyncio.CancelledError:
             await self._abort()
             await self._end()
@@ -159,18 +159,46 @@ class StepRun:
     async def _read_rest(self) -> None:
         """Take the provider's chunks until its finish, within ``max_step_seconds``."""
         assert self._chunks is not None  # begun
-        window = asyncio.timeout_at(self._deadline)
+        window = asyncio.timeout_at(self._next_deadline())
         try:
             async with window:
                 async for batch in self._chunks:
                     await self._take(batch)
                     if self.finish is not None:
                         return  # nothing after finish: the rest is not read
+                    if batch:
+                        window.reschedule(self._next_deadline())
+                    else:  # a read that brought no chunk: what it forwards is not kept
+                        await self.outbox.put(self.output.idle())
         except TimeoutError:
             if not window.expired():
                 raise
-            seconds = self._bounds.max_seconds
-            await self.stop_at_limit(f"the step exceeded max_step_seconds ({seconds:g} s)")
+            await self.stop_at_limit(self._timed_out())
+
+    def _next_deadline(self) -> float:
+        """The end of the step's time: its ``max_step_seconds``, or ``max_step_idle_seconds``
+        from now (the last chunk), whichever comes first."""
+        idle = asyncio.get_running_loop().time() + self._bounds.max_idle_seconds
+        return min(self._deadline, idle)
+
+    def _timed_out(self) -> str:
+        if asyncio.get_running_loop().time() >= self._deadline:
+            return f"the step exceeded max_step_seconds ({self._bounds.max_seconds:g} s)"
+        idle = self._bounds.max_idle_seconds
+        return f"the step exceeded max_step_idle_seconds ({idle:g} s without a chunk)"
+
+    async def _bounded_first_batch(
+        self, batches: AsyncGenerator[list[StreamChunk], None]
+    ) -> list[StreamChunk]:
+        """:meth:`_first_batch` within the step's time bounds (a limit error past them)."""
+        window = asyncio.timeout_at(self._next_deadline())
+        try:
+            async with window:
+                return await self._first_batch(batches)
+        except TimeoutError:
+            if not window.expired():
+                raise
+            await self.stop_at_limit(self._timed_out())
 
     async def _first_batch(
         self, batches: AsyncGenerator[list[StreamChunk], None]
