@@ -20,6 +20,7 @@ from tokenwire.services.gateway._bounds import (
     DEFAULT_MAX_STEP_SECONDS,
     StepBounds,
 )
+from tokenwire.services.gateway._edge import EdgeLimits
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 _PROVIDER_VAR = re.compile(r"^(TOKENWIRE_[A-Z0-9_]+_BASE_URL|[A-Z0-9_]+_API_KEY)$")
@@ -41,6 +42,8 @@ class GatewaySettings:
       (at most; see ``_outbox.py``).
     - ``default_max_tokens``: sent to Anthropic when a translated request named none.
     - ``ack_timeout_s``: how long the end of a step waits for the broker's acks.
+    - ``edge``: the HTTP edge's bounds (header size and count, header and body read
+      timeouts, connections and requests at once; ``_edge.py``).
     - ``max_step_bytes``, ``max_step_chunks``, ``max_step_seconds``: the bounds of one step
       (content bytes, published chunks, seconds); past one the step ends as a recorded
       ``limit`` error, whether or not its caller is still there (docs/configuration.md).
@@ -65,6 +68,7 @@ class GatewaySettings:
     max_step_chunks: int = DEFAULT_MAX_STEP_CHUNKS
     max_step_seconds: float = DEFAULT_MAX_STEP_SECONDS
     max_step_idle_seconds: float = DEFAULT_MAX_STEP_IDLE_SECONDS
+    edge: EdgeLimits = field(default_factory=EdgeLimits)
     partitions: int = 16
     replicas: int = 1
     provision: bool = True
@@ -111,6 +115,7 @@ class GatewaySettings:
             max_step_chunks=bounds.max_chunks,
             max_step_seconds=bounds.max_seconds,
             max_step_idle_seconds=bounds.max_idle_seconds,
+            edge=_edge(env),
             partitions=parse_int("TOKENWIRE_PARTITIONS", env.get("TOKENWIRE_PARTITIONS", "16"), 1),
             replicas=parse_int("TOKENWIRE_REPLICAS", env.get("TOKENWIRE_REPLICAS", "1"), 1, 5),
             provision=_flag(env, "TOKENWIRE_PROVISION", True),
@@ -125,6 +130,20 @@ def _step_bounds(env: Mapping[str, str]) -> StepBounds:
         _int(env, "TOKENWIRE_GATEWAY_MAX_STEP_CHUNKS", DEFAULT_MAX_STEP_CHUNKS),
         _seconds(env, "TOKENWIRE_GATEWAY_MAX_STEP_SECONDS", DEFAULT_MAX_STEP_SECONDS),
         _seconds(env, "TOKENWIRE_GATEWAY_MAX_STEP_IDLE_SECONDS", DEFAULT_MAX_STEP_IDLE_SECONDS),
+    )
+
+
+def _edge(env: Mapping[str, str]) -> EdgeLimits:
+    """``TOKENWIRE_GATEWAY_MAX_HEADER_BYTES`` and the other edge bounds; defaults in
+    ``EdgeLimits``."""
+    d = EdgeLimits()
+    return EdgeLimits(
+        max_header_bytes=_int(env, "TOKENWIRE_GATEWAY_MAX_HEADER_BYTES", d.max_header_bytes),
+        max_headers=_int(env, "TOKENWIRE_GATEWAY_MAX_HEADERS", d.max_headers),
+        header_timeout_s=_seconds(env, "TOKENWIRE_GATEWAY_HEADER_TIMEOUT_S", d.header_timeout_s),
+        body_timeout_s=_seconds(env, "TOKENWIRE_GATEWAY_BODY_TIMEOUT_S", d.body_timeout_s),
+        max_connections=_int(env, "TOKENWIRE_GATEWAY_MAX_CONNECTIONS", d.max_connections),
+        max_requests=_int(env, "TOKENWIRE_GATEWAY_MAX_REQUESTS", d.max_requests),
     )
 
 
