@@ -83,6 +83,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._header_count = 0
         self._timer: asyncio.TimerHandle | None = None
         self._rejected = False
+        self._in_head = True  # reading a request line and headers
+        self._head_seen = 0  # raw bytes of them so far (httptools buffers a header whole)
+        self._head_start = b""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -95,10 +98,23 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._rejected:
             return
+        if self._in_head and self._head_too_large(data):
+            self._reject(431, f"request line and headers exceed {self.edge.max_header_bytes} bytes")
+            return
         super().data_received(data)
+
+    def _head_too_large(self, data: bytes) -> bool:
+        """Count raw head bytes before httptools sees them: it buffers a header's value
+        whole before its callback, so counting in ``on_header`` alone bounds nothing."""
+        if self._head_seen == 0:
+            self._head_start = data[:512]  # the request line, for the error's dialect
+        end = data.find(b"\r\n\r\n")
+        self._head_seen += len(data) if end < 0 else end
+        return self._head_seen > self.edge.max_header_bytes
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._in_head = True
         self._header_bytes = self._header_count = 0
         if self._timer is None:
             self._arm(self.edge.header_timeout_s, "headers")
@@ -123,6 +139,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         if self._rejected:
             return
+        self._in_head = False
+        self._head_seen = 0
         self._disarm()
         if (
             len(self.connections) > self.edge.max_connections
@@ -172,7 +190,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
     def _path(self) -> str:
+        """The request's path, from the parsed URL or else the raw request line."""
+        url = getattr(self, "url", b"") or self._head_start.split(b" ", 2)[1:2] or [b"/"]
+        raw = url if isinstance(url, bytes) else url[0]
         try:
-            return (httptools.parse_url(self.url).path or b"/").decode("ascii", "replace")
-        except (httptools.HttpParserInvalidURLError, AttributeError):
+            return (httptools.parse_url(raw).path or b"/").decode("ascii", "replace")
+        except httptools.HttpParserInvalidURLError:
             return "/"
