@@ -42,16 +42,25 @@ class Rig:
 
     async def recorded(self, session: str) -> Message | RecordedError:
         """Drain the broker into the store (burst assembler); the session's one outcome."""
+        return (await self.recorded_all([session]))[0]
+
+    async def recorded_all(self, sessions: list[str]) -> list[Message | RecordedError]:
+        """:meth:`recorded` for several sessions, with one drain."""
         await run_assembler(settings_for(self.nats_url, self.topology, self.store_url))
         store = open_store(self.store_url)
+        found: list[Message | RecordedError] = []
         try:
-            events = await store.session_events(session)
+            for session in sessions:
+                events = await store.session_events(session)
+                outcomes = [e for e in events if isinstance(e, MessageEvent | ErrorEvent)]
+                assert len(outcomes) == 1, (session, outcomes)
+                outcome = outcomes[0]
+                found.append(
+                    outcome.message if isinstance(outcome, MessageEvent) else outcome.error
+                )
         finally:
             await store.close()
-        outcomes = [e for e in events if isinstance(e, MessageEvent | ErrorEvent)]
-        assert len(outcomes) == 1, outcomes
-        outcome = outcomes[0]
-        return outcome.message if isinstance(outcome, MessageEvent) else outcome.error
+        return found
 
     async def health(self) -> tuple[int, int]:
         async with httpx.AsyncClient(base_url=self.url) as client:

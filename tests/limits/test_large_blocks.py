@@ -9,6 +9,7 @@ captured. Oracle: the hostile upstream's own content generators.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 
@@ -39,11 +40,20 @@ async def test_a_block_just_under_one_mib_is_captured_and_the_gateway_stays_up(
     size = 1_048_270  # the block: its block-end envelope was over 1 MiB with headers
     async with limit_rig(nc, topology, nats_url, sqlite_url) as rig:
         sid = session()
-        text, _, ending = await stream_text(rig.openai(sid), f"big-text:{size}")
+        beside = [session() for _ in range(20)]  # the load beside it lost 109 of 135
+        results = await asyncio.gather(
+            stream_text(rig.openai(sid), f"big-text:{size}"),
+            *(stream_text(rig.openai(b), f"big-text:{200 + i}") for i, b in enumerate(beside)),
+        )
+        text, _, ending = results[0]
         assert (text, ending) == (_text(0, size), "stop")
-        recorded = await rig.recorded(sid)
+        assert [r[::2] for r in results[1:]] == [(_text(0, 200 + i), "stop") for i in range(20)]
+        recorded, *recorded_beside = await rig.recorded_all([sid, *beside])
         assert isinstance(recorded, Message), recorded
         assert recorded.text == _text(0, size)
+        assert [m.text if isinstance(m, Message) else m for m in recorded_beside] == [
+            _text(0, 200 + i) for i in range(20)
+        ]
         # The connection survived: the next request is served, and both probes say so.
         small = session()
         assert await stream_text(rig.openai(small), "big-text:10") == (_text(0, 10), [""], "stop")
