@@ -57,6 +57,7 @@ from tokenwire.services.gateway._outbox import Outbox
 from tokenwire.services.gateway._output import CallerOutput
 from tokenwire.services.gateway._routing import Route
 from tokenwire.services.gateway._seams import GatewayDeps
+from tokenwire.services.gateway._watchdog import Watchdog
 
 DEFAULT_BOUNDS = StepBounds()
 _ID_GROWTH = 64
@@ -122,7 +123,7 @@ class StepRun:
         self._ledger = DeltaLedger()
         self._bounds = bounds
         self._meter = StepMeter(bounds)
-        self._deadline = asyncio.get_running_loop().time() + bounds.max_seconds
+        self._watchdog: Watchdog | None = None
 
     async def begin(self) -> None:
         """Call the provider and take the chunks of its first read: published, and the caller's
@@ -157,48 +158,59 @@ class StepRun:
             await self._end()
 
     async def _read_rest(self) -> None:
-        """Take the provider's chunks until its finish, within ``max_step_seconds``."""
+        """Take the provider's chunks until its finish, within the step's time bounds."""
         assert self._chunks is not None  # begun
-        window = asyncio.timeout_at(self._next_deadline())
+        watchdog = self._watch()
+        if (expired := watchdog.overdue()) is not None:  # ran out as the first chunks went
+            await self.stop_at_limit(expired)
+        watchdog.reading = True
         try:
-            async with window:
-                async for batch in self._chunks:
-                    await self._take(batch)
-                    if self.finish is not None:
-                        return  # nothing after finish: the rest is not read
-                    if batch:
-                        window.reschedule(self._next_deadline())
-                    else:  # a read that brought no chunk: what it forwards is not kept
-                        await self.outbox.put(self.output.idle())
-        except TimeoutError:
-            if not window.expired():
-                raise
-            await self.stop_at_limit(self._timed_out())
+            async for batch in self._chunks:  # the watchdog may cancel only this wait
+                watchdog.reading = False
+                await self._take(batch)
+                if self.finish is not None:
+                    return  # nothing after finish: the rest is not read
+                if batch:
+                    watchdog.chunk_seen()
+                else:  # a read that brought no chunk: what it forwards is not kept
+                    await self.outbox.put(self.output.idle())
+                if (expired := watchdog.overdue()) is not None:
+                    await self.stop_at_limit(expired)
+                watchdog.reading = True
+        except asyncio.CancelledError:
+            await self._limit_if_expired(watchdog)
 
-    def _next_deadline(self) -> float:
-        """The end of the step's time: its ``max_step_seconds``, or ``max_step_idle_seconds``
-        from now (the last chunk), whichever comes first."""
-        idle = asyncio.get_running_loop().time() + self._bounds.max_idle_seconds
-        return min(self._deadline, idle)
+    def _watch(self) -> Watchdog:
+        """The step's watchdog, watching the current task (begin and the rest run in two)."""
+        task = asyncio.current_task()
+        assert task is not None  # called from a coroutine
+        if self._watchdog is None:
+            bounds = self._bounds
+            self._watchdog = Watchdog(task, bounds.max_seconds, bounds.max_idle_seconds)
+        self._watchdog.watch(task)
+        return self._watchdog
 
-    def _timed_out(self) -> str:
-        if asyncio.get_running_loop().time() >= self._deadline:
-            return f"the step exceeded max_step_seconds ({self._bounds.max_seconds:g} s)"
-        idle = self._bounds.max_idle_seconds
-        return f"the step exceeded max_step_idle_seconds ({idle:g} s without a chunk)"
+    async def _limit_if_expired(self, watchdog: Watchdog) -> NoReturn:
+        """A cancellation the watchdog made ends the step at its bound; any other goes on."""
+        task = asyncio.current_task()
+        if not watchdog.fired or task is None or watchdog.expired is None:
+            raise  # noqa: PLE0704 - called from an except block: re-raises the cancellation
+        watchdog.fired = False
+        task.uncancel()
+        await self.stop_at_limit(watchdog.expired)
 
     async def _bounded_first_batch(
         self, batches: AsyncGenerator[list[StreamChunk], None]
     ) -> list[StreamChunk]:
         """:meth:`_first_batch` within the step's time bounds (a limit error past them)."""
-        window = asyncio.timeout_at(self._next_deadline())
+        watchdog = self._watch()
         try:
-            async with window:
-                return await self._first_batch(batches)
-        except TimeoutError:
-            if not window.expired():
-                raise
-            await self.stop_at_limit(self._timed_out())
+            batch = await self._first_batch(batches)
+        except asyncio.CancelledError:
+            await self._limit_if_expired(watchdog)
+        watchdog.reading = False
+        watchdog.chunk_seen()
+        return batch
 
     async def _first_batch(
         self, batches: AsyncGenerator[list[StreamChunk], None]
@@ -209,6 +221,8 @@ class StepRun:
                 if batch:
                     return batch
         except ProviderHTTPError as exc:
+            if self._watchdog is not None:
+                self._watchdog.reading = False  # publishing from here: never cancelled midway
             message = scrub(exc.message, self.plan.secrets)
             error = StepError(message=message, retryable=exc.retryable, code=exc.code)
             await self._record_before_start(Finish(reason="error", error=error))
@@ -226,6 +240,8 @@ class StepRun:
         if self.finish is not None:
             self._metrics.steps.labels(self.finish.reason).inc()
         self.plan.claim.drop()
+        if self._watchdog is not None:
+            self._watchdog.stop()
         if self._chunks is not None:
             await self._chunks.aclose()
 
