@@ -6,7 +6,7 @@ UV := .uv/bin/uv
 VENV := .venv
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 
-.PHONY: demo test lint typecheck bench schemas install browser clean
+.PHONY: demo test lint typecheck bench schemas install browser clean fuzz
 
 $(UV):
 	$(PYTHON) -m venv .uv
@@ -42,6 +42,12 @@ typecheck: install
 
 bench: install
 	$(VENV)/bin/python -m bench $(BENCH)
+
+# The adapters' long fuzz run (docs/providers.md, "Fuzzing"): FUZZ_EXAMPLES cases per adapter
+# and strategy (mutated recordings, random SSE); the default suite runs 30 of each.
+FUZZ_EXAMPLES ?= 100000
+fuzz: install
+	TOKENWIRE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VENV)/bin/pytest tests/fuzz -q -p no:randomly
 
 schemas: install
 	$(VENV)/bin/python -m tokenwire.schemas.jsonschema schemas/

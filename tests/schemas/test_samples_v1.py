@@ -75,6 +75,14 @@ ENVELOPES: dict[str, ChunkEnvelope] = {
     "envelope-block-end-text.json": envelope(
         6, BlockEnd(index=1, block=TextBlock(text="Hello, wörld ✓"))
     ),
+    "envelope-block-end-tool-call-by-reference.json": envelope(
+        9,
+        BlockEnd(
+            index=2,
+            block=ToolCallBlock(id="toolu_01", name="get_weather", arguments=""),
+            by_reference=True,
+        ),
+    ),
     "envelope-block-end-reasoning.json": envelope(
         2,
         BlockEnd(

@@ -9,6 +9,7 @@
     ├── PublishError
     │   ├── PublishTimeout(subject, msg_id, waited_s)  no positive ack within the retry horizon
     │   ├── PublishRejected(subject, msg_id, code, description)  a permanent error ack
+    │   ├── PayloadTooLarge(subject, size, limit)      payload + headers over max_payload
     │   └── FlushTimeout(in_flight, waited_s)          flush() gave up with acks outstanding
     ├── ReaderStalled(session, waited_s, last_seq)     a replay saw nothing while more was due
     └── StepRegistryError
@@ -65,6 +66,26 @@ class PublishTimeout(PublishError):  # noqa: N818 - names fixed by the interface
         self.msg_id = msg_id
         self.waited_s = waited_s
         super().__init__(f"publish of {msg_id} to {subject} not acked after {waited_s:.1f} s")
+
+
+class PayloadTooLarge(PublishError):  # noqa: N818 - a condition, like PublishTimeout
+    """A message of ``size`` bytes (payload and headers, as the server counts them) is over
+    the connected server's ``max_payload`` (``limit``); nothing was sent.
+
+    ``room`` is the largest payload that fits beside the same headers, so a caller can split
+    or shrink what it sends. Sending it anyway would make the server close the connection
+    (nats-py then closes the client for good).
+    """
+
+    def __init__(self, subject: str, size: int, limit: int, room: int) -> None:
+        self.subject = subject
+        self.size = size
+        self.limit = limit
+        self.room = room
+        super().__init__(
+            f"message to {subject} is {size} bytes with its headers, over the server's "
+            f"max_payload of {limit} bytes"
+        )
 
 
 class PublishRejected(PublishError):  # noqa: N818 - names fixed by the interface

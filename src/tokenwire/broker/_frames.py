@@ -7,8 +7,10 @@ header, about 3-4 us a message here: ~15% of the gateway's CPU per chunk (18.4-1
 validated session ids and its header names are its own, so a frame is built directly,
 appended with ``Client._send_command`` and the flusher kicked, as ``publish`` does.
 
-Only while the connection is up: reconnecting, draining, or a payload over the server's
-``max_payload`` go through the public ``publish`` and its buffering and errors. If a nats-py
+Only while the connection is up: reconnecting or draining go through the public ``publish``
+and its buffering and errors. The server counts the header block in ``max_payload`` (nats-py's
+own check counts the payload alone, and a message over the limit makes the server close the
+connection): :func:`message_size` is what the publisher checks before either path. If a nats-py
 release renames what this uses, :attr:`FrameWriter.enabled` is false and every message takes
 the public path (tests/broker/test_frames.py fails, so the change is noticed).
 """
@@ -41,6 +43,24 @@ def hpub_frame(subject: str, reply: str, headers: Mapping[str, str], payload: by
     )  # fmt: skip
 
 
+_HEADER_FRAMING = len(b"NATS/1.0\r\n") + len(b"\r\n")
+_PER_HEADER = len(b": ") + len(b"\r\n")
+
+
+def header_size(headers: Mapping[str, str]) -> int:
+    """Bytes of the header block :func:`hpub_frame` writes for ``headers`` (an upper bound:
+    a value's surrounding whitespace, stripped on the wire, is counted)."""
+    size = _HEADER_FRAMING
+    for name, value in headers.items():
+        size += len(name) + _PER_HEADER + (len(value) if value.isascii() else len(value.encode()))
+    return size
+
+
+def message_size(headers: Mapping[str, str], payload_size: int) -> int:
+    """What the server compares with its ``max_payload``: the header block plus the payload."""
+    return header_size(headers) + payload_size
+
+
 class FrameWriter:
     """Writes pre-encoded frames on one connection (see the module docstring)."""
 
@@ -56,7 +76,7 @@ class FrameWriter:
             and nc.is_connected
             and not nc.is_draining_pubs
             and payload_size <= nc.max_payload
-        )
+        )  # the publisher checked the size with the headers counted (message_size)
 
     async def publish(
         self, subject: str, reply: str, headers: Mapping[str, str], payload: bytes

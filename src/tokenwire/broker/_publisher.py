@@ -11,7 +11,10 @@ acks in a callback (~85k msg/s), and bounds everything:
   ``Nats-Msg-Id`` (the stream's duplicate window drops the copy if the first one landed), with
   backoff after error acks, until ``retry_horizon_s`` after its first send; then its step fails
   with :class:`PublishTimeout` (never silent loss);
-* permanent error acks (anything but 503) fail the step at once with :class:`PublishRejected`.
+* permanent error acks (anything but 503) fail the step at once with :class:`PublishRejected`;
+* size: a message whose payload and headers together exceed the connected server's
+  ``max_payload`` raises :class:`PayloadTooLarge` before anything is sent (the server would
+  close the connection for it, and nats-py then closes the client for good).
 
 Order: messages go out in call order on one connection, so a session's chunks are stored in
 order on the normal path; retries are resent in original publish order. A retry can land after
@@ -39,10 +42,11 @@ from tokenwire.broker._errors import (
     BrokerError,
     BrokerUnavailable,
     FlushTimeout,
+    PayloadTooLarge,
     PublishRejected,
     PublishTimeout,
 )
-from tokenwire.broker._frames import FrameWriter
+from tokenwire.broker._frames import FrameWriter, header_size
 from tokenwire.broker._puback import puback_decoder
 from tokenwire.broker._replies import ReplyInbox
 from tokenwire.broker._topology import Topology, chunk_subject, msg_id
@@ -206,17 +210,21 @@ class ChunkPublisher:
     ) -> None:
         """Send one chunk; returns once it is on the wire, not once it is acked.
 
-        Waits for a window slot when ``window`` messages are in flight; raises PublishTimeout
-        if none frees up within the retry horizon, BrokerUnavailable if the connection is
-        closed. Acks are tracked per (session, turn, step): see :meth:`wait_acked`.
+        Raises PayloadTooLarge (nothing sent, the step unharmed) when the payload and its
+        headers exceed the server's ``max_payload``. Waits for a window slot when ``window``
+        messages are in flight; raises PublishTimeout if none frees up within the retry
+        horizon, BrokerUnavailable if the connection is closed. Acks are tracked per
+        (session, turn, step): see :meth:`wait_acked`.
         """
         subject = chunk_subject(self._topology, session, first)
         mid = msg_id(session, turn, step, ordinal)
+        all_headers = {**(headers or {}), "Nats-Msg-Id": mid}
+        self._check_size(subject, all_headers, len(envelope_bytes))
         await self._acquire_slot(subject, mid)
         now = self._clock()
         entry = _Pending(
-            subject, envelope_bytes, {**(headers or {}), "Nats-Msg-Id": mid}, mid,
-            (session, turn, step), now, now + self._ack_timeout,
+            subject, envelope_bytes, all_headers, mid, (session, turn, step), now,
+            now + self._ack_timeout,
         )  # fmt: skip
         self._serial += 1
         token = str(self._serial)
@@ -226,6 +234,12 @@ class ChunkPublisher:
         self._step_state(entry.step).outstanding += 1
         self._published += 1
         await self._send(token, entry)
+
+    def _check_size(self, subject: str, headers: dict[str, str], payload_size: int) -> None:
+        limit = self._nc.max_payload
+        head = header_size(headers)
+        if head + payload_size > limit:
+            raise PayloadTooLarge(subject, head + payload_size, limit, max(limit - head, 0))
 
     async def _acquire_slot(self, subject: str, mid: str) -> None:
         if self._window.try_take():

@@ -9,11 +9,13 @@ from tokenwire.fold._acc import BLOCK_KIND, RUN_LENGTH, Acc, block_size, utf8_le
 from tokenwire.fold._errors import ChunkAfterFinish, StepStateError
 from tokenwire.fold._limits import DEFAULT_LIMITS, FoldLimits
 from tokenwire.schemas import (
+    LIMIT_ERROR_CODE,
     BlockEnd,
     BlockStart,
     BlockType,
     ContentBlock,
     Finish,
+    ImageBlock,
     Message,
     ReasoningBlock,
     ReasoningDelta,
@@ -26,6 +28,7 @@ from tokenwire.schemas import (
     TokenUsage,
     ToolCallBlock,
     ToolCallDelta,
+    ToolResultBlock,
     Usage,
 )
 
@@ -37,7 +40,8 @@ class StepFold:
     """The incremental fold of one step: feed its chunks in ordinal order, then take the result.
 
     Rules (docs/fold.md): deltas are correlated to blocks by ``index`` (blocks may interleave);
-    ``block-start``/``block-end`` are optional; a ``block-end`` carries the authoritative block;
+    ``block-start``/``block-end`` are optional; a ``block-end`` carries the authoritative block
+    (one ``by_reference`` takes its streamed content from the deltas received at its index);
     chunks for an index already ended are ignored and counted (``ignored_deltas``); an empty
     delta changes nothing; a later ``usage`` replaces an earlier one; a ``max-tokens`` finish
     (a truncating one) closes the text and reasoning blocks still open as they stand, lists
@@ -189,6 +193,8 @@ class StepFold:
             return
         else:
             received = acc.size()
+        if chunk.by_reference:
+            block = _with_streamed_content(block, acc)
         self._closed[index] = block
         self._grow(block_size(block) - received)
 
@@ -317,7 +323,8 @@ class StepFold:
     def _provider_error(self, error: StepError | None) -> RecordedError:
         if error is None:  # Finish.__post_init__ rules this out; kept total for the type checker
             return RecordedError("provider", "finish error without details", usage=self._usage)
-        return RecordedError("provider", error.message, error.retryable, error.code, self._usage)
+        kind: StepErrorKind = "limit" if error.code == LIMIT_ERROR_CODE else "provider"
+        return RecordedError(kind, error.message, error.retryable, error.code, self._usage)
 
     def _contract_error(self, message: str) -> RecordedError:
         return RecordedError(kind="contract", message=message, usage=self._usage)
@@ -361,6 +368,26 @@ def _text_handler(kind: Literal["text", "reasoning"]) -> _Handler:
             acc.compact()
 
     return on_delta
+
+
+def _with_streamed_content(block: ContentBlock, acc: Acc | None) -> ContentBlock:
+    """A by-reference block-end's block with its content taken from the deltas received.
+
+    The block's other fields (id, name, signature) are its own; a block kind that never
+    streams (tool result, image) has nothing to take and is kept as it is.
+    """
+    streamed = acc.text() if acc is not None else ""
+    match block:
+        case TextBlock():
+            return TextBlock(streamed)
+        case ReasoningBlock(signature=signature, redacted=redacted):
+            return ReasoningBlock(streamed, signature, redacted)
+        case ToolCallBlock(id=id_, name=name):
+            return ToolCallBlock(id_, name, streamed)
+        case ToolResultBlock() | ImageBlock():
+            return block
+        case _:
+            assert_never(block)
 
 
 def _built(acc: Acc) -> ContentBlock | None:

@@ -216,7 +216,19 @@ class HttpClient:
         target, proxy = self._route(url)
         request = _head(target, proxy, headers, len(body)) + body  # ValueError before connecting
         key = (target.tls, target.host, target.port, proxy)
-        conn = self._pooled(key) or await self._connect(target, proxy)
+        pooled = self._pooled(key)
+        conn = pooled or await self._connect(target, proxy)
+        try:
+            return await self._exchange(key, conn, request)
+        except TransportError:
+            if pooled is None or not conn.closed_before_answering():
+                raise
+        # A reused connection the server closed without a byte of an answer (it was closing
+        # the idle connection as the request went out): sent once more on a fresh connection,
+        # as urllib3 and httpx do for a stale pooled connection.
+        return await self._exchange(key, await self._connect(target, proxy), request)
+
+    async def _exchange(self, key: _PoolKey, conn: Connection, request: bytes) -> HttpResponse:
         conn.send(request)
         try:
             await conn.wait_headers()

@@ -62,6 +62,7 @@ class Connection(asyncio.Protocol):
         self._paused = False
         self._error: TransportError | None = None
         self._last_read = self._loop.time()
+        self._received = 0
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -70,6 +71,7 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self._loop.time()
+        self._received += len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -172,6 +174,11 @@ class Connection(asyncio.Protocol):
             self._last_read = self._loop.time()  # the silence was ours, not the provider's
             self.transport.resume_reading()
         return data
+
+    def closed_before_answering(self) -> bool:
+        """The server closed the connection without a byte of the response (the stale
+        keep-alive case: it closed an idle connection as the request went out)."""
+        return self.closed and self._received == 0 and not self.headers_done
 
     def reusable(self) -> bool:
         """Read to its end, nothing left over, and both sides keep the connection."""

@@ -164,6 +164,8 @@ def _show(view: _StepView, envelope: ChunkEnvelope, out: list[Shown]) -> None:
 
 def _show_block_end(view: _StepView, chunk: BlockEnd, out: list[Shown]) -> None:
     block = chunk.block
+    if chunk.by_reference:
+        return  # its content streamed as deltas; a tool call is shown from the step's result
     if isinstance(block, ToolCallBlock):
         view.shown_calls.add(block.id)
         out.append(ShownToolCall(block))

@@ -19,6 +19,7 @@ from tokenwire.schemas._blocks import (
 )
 from tokenwire.schemas._chunks import (
     FINISH_REASONS,
+    LIMIT_ERROR_CODE,
     BlockEnd,
     BlockStart,
     Finish,
@@ -42,6 +43,7 @@ from tokenwire.schemas._usage import TokenUsage
 
 __all__ = [
     "FINISH_REASONS",
+    "LIMIT_ERROR_CODE",
     "SCHEMA_VERSION",
     "BlockEnd",
     "BlockStart",

@@ -41,6 +41,12 @@ class StepError(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     code: str | None = None
 
 
+LIMIT_ERROR_CODE = "tokenwire_limit"
+"""The ``StepError.code`` of a step the gateway ended at one of its bounds (a step's bytes,
+chunks or seconds, a chunk too large for the broker): folded as ``RecordedError(kind="limit")``
+rather than ``provider``."""
+
+
 class BlockStart(
     msgspec.Struct, tag="block-start", tag_field="type", frozen=True, omit_defaults=True
 ):
@@ -83,10 +89,19 @@ class ToolCallDelta(
 
 
 class BlockEnd(msgspec.Struct, tag="block-end", tag_field="type", frozen=True, omit_defaults=True):
-    """The block at ``index`` is complete; ``block`` is its fully assembled content."""
+    """The block at ``index`` is complete; ``block`` is its fully assembled content.
+
+    ``by_reference`` (added in schema version 1, default false): the block's streamed content
+    (a text or reasoning block's ``text``, a tool call's ``arguments``) is left out of ``block``
+    (empty) and is the concatenation of the step's deltas at ``index``, which the log already
+    holds. The gateway writes it only when the whole block would not fit in one broker
+    message (docs/adr/0012-large-blocks-by-reference.md); every other field of ``block``
+    (signature, id, name) is carried as usual.
+    """
 
     index: int
     block: ContentBlock
+    by_reference: bool = False
 
 
 class Usage(msgspec.Struct, tag="usage", tag_field="type", frozen=True, omit_defaults=True):

@@ -49,7 +49,8 @@ StepErrorKind = Literal["provider", "aborted", "gap", "abandoned", "contract", "
 - ``gap``: chunks of the step never arrived (an ordinal was missing when it had to close).
 - ``abandoned``: no ``finish`` arrived within the abandon timeout (a crashed gateway).
 - ``contract``: the chunks broke the adapter contract (e.g. a chunk after ``finish``).
-- ``limit``: the step exceeded a fold bound (open blocks, bytes per step).
+- ``limit``: the step exceeded a fold bound (open blocks, bytes per step), or the gateway
+  ended it at one of its bounds (``finish {error}`` with code ``tokenwire_limit``).
 """
 
 

@@ -99,7 +99,11 @@ class Gateway:
         return await self._handle(request, _RESPONSES)
 
     async def healthz(self, request: Request) -> Response:
-        """The process is up."""
+        """The process is up and can serve: 503 once the broker connection is closed for good
+        (reconnecting is not closed: ``/readyz`` covers that)."""
+        if not self.deps.live():
+            body = {"status": "broker connection closed"}
+            return self._count(request, JSONResponse(body, status_code=503))
         return self._count(request, JSONResponse({"status": "ok"}))
 
     async def readyz(self, request: Request) -> Response:
@@ -157,6 +161,7 @@ class Gateway:
             self.deps,
             self.metrics,
             self.settings.ack_timeout_s,
+            self.settings.step_bounds,
             call=observer,
         )
         try:

@@ -11,6 +11,7 @@ GatewayError                        status, code, message, param
 │   └── TranslationUnsupportedError 400: no translation between the two dialects (yet)
 └── StepFailureError                the request was valid but the step could not complete
     ├── BrokerUnavailableError      503: the broker did not acknowledge; step not captured
+    ├── StepLimitError              502: the step reached a gateway bound; recorded ``limit``
     └── UpstreamError               502 (or the provider's 4xx/429): the provider call failed
 ```
 
@@ -106,6 +107,11 @@ class BrokerUnavailableError(StepFailureError):
 
     status = 503
     code = "overloaded_error"
+
+
+class StepLimitError(StepFailureError):
+    """The step reached one of the gateway's bounds (its bytes, chunks or seconds, or a chunk
+    too large for the broker); it was ended and recorded as a ``limit`` error."""
 
 
 class UpstreamError(StepFailureError):

@@ -49,6 +49,10 @@ class CallerOutput(Protocol):
         """Sent for each chunk, in order."""
         ...
 
+    def idle(self) -> bytes:
+        """Sent after a provider read that brought no chunk (what it forwards is not kept)."""
+        ...
+
     def ending(self) -> bytes:
         """Sent after a normal finish once every chunk is acknowledged."""
         ...
@@ -58,19 +62,38 @@ class CallerOutput(Protocol):
         ...
 
 
+TAP_MAX_IDLE_BYTES = 64 * 1024
+"""Events that produced no chunk kept (for forwarding) before the first chunk, at most;
+later ones are not kept until a chunk comes. After the first chunk a read without a chunk
+forwards what it read at once (``idle``), so nothing piles up either way."""
+
+
 class _Tap:
     """A normaliser that also keeps the events it reads, for forwarding them unchanged."""
 
     def __init__(self, inner: Normaliser) -> None:
         self._inner = inner
         self.events: list[SseEvent] = []
+        self._idle_bytes = 0  # data of kept events that produced no chunk yet
 
     def feed(self, event: SseEvent) -> list[StreamChunk]:
+        chunks = self._inner.feed(event)
+        if chunks:
+            self._idle_bytes = 0
+        elif self._idle_bytes + len(event.data) > TAP_MAX_IDLE_BYTES:
+            return chunks  # carries nothing and the bound is reached: not kept
+        else:
+            self._idle_bytes += len(event.data)
         self.events.append(event)
-        return self._inner.feed(event)
+        return chunks
 
     def close(self) -> list[StreamChunk]:
         return self._inner.close()
+
+    def take(self) -> list[SseEvent]:
+        """The kept events, in order; none are kept after."""
+        events, self.events, self._idle_bytes = self.events, [], 0
+        return events
 
 
 class _Probe(msgspec.Struct):
@@ -106,6 +129,7 @@ class ForwardingOutput:
         self._tap: _Tap | None = None
         self._error_sent = False
         self._held: list[SseEvent] = []  # Responses: the terminal event, until the acks
+        self._ended = False
 
     def normaliser(self, inner: Normaliser) -> Normaliser:
         self._tap = _Tap(inner)
@@ -120,6 +144,9 @@ class ForwardingOutput:
         if isinstance(chunk, Finish) and failed and not self._error_sent:
             out += self.failure(_reason(chunk))  # the provider's stream just stopped
         return out
+
+    def idle(self) -> bytes:
+        return self._drain()
 
     def ending(self) -> bytes:
         if self._responses:
@@ -139,17 +166,23 @@ class ForwardingOutput:
     def _drain(self) -> bytes:
         if self._tap is None or not self._tap.events:
             return b""
-        events, self._tap.events = self._tap.events, []
-        return b"".join(frame(e) for e in events if self._forwarded(e))
+        return b"".join(frame(e) for e in self._tap.take() if self._forwarded(e))
 
     def _forwarded(self, event: SseEvent) -> bool:
+        """Whether the event goes to the caller: nothing after the provider's end event
+        (``[DONE]``, ``message_stop``), which the step does not read past either."""
+        if self._ended:
+            return False
         if self._openai:
             return self._forwarded_openai(event)
         if self._responses:
             return self._forwarded_responses(event)
         if event.event == "error":
             self._error_sent = True
-        return event.event != "message_stop"
+        if event.event == "message_stop":
+            self._ended = True
+            return False
+        return True
 
     def _forwarded_responses(self, event: SseEvent) -> bool:
         if event.event in ("response.completed", "response.incomplete"):
@@ -162,6 +195,7 @@ class ForwardingOutput:
     def _forwarded_openai(self, event: SseEvent) -> bool:
         data = event.data
         if data.startswith("[DONE]"):
+            self._ended = True
             return False
         if '"error"' in data or (self._strip_usage and _may_be_usage_only(data)):
             try:
@@ -205,6 +239,9 @@ class EncodingOutput:
 
     def chunk(self, chunk: StreamChunk) -> bytes:
         return self._encoder.encode(chunk)
+
+    def idle(self) -> bytes:
+        return b""
 
     def ending(self) -> bytes:
         if isinstance(self._encoder, ResponsesStreamEncoder):
@@ -307,6 +344,9 @@ class FoldingOutput:
         # A chunk after finish: the fold already has its answer; the broker has every chunk.
         with contextlib.suppress(FoldError):
             self._fold.feed(chunk)
+        return b""
+
+    def idle(self) -> bytes:
         return b""
 
     def ending(self) -> bytes:

@@ -13,6 +13,7 @@ import gc
 import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 from nats.aio.client import Client
@@ -30,6 +31,7 @@ from tokenwire.config import ConfigError
 from tokenwire.observability import OtelProviders, no_otel, otel_from_env
 from tokenwire.replay import events_router
 from tokenwire.services.gateway._app import create_app
+from tokenwire.services.gateway._edge import KEEP_ALIVE_S, bounded_protocol
 from tokenwire.services.gateway._seams import GatewayDeps, HttpUpstream
 from tokenwire.services.gateway._settings import GatewaySettings
 from tokenwire.store import Store, open_store
@@ -50,6 +52,12 @@ at the older generations' passes (every 50 young passes, and every 100 of those)
 HTTP_IMPL = "httptools"
 """uvicorn's HTTP/1.1 protocol: httptools (C parser) costs the gateway about half the CPU per
 response write of the pure-Python h11 (bench/bench_gateway.py, docs/gateway.md "Performance")."""
+
+
+def _edge_options(settings: GatewaySettings) -> dict[str, Any]:
+    """uvicorn options of the HTTP edge: httptools with the edge's bounds (``_edge.py``), and
+    keep-alive connections kept longer than the SDKs' pools keep them."""
+    return {"http": bounded_protocol(settings.edge), "timeout_keep_alive": KEEP_ALIVE_S}
 
 
 def check_bind(settings: GatewaySettings) -> None:
@@ -100,9 +108,13 @@ async def broker_deps(
             return False
         return True
 
+    def live() -> bool:
+        return not nc.is_closed
+
     deps = GatewayDeps(
-        upstream=upstream, sink=publisher, steps=steps, ready=ready, otel=otel or no_otel()
-    )
+        upstream=upstream, sink=publisher, steps=steps, ready=ready, live=live,
+        otel=otel or no_otel(),
+    )  # fmt: skip
     return BrokerDeps(deps, publisher, steps, upstream)
 
 
@@ -134,7 +146,8 @@ class GatewayServer:
         self.app = create_app(settings, deps)
         self._sock = _listen(settings.host, settings.port)
         config = uvicorn.Config(
-            self.app, log_level="warning", lifespan="on", access_log=False, http=HTTP_IMPL,
+            self.app, log_level="warning", lifespan="on", access_log=False,
+            **_edge_options(settings),
             timeout_graceful_shutdown=int(settings.ack_timeout_s),
         )  # fmt: skip
         self._server = uvicorn.Server(config)
@@ -205,7 +218,8 @@ async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> N
         try:
             config = uvicorn.Config(
                 create_app(settings, real.deps), host=settings.host, port=settings.port,
-                log_level="info", lifespan="on", access_log=False, http=HTTP_IMPL,
+                log_level="info", lifespan="on", access_log=False,
+            **_edge_options(settings),
                 timeout_graceful_shutdown=int(settings.ack_timeout_s),
             )  # fmt: skip
             await _serve(uvicorn.Server(config), stop)

@@ -99,12 +99,19 @@ async def _always_ready() -> bool:
     return True
 
 
+def _always_live() -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class GatewayDeps:
     """What the app runs on. ``run()`` builds the real ones; tests pass fakes.
 
     - ``upstream``: calls providers; ``sink``: publishes chunks; ``steps``: claims steps;
     - ``ready``: whether the broker is connected and the stream present (``/readyz``);
+    - ``live``: whether the process can still serve at all (``/healthz``): false once the
+      broker connection is closed for good (nats-py never reopens a closed client), so an
+      orchestrator restarts the gateway instead of leaving it answering errors;
     - ``clock_ns``: wall clock in Unix ns (envelope times); ``new_id``: session and response
       ids; ``monotonic``: for durations (metrics);
     - ``extra_routes``: routes served beside the gateway's own (the session events, sessions,
@@ -117,6 +124,7 @@ class GatewayDeps:
     sink: ChunkSink
     steps: StepAllocator
     ready: Callable[[], Awaitable[bool]] = _always_ready
+    live: Callable[[], bool] = _always_live
     clock_ns: Callable[[], int] = time.time_ns
     new_id: Callable[[], str] = _new_session
     monotonic: Callable[[], float] = time.perf_counter

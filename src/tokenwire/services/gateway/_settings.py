@@ -13,6 +13,14 @@ from dataclasses import dataclass, field
 
 from tokenwire import config
 from tokenwire.config import ConfigError, parse_addr, parse_int, parse_urls
+from tokenwire.services.gateway._bounds import (
+    DEFAULT_MAX_STEP_BYTES,
+    DEFAULT_MAX_STEP_CHUNKS,
+    DEFAULT_MAX_STEP_IDLE_SECONDS,
+    DEFAULT_MAX_STEP_SECONDS,
+    StepBounds,
+)
+from tokenwire.services.gateway._edge import EdgeLimits
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 _PROVIDER_VAR = re.compile(
@@ -38,6 +46,11 @@ class GatewaySettings:
       (at most; see ``_outbox.py``).
     - ``default_max_tokens``: sent to Anthropic when a translated request named none.
     - ``ack_timeout_s``: how long the end of a step waits for the broker's acks.
+    - ``edge``: the HTTP edge's bounds (header size and count, header and body read
+      timeouts, connections and requests at once; ``_edge.py``).
+    - ``max_step_bytes``, ``max_step_chunks``, ``max_step_seconds``: the bounds of one step
+      (content bytes, published chunks, seconds); past one the step ends as a recorded
+      ``limit`` error, whether or not its caller is still there (docs/configuration.md).
     - ``partitions``, ``replicas``: the broker topology (session partitions, stream replicas);
       ``provision``: create/update it at start (off when a provisioner owns it).
     - ``store_url``: the store the session and message routes read (``TOKENWIRE_STORE``).
@@ -55,6 +68,11 @@ class GatewaySettings:
     caller_buffer_bytes: int = 1024 * 1024
     default_max_tokens: int = 4096
     ack_timeout_s: float = 35.0
+    max_step_bytes: int = DEFAULT_MAX_STEP_BYTES
+    max_step_chunks: int = DEFAULT_MAX_STEP_CHUNKS
+    max_step_seconds: float = DEFAULT_MAX_STEP_SECONDS
+    max_step_idle_seconds: float = DEFAULT_MAX_STEP_IDLE_SECONDS
+    edge: EdgeLimits = field(default_factory=EdgeLimits)
     partitions: int = 16
     replicas: int = 1
     provision: bool = True
@@ -64,6 +82,14 @@ class GatewaySettings:
     def loopback_only(self) -> bool:
         """Whether ``host`` is a loopback address."""
         return self.host in _LOOPBACK or self.host.startswith("127.")
+
+    @property
+    def step_bounds(self) -> StepBounds:
+        """The bounds every step runs under."""
+        return StepBounds(
+            self.max_step_bytes, self.max_step_chunks, self.max_step_seconds,
+            self.max_step_idle_seconds,
+        )  # fmt: skip
 
     def secrets(self) -> tuple[str, ...]:
         """Every credential value, to scrub from anything the gateway reports."""
@@ -79,6 +105,7 @@ class GatewaySettings:
         env = os.environ if env is None else env
         host, port = parse_addr(env.get("TOKENWIRE_GATEWAY_ADDR", "127.0.0.1:8080"))
         keys = frozenset(k.strip() for k in env.get("TOKENWIRE_GATEWAY_KEYS", "").split(","))
+        bounds = _step_bounds(env)
         max_body = env.get("TOKENWIRE_GATEWAY_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES))
         return cls(
             host=host,
@@ -88,11 +115,55 @@ class GatewaySettings:
             provider_env={k: v for k, v in env.items() if _PROVIDER_VAR.match(k)},
             max_body_bytes=parse_int("TOKENWIRE_GATEWAY_MAX_BODY_BYTES", max_body, 1024),
             continue_on_disconnect=_flag(env, "TOKENWIRE_GATEWAY_CONTINUE_ON_DISCONNECT", True),
+            max_step_bytes=bounds.max_bytes,
+            max_step_chunks=bounds.max_chunks,
+            max_step_seconds=bounds.max_seconds,
+            max_step_idle_seconds=bounds.max_idle_seconds,
+            edge=_edge(env),
             partitions=parse_int("TOKENWIRE_PARTITIONS", env.get("TOKENWIRE_PARTITIONS", "16"), 1),
             replicas=parse_int("TOKENWIRE_REPLICAS", env.get("TOKENWIRE_REPLICAS", "1"), 1, 5),
             provision=_flag(env, "TOKENWIRE_PROVISION", True),
             store_url=config.load(env).store_url,
         )
+
+
+def _step_bounds(env: Mapping[str, str]) -> StepBounds:
+    """``TOKENWIRE_GATEWAY_MAX_STEP_*``; defaults in ``_bounds.py``."""
+    return StepBounds(
+        _int(env, "TOKENWIRE_GATEWAY_MAX_STEP_BYTES", DEFAULT_MAX_STEP_BYTES),
+        _int(env, "TOKENWIRE_GATEWAY_MAX_STEP_CHUNKS", DEFAULT_MAX_STEP_CHUNKS),
+        _seconds(env, "TOKENWIRE_GATEWAY_MAX_STEP_SECONDS", DEFAULT_MAX_STEP_SECONDS),
+        _seconds(env, "TOKENWIRE_GATEWAY_MAX_STEP_IDLE_SECONDS", DEFAULT_MAX_STEP_IDLE_SECONDS),
+    )
+
+
+def _edge(env: Mapping[str, str]) -> EdgeLimits:
+    """``TOKENWIRE_GATEWAY_MAX_HEADER_BYTES`` and the other edge bounds; defaults in
+    ``EdgeLimits``."""
+    d = EdgeLimits()
+    return EdgeLimits(
+        max_header_bytes=_int(env, "TOKENWIRE_GATEWAY_MAX_HEADER_BYTES", d.max_header_bytes),
+        max_headers=_int(env, "TOKENWIRE_GATEWAY_MAX_HEADERS", d.max_headers),
+        header_timeout_s=_seconds(env, "TOKENWIRE_GATEWAY_HEADER_TIMEOUT_S", d.header_timeout_s),
+        body_timeout_s=_seconds(env, "TOKENWIRE_GATEWAY_BODY_TIMEOUT_S", d.body_timeout_s),
+        max_connections=_int(env, "TOKENWIRE_GATEWAY_MAX_CONNECTIONS", d.max_connections),
+        max_requests=_int(env, "TOKENWIRE_GATEWAY_MAX_REQUESTS", d.max_requests),
+    )
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name, str(default))
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ConfigError(name, text, "expected a number of seconds") from None
+    if not seconds > 0:
+        raise ConfigError(name, text, "expected a positive number of seconds")
+    return seconds
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    return parse_int(name, env.get(name, str(default)), 2)
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:

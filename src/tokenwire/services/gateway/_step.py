@@ -29,17 +29,29 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
+from typing import NoReturn
 
 import msgspec
 
-from tokenwire.broker import BrokerError
+from tokenwire.broker import BrokerError, PayloadTooLarge
 from tokenwire.providers import ProviderHTTPError
-from tokenwire.schemas import ChunkEnvelope, Finish, StepError, StreamChunk, Usage, json_encoder
+from tokenwire.schemas import (
+    LIMIT_ERROR_CODE,
+    ChunkEnvelope,
+    Finish,
+    StepError,
+    StreamChunk,
+    Usage,
+    json_encoder,
+)
+from tokenwire.services.gateway._bounds import StepBounds, StepMeter
 from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     GatewayError,
+    StepLimitError,
     UpstreamError,
 )
+from tokenwire.services.gateway._fit import ChunkTooLarge, DeltaLedger, fitted
 from tokenwire.services.gateway._genai import CallObserver
 from tokenwire.services.gateway._identity import StepClaim, StepIdentity
 from tokenwire.services.gateway._metrics import GatewayMetrics
@@ -47,6 +59,12 @@ from tokenwire.services.gateway._outbox import Outbox
 from tokenwire.services.gateway._output import CallerOutput
 from tokenwire.services.gateway._routing import Route
 from tokenwire.services.gateway._seams import GatewayDeps
+from tokenwire.services.gateway._watchdog import Watchdog
+
+DEFAULT_BOUNDS = StepBounds()
+_ID_GROWTH = 64
+"""Bytes kept free in a fitted message for what grows with the ordinal (its envelope field and
+the ``Nats-Msg-Id`` header)."""
 
 _COUNT_EVERY = 64
 """Published chunks are added to the Prometheus counter in groups of this many (and the rest
@@ -88,6 +106,7 @@ class StepRun:
         deps: GatewayDeps,
         metrics: GatewayMetrics,
         ack_timeout_s: float,
+        bounds: StepBounds = DEFAULT_BOUNDS,
         call: CallObserver | None = None,
     ) -> None:
         self.plan = plan
@@ -106,6 +125,10 @@ class StepRun:
         self._chunks: AsyncGenerator[list[StreamChunk], None] | None = None
         self._call = call  # the model call's span and figures (_genai.py)
         self._last_ns = 0  # the time on the last envelope published
+        self._ledger = DeltaLedger()
+        self._bounds = bounds
+        self._meter = StepMeter(bounds)
+        self._watchdog: Watchdog | None = None
 
     async def begin(self) -> None:
         """Call the provider and take the chunks of its first read: published, and the caller's
@@ -116,7 +139,7 @@ class StepRun:
         normaliser = self.output.normaliser(route.normaliser())
         self._chunks = self._deps.upstream.stream(route, self.plan.body, normaliser)
         try:
-            await self._take(await self._first_batch(self._chunks))
+            await self._take(await self._bounded_first_batch(self._chunks))
         except asyncio.CancelledError:
             await self._abort()
             await self._end()
@@ -129,10 +152,8 @@ class StepRun:
 
     async def finish_rest(self) -> None:
         """Read the provider to the end and settle the step; a failure goes to ``error``."""
-        assert self._chunks is not None  # begun
         try:
-            async for batch in self._chunks:
-                await self._take(batch)
+            await self._read_rest()
             await self._settle()
         except GatewayError as exc:
             self.error = exc
@@ -142,6 +163,61 @@ class StepRun:
             raise
         finally:
             await self._end()
+
+    async def _read_rest(self) -> None:
+        """Take the provider's chunks until its finish, within the step's time bounds."""
+        assert self._chunks is not None  # begun
+        watchdog = self._watch()
+        if (expired := watchdog.overdue()) is not None:  # ran out as the first chunks went
+            await self.stop_at_limit(expired)
+        watchdog.reading = True
+        try:
+            async for batch in self._chunks:  # the watchdog may cancel only this wait
+                watchdog.reading = False
+                await self._take(batch)
+                if self.finish is not None:
+                    return  # nothing after finish: the rest is not read
+                if batch:
+                    watchdog.chunk_seen()
+                else:  # a read that brought no chunk: what it forwards is not kept
+                    await self.outbox.put(self.output.idle())
+                if (expired := watchdog.overdue()) is not None:
+                    await self.stop_at_limit(expired)
+                watchdog.reading = True
+        except asyncio.CancelledError:
+            await self._limit_if_expired(watchdog)
+
+    def _watch(self) -> Watchdog:
+        """The step's watchdog, watching the current task (begin and the rest run in two)."""
+        task = asyncio.current_task()
+        assert task is not None  # called from a coroutine
+        if self._watchdog is None:
+            bounds = self._bounds
+            self._watchdog = Watchdog(task, bounds.max_seconds, bounds.max_idle_seconds)
+        self._watchdog.watch(task)
+        return self._watchdog
+
+    async def _limit_if_expired(self, watchdog: Watchdog) -> NoReturn:
+        """A cancellation the watchdog made ends the step at its bound; any other goes on."""
+        task = asyncio.current_task()
+        if not watchdog.fired or task is None or watchdog.expired is None:
+            raise  # noqa: PLE0704 - called from an except block: re-raises the cancellation
+        watchdog.fired = False
+        task.uncancel()
+        await self.stop_at_limit(watchdog.expired)
+
+    async def _bounded_first_batch(
+        self, batches: AsyncGenerator[list[StreamChunk], None]
+    ) -> list[StreamChunk]:
+        """:meth:`_first_batch` within the step's time bounds (a limit error past them)."""
+        watchdog = self._watch()
+        try:
+            batch = await self._first_batch(batches)
+        except asyncio.CancelledError:
+            await self._limit_if_expired(watchdog)
+        watchdog.reading = False
+        watchdog.chunk_seen()
+        return batch
 
     async def _first_batch(
         self, batches: AsyncGenerator[list[StreamChunk], None]
@@ -154,6 +230,8 @@ class StepRun:
         except ProviderHTTPError as exc:
             if self._call is not None:
                 self._call.http_status = exc.status
+            if self._watchdog is not None:
+                self._watchdog.reading = False  # publishing from here: never cancelled midway
             message = scrub(exc.message, self.plan.secrets)
             error = StepError(message=message, retryable=exc.retryable, code=exc.code)
             await self._record_before_start(Finish(reason="error", error=error))
@@ -176,6 +254,8 @@ class StepRun:
             turn_step = self._key[1:] if self.identity is not None else None
             self._call.end(self.finish, self.error, self._ordinal, self._deps.clock_ns(), turn_step)
         self.plan.claim.drop()
+        if self._watchdog is not None:
+            self._watchdog.stop()
         if self._chunks is not None:
             await self._chunks.aclose()
 
@@ -198,6 +278,9 @@ class StepRun:
 
     async def _take_one(self, chunk: StreamChunk, out: list[bytes]) -> None:
         first = self._ordinal == 0
+        crossed = self._meter.over(chunk, self._ordinal)
+        if crossed is not None:
+            await self.stop_at_limit(crossed)
         if isinstance(chunk, Finish):
             chunk = self._scrubbed(chunk)
             if first and chunk.error is not None:
@@ -234,6 +317,13 @@ class StepRun:
 
     async def _publish(self, chunk: StreamChunk) -> None:
         ident = self.identity or await self._claimed()
+        try:
+            await self._publish_encoded(self._encode(ident, chunk))
+        except PayloadTooLarge as exc:
+            await self._publish_fitted(ident, chunk, exc.room - _ID_GROWTH)
+        self._ledger.note(chunk)
+
+    def _encode(self, ident: StepIdentity, chunk: StreamChunk) -> bytes:
         route, ordinal = self.plan.route, self._ordinal
         self._last_ns = self._deps.clock_ns()
         envelope = ChunkEnvelope(
@@ -241,16 +331,40 @@ class StepRun:
             time_ns=self._last_ns, provider=route.provider, model=route.model,
             chunk=chunk, request_time_ns=self.plan.request_time_ns if ordinal == 0 else None,
         )  # fmt: skip
+        return json_encoder.encode(envelope)
+
+    async def _publish_encoded(self, envelope_bytes: bytes) -> None:
+        ordinal = self._ordinal
         try:
             await self._deps.sink.publish(
-                json_encoder.encode(envelope), *self._key, ordinal,
+                envelope_bytes, *self._key, ordinal,
                 first=ordinal == 0, headers=self.plan.trace_headers,
             )  # fmt: skip
+        except PayloadTooLarge:
+            raise
         except BrokerError as exc:
             raise BrokerUnavailableError(f"the broker did not accept the step: {exc}") from exc
         self._ordinal += 1
         if self._ordinal % _COUNT_EVERY == 0:
             self._chunk_counter.inc(_COUNT_EVERY)
+
+    async def _publish_fitted(self, ident: StepIdentity, chunk: StreamChunk, room: int) -> None:
+        """A chunk over the broker's message size: split, by reference, or the step's end."""
+        try:
+            pieces = fitted(chunk, lambda c: len(self._encode(ident, c)) <= room, self._ledger)
+        except ChunkTooLarge as exc:
+            await self.stop_at_limit(f"the step exceeded the broker's message size: {exc}")
+        for piece in pieces:
+            await self._publish_encoded(self._encode(ident, piece))
+
+    async def stop_at_limit(self, message: str) -> NoReturn:
+        """End the step at a gateway bound: record ``finish {error: tokenwire_limit}``, then
+        raise :class:`StepLimitError` (the caller is told in its dialect)."""
+        error = StepError(message=message, retryable=False, code=LIMIT_ERROR_CODE)
+        self.finish = Finish(reason="error", error=error)
+        await self._publish_encoded(self._encode(await self._claimed(), self.finish))
+        await self._wait_acked()
+        raise StepLimitError(message)
 
     async def _record_before_start(self, finish: Finish) -> None:
         """Publish a failed-before-start step as its one ``finish`` chunk, and wait for it."""

@@ -19,6 +19,8 @@ def decode_object(body: bytes) -> dict[str, Any]:
         value = msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidRequestError("request body is nested too deeply") from exc
     if not isinstance(value, dict):
         raise InvalidRequestError("request body must be a JSON object")
     return value
@@ -28,6 +30,8 @@ def convert(value: dict[str, Any], into: type[T]) -> T:
     """``value`` converted to ``into``; a wrong type or value is a 400 whose param is its path."""
     try:
         return msgspec.convert(value, into)
+    except RecursionError as exc:
+        raise InvalidRequestError("request body is nested too deeply") from exc
     except msgspec.ValidationError as exc:
         text = str(exc)
         found = _PATH.search(text)

@@ -1,0 +1,199 @@
+"""The HTTP edge's bounds, enforced in uvicorn's httptools protocol before the app runs.
+
+uvicorn offers ``limit_concurrency`` (a plain-text 503 without ``retry-after``) and
+``timeout_keep_alive``; its header-size bound (``h11_max_incomplete_event_size``) exists only
+for the h11 protocol, and nothing bounds the time to send headers or a body. So the gateway
+runs a subclass of uvicorn's ``HttpToolsProtocol`` that adds, per connection:
+
+- header bytes (request line and headers) and header count: 431;
+- a header read timeout (from the connection's or the request's first byte to the end of
+  its headers) and a body read timeout (end of headers to end of body): 408;
+- a concurrency limit on open connections and running requests: 503 with ``retry-after``;
+
+each answered in the dialect of the path (Anthropic's error object on ``/v1/messages``,
+OpenAI's elsewhere), then the connection is closed. Nothing here answers 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from tokenwire.services.gateway._encode_anthropic import anthropic_error_body
+from tokenwire.services.gateway._encode_openai import openai_error_body
+
+KEEP_ALIVE_S = 75
+"""How long an idle keep-alive connection stays open (uvicorn's default is 5 s). Longer than
+the SDKs' pool expiry (httpx's ``keepalive_expiry``, 5 s): a server closing at the same moment
+a client reuses the connection makes the client's request fail before any response byte."""
+
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large",
+            503: b"Service Unavailable"}  # fmt: skip
+_ANTHROPIC_TYPES = {408: "timeout_error", 431: "request_too_large", 503: "overloaded_error"}
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeLimits:
+    """Bounds of the HTTP edge (docs/configuration.md, ``TOKENWIRE_GATEWAY_*``)."""
+
+    max_header_bytes: int = 64 * 1024
+    max_headers: int = 100
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 4096
+    max_requests: int = 2048
+    retry_after_s: int = 1
+
+
+def edge_error(status: int, path: str, message: str) -> bytes:
+    """A whole HTTP response (closing the connection) in the path's dialect."""
+    if path.startswith("/v1/messages"):
+        body = anthropic_error_body(message, _ANTHROPIC_TYPES[status])
+    else:
+        kind = "invalid_request_error" if status < 500 else "api_error"
+        body = openai_error_body(message, kind, param=None, code=None)
+    retry = b"retry-after: 1\r\n" if status == 503 else b""
+    head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n" % (
+        status, _REASONS[status], len(body),
+    )  # fmt: skip
+    return head + retry + b"connection: close\r\n\r\n" + body
+
+
+def bounded_protocol(limits: EdgeLimits) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol with ``limits`` (pass it as ``uvicorn.Config(http=...)``)."""
+
+    class Bounded(BoundedHttpToolsProtocol):
+        edge = limits
+
+    return Bounded
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """See the module docstring; ``edge`` is set by :func:`bounded_protocol`."""
+
+    edge = EdgeLimits()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_bytes = 0
+        self._header_count = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._rejected = False
+        self._in_head = True  # reading a request line and headers
+        self._head_seen = 0  # raw bytes of them so far (httptools buffers a header whole)
+        self._head_start = b""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(self.edge.header_timeout_s, "headers")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._rejected:
+            return
+        if self._in_head and self._head_too_large(data):
+            self._reject(431, f"request line and headers exceed {self.edge.max_header_bytes} bytes")
+            return
+        super().data_received(data)
+
+    def _head_too_large(self, data: bytes) -> bool:
+        """Count raw head bytes before httptools sees them: it buffers a header's value
+        whole before its callback, so counting in ``on_header`` alone bounds nothing."""
+        if self._head_seen == 0:
+            self._head_start = data[:512]  # the request line, for the error's dialect
+        end = data.find(b"\r\n\r\n")
+        self._head_seen += len(data) if end < 0 else end
+        return self._head_seen > self.edge.max_header_bytes
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._header_bytes = self._header_count = 0
+        if self._timer is None:
+            self._arm(self.edge.header_timeout_s, "headers")
+
+    def on_url(self, url: bytes) -> None:
+        self._header_bytes += len(url)
+        if self._header_bytes > self.edge.max_header_bytes:
+            self._reject(431, f"request line and headers exceed {self.edge.max_header_bytes} bytes")
+            return
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_bytes += len(name) + len(value) + 4
+        self._header_count += 1
+        if self._header_bytes > self.edge.max_header_bytes:
+            self._reject(431, f"request line and headers exceed {self.edge.max_header_bytes} bytes")
+        elif self._header_count > self.edge.max_headers:
+            self._reject(431, f"more than {self.edge.max_headers} request headers")
+        else:
+            super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        if self._rejected:
+            return
+        self._in_head = False
+        self._head_seen = 0
+        self._disarm()
+        if (
+            len(self.connections) > self.edge.max_connections
+            or len(self.tasks) >= self.edge.max_requests
+        ):
+            self._reject(503, "the gateway is at its concurrency limit; retry shortly")
+            return
+        super().on_headers_complete()
+        if not self.parser.should_upgrade():
+            self._arm(self.edge.body_timeout_s, "body")
+
+    def on_body(self, body: bytes) -> None:
+        if not self._rejected:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        if not self._rejected:
+            super().on_message_complete()
+
+    def _arm(self, delay_s: float, what: str) -> None:
+        self._disarm()
+        self._timer = self.loop.call_later(delay_s, self._timed_out, what, delay_s)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _timed_out(self, what: str, delay_s: float) -> None:
+        self._timer = None
+        if self.cycle is not None and self.cycle.response_started:
+            self.transport.close()  # the app answered already; the body just stopped coming
+            return
+        self._reject(408, f"the request {what} did not arrive within {delay_s:g} s")
+
+    def _reject(self, status: int, message: str) -> None:
+        if self._rejected:
+            return
+        self._rejected = True
+        self._disarm()
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+        if not self.transport.is_closing():
+            self.transport.write(edge_error(status, self._path(), message))
+            self.transport.close()
+
+    def _path(self) -> str:
+        """The request's path, from the parsed URL or else the raw request line."""
+        url = getattr(self, "url", b"") or self._head_start.split(b" ", 2)[1:2] or [b"/"]
+        raw = url if isinstance(url, bytes) else url[0]
+        try:
+            return (httptools.parse_url(raw).path or b"/").decode("ascii", "replace")
+        except httptools.HttpParserInvalidURLError:
+            return "/"
