@@ -77,7 +77,8 @@ VARIABLES: tuple[Variable, ...] = (
              "`TOKENWIRE_<PROVIDER>_DROP_PARAMS` does the same for one provider's routes.",
              ("gateway", *STACK_COMMANDS)),
     Variable("TOKENWIRE_GATEWAY_MAX_STEP_BYTES", "max-step-bytes", "`16777216`",
-             "Content bytes of one step; any block up to this is captured, past it a recorded `limit` error.",
+             "Content bytes of one step; any block up to this is captured, past it a recorded "
+             "`limit` error.",
              ("gateway",)),
     Variable("TOKENWIRE_GATEWAY_MAX_STEP_CHUNKS", "max-step-chunks", "`100000`",
              "Published chunks of one step; past it a recorded `limit` error.", ("gateway",)),
