@@ -12,6 +12,7 @@ import asyncio
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from tests.assembler.elastic import (
     pinned_ids,
     start_assembler,
     stop_all,
+    wait_for,
     wait_for_shares,
 )
 from tests.assembler.harness import check_store
@@ -28,6 +30,8 @@ from tests.assembler.test_elastic import PARTITIONS, filler_plan, publish_filler
 from tests.assembler.test_failover import wait_until_settled
 from tests.fixtures.broker import close_client
 from tokenwire.broker import ChunkPublisher, EmbeddedServer, Topology, connect, ensure_topology
+from tokenwire.cli._status import _print as print_status
+from tokenwire.cli._status import _status as status_report
 from tokenwire.store import open_store
 
 FLAPS = 6
@@ -38,9 +42,43 @@ MAX_MOVES = PARTITIONS // 2
 (a freeze stretched by a loaded machine may cost its pins once; they must not keep moving)."""
 
 
+async def check_status(nats_url: str, store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``tokenwire status`` names each partition's owner and the members' shares (heartbeats
+    lag the pins by up to one period: polled until they agree, bounded)."""
+    report: dict[str, Any] = {}
+
+    def shares() -> dict[str, tuple[int, int]]:
+        return {m["name"]: (m["share"], len(m["owned"])) for m in report["members"]}
+
+    def owners() -> dict[int, str | None]:
+        return {
+            int(c["name"].removeprefix("assembler-p")): c["owner_member"]
+            for c in report["consumers"]
+            if c["name"].startswith("assembler-p")
+        }
+
+    async def agrees() -> bool:
+        nonlocal report
+        report = await status_report(nats_url, store_url)
+        owned = {p: m["name"] for m in report["members"] for p in m["owned"]}
+        return shares() == {"a": (8, 8), "b": (8, 8)} and owners() == owned
+
+    async def what() -> str:
+        return f"shares {shares()}, owners {owners()}"
+
+    await wait_for(agrees, 20.0, what)
+    capsys.readouterr()
+    print_status(report)
+    out = capsys.readouterr().out
+    assert "member a" in out
+    assert "share   8  owns   8" in out
+    assert "owner a" in out
+    assert "owner b" in out
+
+
 @pytest.mark.slow
 async def test_a_flapping_member_does_not_make_ownership_oscillate(
-    tmp_path: Path, sqlite_url: str
+    tmp_path: Path, sqlite_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     topology = Topology(partitions=PARTITIONS)  # the processes' default names: own server
     filler = filler_plan(seed=23, turns=600)
@@ -62,6 +100,7 @@ async def test_a_flapping_member_does_not_make_ownership_oscillate(
                 [nats_url], sqlite_url, member, tmp_path / f"{member}.log", PARTITIONS
             )
         await wait_for_shares(nc, topology, {"a": (8, 8), "b": (8, 8)}, 40.0)
+        await check_status(nats_url, sqlite_url, capsys)
         moves = 0
         pins = await pinned_ids(nc, topology)
         for _ in range(FLAPS):
