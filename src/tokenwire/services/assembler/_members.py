@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 _KEY_UNSAFE = re.compile(r"[^-_=a-zA-Z0-9]")
 _MAX_MEMBERS = 256
+_OPERATION = "KV-Operation"
 
 
 class MemberRecord(msgspec.Struct, frozen=True):
@@ -75,11 +76,13 @@ class MemberBoard:
         return True
 
     async def leave(self, name: str) -> None:
-        """Remove this member's key now (a graceful stop), without waiting for the TTL."""
-        body = {"filter": self._subject(name)}
+        """Leave now (a graceful stop), without waiting for the TTL: a KV delete marker
+        replaces the heartbeat (readers skip it; it expires like one). No purge rights needed."""
         try:
-            await api_request(self._nc, f"$JS.API.STREAM.PURGE.{self._stream}", body, 2.0)
-        except (ApiError, NatsError) as exc:
+            await self._nc.jetstream().publish(
+                self._subject(name), b"", headers={_OPERATION: "DEL"}, timeout=self._timeout_s
+            )
+        except (NatsError, TimeoutError) as exc:
             log.warning("could not leave the membership: %s", exc)
 
     async def names(self) -> list[str] | None:
@@ -117,8 +120,8 @@ class MemberBoard:
             reply = await self._nc.request(subject, body, timeout=self._timeout_s)
         except (NatsError, TimeoutError):
             return None
-        if reply.headers and reply.headers.get("Status"):
-            return None  # 404: expired between the listing and this read
+        if reply.headers and (reply.headers.get("Status") or reply.headers.get(_OPERATION)):
+            return None  # 404: expired since the listing; DEL: the member left
         try:
             return _record_decoder.decode(reply.data)
         except msgspec.DecodeError:
