@@ -9,6 +9,7 @@ holds less than its share. The server still decides who is pinned. ADR 0016.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -52,13 +53,18 @@ class Rebalancer:
     _held_until: dict[int, float] = field(default_factory=dict)
     _unheld: dict[int, int] = field(default_factory=dict)
 
-    async def round(self) -> None:
-        """Heartbeat, read, decide, act (hand-overs are awaited: bounded by their waits)."""
-        mine = self._record()
+    async def beat(self) -> bool:
+        """Write this instance's heartbeat, unless a partition's pull loop has died (then the
+        broker expires it and the others take over). Runs on its own period, never behind a
+        hand-over, so a busy round cannot make a live member expire."""
         if not self.partitions.healthy():
             log.warning("a partition loop died: no heartbeat, the others take over")
-            return
-        await self.board.beat(mine)
+            return False
+        return await self.board.beat(self._record())
+
+    async def round(self) -> None:
+        """Read, decide, act. The hand-overs run concurrently (each bounded by its wait)."""
+        mine = self._record()
         members = await self.board.read()
         if members is None:
             if not self._view:  # never had a view: stand by everywhere, as without shares
@@ -71,8 +77,8 @@ class Rebalancer:
         decision = plan(self.count, sorted(members), self.name, mine.in_flight)
         self.share = decision.share
         self._offer(decision.offer, members)
+        await asyncio.gather(*(self.hand_over(p) for p in decision.release))
         for partition in decision.release:
-            await self.hand_over(partition)
             self._held_until[partition] = self.clock() + self.hold_s
         self._observe(members)
 

@@ -112,6 +112,7 @@ class Assembler:
         self._pins: dict[int, str] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._balancing: asyncio.Task[None] | None = None
+        self._beating: asyncio.Task[None] | None = None
         self._closing = False
         self.started = False
 
@@ -127,8 +128,10 @@ class Assembler:
         ]  # fmt: skip
         self._tasks = [asyncio.create_task(loop(), name=loop.__name__) for loop in loops]
         await self.partitions.start(offering=False)
+        await self.rebalancer.beat()
         await self.rebalancer.round()
         self._balancing = asyncio.create_task(self._balance_forever(), name="balance")
+        self._beating = asyncio.create_task(self._beat_forever(), name="heartbeat")
         self.started = True
         return self
 
@@ -141,8 +144,7 @@ class Assembler:
         unacknowledged (redelivered after ack_wait).
         """
         self._closing = True
-        if self._balancing is not None:
-            await _cancel([self._balancing])
+        await _cancel([t for t in (self._balancing, self._beating) if t is not None])
         await self.board.leave(self.member)  # the others raise their shares now
         await self.partitions.stop(release=False)
         await _cancel(self._tasks)
@@ -336,21 +338,35 @@ class Assembler:
             log.warning("partition %d: its handler is busy; hand-over postponed", partition)
             consumer.resume()
             return
-        if not await self.committer.settle(partition, started + wait_s - time.monotonic()):
+        try:
+            await self._release(partition, started + wait_s - time.monotonic())
+        finally:
+            consumer.offering = False
+            consumer.resume()
+        self.metrics.handovers.inc()
+        self.metrics.handover_seconds.observe(time.monotonic() - started)
+
+    async def _release(self, partition: int, wait_s: float) -> None:
+        consumer = self.partitions.consumers[partition]
+        if not await self.committer.settle(partition, wait_s):
             log.warning("partition %d: handing over before its commits finished", partition)
         released = await consumer.release()
         n = self.settings.topology.partitions
         open_tokens = self.assembly.drop_open(lambda s: partition_of(s, n) == partition)
         await nak_tokens(open_tokens)
         self._pins.pop(partition, None)
-        consumer.offering = False
-        consumer.resume()
-        self.metrics.handovers.inc()
-        self.metrics.handover_seconds.observe(time.monotonic() - started)
         log.info(
             "partition %d handed over (pin %s, %d open-step messages handed back)",
             partition, released, len(open_tokens),
         )  # fmt: skip
+
+    async def _beat_forever(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(self.settings.heartbeat_s)
+            try:
+                await self.rebalancer.beat()
+            except Exception:
+                log.exception("heartbeat failed")
 
     async def _balance_forever(self) -> None:
         while not self._closing:
