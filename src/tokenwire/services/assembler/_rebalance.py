@@ -30,7 +30,8 @@ class Rebalancer:
     - ``in_flight(p)``: messages of partition ``p`` this instance holds unacknowledged.
     - ``hand_over(p)``: pause, wait for ``p``'s commits (bounded), release its pin.
     - ``hold_s``: after handing ``p`` over, do not stand by for it for this long (the next
-      owner is pinned meanwhile; no ping-pong of one partition between two views).
+      owner is pinned meanwhile; no ping-pong of one partition between two views); a
+      membership change ends every hold (the shares it protected are gone).
     - ``orphan_rounds``: a partition no live member reports holding for this many rounds is
       stood by for by everyone, whatever the shares say (its owner died before its heartbeat
       expired, or views disagree).
@@ -106,6 +107,7 @@ class Rebalancer:
                 log.info("members now %s (were %s)", sorted(view), sorted(self._view))
             self._view = view
             self._changed_at = self.clock()
+            self._held_until.clear()  # the shares changed: an old hold protects nothing
 
     def _observe(self, members: dict[str, MemberRecord]) -> None:
         """Export the view; time the change to balanced ownership once it is reached."""

@@ -107,7 +107,7 @@ class Assembler:
             self.metrics,
             in_flight=self._in_flight,
             hand_over=self.hand_over,
-            hold_s=2 * settings.member_ttl_s,
+            hold_s=settings.member_ttl_s,
         )
         self._pins: dict[int, str] = {}
         self._tasks: list[asyncio.Task[None]] = []
