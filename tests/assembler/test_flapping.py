@@ -25,8 +25,8 @@ from tests.assembler.elastic import (
     wait_for,
     wait_for_shares,
 )
+from tests.assembler.elastic_load import PARTITIONS, filler_plan, publish_filler
 from tests.assembler.harness import check_store
-from tests.assembler.test_elastic import PARTITIONS, filler_plan, publish_filler
 from tests.assembler.test_failover import wait_until_settled
 from tests.fixtures.broker import close_client
 from tokenwire.broker import ChunkPublisher, EmbeddedServer, Topology, connect, ensure_topology
