@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.assembler.harness import check_store, make_plan, publish_one
+from tests.assembler.harness import check_store, eventually, make_plan, publish_one
 from tests.fixtures.broker import close_client
 from tokenwire.broker import ChunkPublisher, EmbeddedServer, Topology, connect, ensure_topology
 from tokenwire.services.assembler._takeover import consumer_state
@@ -60,9 +60,12 @@ async def test_sigkill_of_an_assembler_mid_run_loses_and_doubles_nothing(
         await asyncio.sleep(1.0)
         publisher = await ChunkPublisher(nc, topology).start()
         rng = random.Random(7)
+        last_turn = asyncio.Event()  # released once the joiners run; the kill comes within it
 
         async def session(name: str) -> None:
-            for *_, envs in plan.steps[name]:
+            for turn, _, _, envs in plan.steps[name]:
+                if turn == 2:
+                    await last_turn.wait()
                 for env in envs:
                     await publish_one(publisher, env)
                     await asyncio.sleep(rng.random() * 0.15)  # ~3.5 s per session
@@ -71,6 +74,12 @@ async def test_sigkill_of_an_assembler_mid_run_loses_and_doubles_nothing(
         await wait_until_pinned(nc, topology, timeout_s=10)
         procs += [start_assembler(server.url, db_url, tmp_path / f"a{i}.log") for i in (1, 2)]
         await asyncio.sleep(1.5)
+        last_turn.set()
+
+        async def last_turn_committing() -> bool:
+            return (await store.stats()).steps > 200
+
+        await eventually(last_turn_committing, 30, "the last turn to start committing")
         stats_before = await store.stats()
         procs[0].send_signal(signal.SIGKILL)
         procs[0].wait(5)
@@ -78,7 +87,7 @@ async def test_sigkill_of_an_assembler_mid_run_loses_and_doubles_nothing(
         await publisher.flush(10)
         await publisher.close()
         await wait_until_settled(nc, topology, store, len(plan.steps) * 3, timeout_s=45)
-        assert 0 < stats_before.steps < 200, "the kill did not happen mid-run"
+        assert 200 < stats_before.steps < 300, "the kill did not happen mid-run"
         await check_store(store, plan)
         stats = await store.stats()
         assert (stats.steps, stats.chunks) == (300, plan.chunk_count)
