@@ -29,7 +29,7 @@ from tokenwire.broker import EmbeddedServer, Topology, connect, ensure_topology,
 from tokenwire.fold import fold
 from tokenwire.services.scripted_provider import ScriptedServer
 
-SESSIONS = 16
+SESSIONS = 8
 TURNS = 3
 RACED = 4  # sessions that get two new turns at once, through two gateways
 AUTH = {"authorization": f"Bearer {GATEWAY_KEY}"}
