@@ -25,6 +25,12 @@ unpins a client that sends no new pull request for the consumer's ``priority_tim
 long its open pulls last), so a pinned client sends one at least every ``pin_renew_s``, even
 with its buffer full. A 423 means the server moved the pin to another client: drop the id and
 go back to standby.
+
+Hand-over (elastic shares, ADR 0016): an owner may stop offering itself as a standby
+(``offering = False``: no standby pull while unpinned), :meth:`PullConsumer.pause` its pulls on
+a partition it holds, and :meth:`PullConsumer.release` the pin (``$JS.API.CONSUMER.UNPIN``):
+what it had buffered is naked, and a late delivery under the released pin is naked on arrival,
+so the next pinned client gets it.
 """
 
 from __future__ import annotations
@@ -296,6 +302,10 @@ class PullConsumer:
     _last_pull: float = field(default=0.0, init=False)
     _stopping: bool = field(default=False, init=False)
     _settled: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    offering: bool = field(default=True, init=False)
+    """While unpinned, keep a standby pull open (False: stay out until set again)."""
+    _paused: bool = field(default=False, init=False)
+    _void_pin: str | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if (self.handler is None) == (self.batch_handler is None):
@@ -356,6 +366,44 @@ class PullConsumer:
             await self._unpin()
         self._pin_id = None
 
+    @property
+    def running(self) -> bool:
+        """Started, not stopped, and neither loop ended (a loop that raised is dead)."""
+        return bool(self._tasks) and not any(t.done() for t in self._tasks)
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    async def pause(self, timeout_s: float = 5.0) -> bool:
+        """Send no pulls (not even pin renewals) and hand no new batch to the handler; wait
+        (bounded) for the current handler call. False when it did not finish in time."""
+        self._paused = True
+        try:
+            if self._in_hand:
+                await asyncio.wait_for(self._settled.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def release(self) -> str | None:
+        """Give up the pin (UNPIN), nak what is buffered; stays paused. Returns the released
+        pin id (None when this client held none)."""
+        released = self._pin_id
+        if released is not None and self.group is not None:
+            await self._unpin()
+        self._void_pin = released
+        self._pin_id = None
+        self._pulls.clear()
+        await self._nak_buffered()
+        return released
+
+    def resume(self) -> None:
+        """Pull again: as the owner if still pinned, else as a standby when ``offering``."""
+        self._paused = False
+        self._ready.set()
+        self._wake.set()
+
     async def _drain_current(self) -> None:
         self._stopping = True
         if self._in_hand:
@@ -377,9 +425,11 @@ class PullConsumer:
     async def _control(self) -> None:
         while True:
             self._expire_pulls(self.clock())
-            if self.pinned:
+            if self._paused:
+                pass
+            elif self.pinned:
                 await self._top_up()
-            elif not self._pulls:
+            elif not self._pulls and self.offering:
                 await self._pull(self.settings.batch, self.settings.standby_expires_s)
             self._wake.clear()
             tick = min(self.settings.standby_expires_s, self.settings.pin_keepalive_s) / 2
@@ -441,7 +491,7 @@ class PullConsumer:
     async def _on_msg(self, msg: Msg) -> None:
         status = msg.headers.get("Status") if msg.headers else None
         if status is None:
-            self._on_delivery(msg)
+            await self._on_delivery(msg)
         elif status == "423":
             self._lose_pin()
         elif status in _END_OF_PULL:
@@ -449,8 +499,12 @@ class PullConsumer:
             self._wake.set()
         # 100: idle heartbeat; the pull deadline already covers a silent server
 
-    def _on_delivery(self, msg: Msg) -> None:
+    async def _on_delivery(self, msg: Msg) -> None:
         pin = msg.headers.get(PIN_HEADER) if msg.headers else None
+        if pin is not None and pin == self._void_pin:
+            with contextlib.suppress(NatsError):  # sent before our release: the next owner's
+                await self.nc.publish(msg.reply, b"-NAK")
+            return
         if pin is not None and pin != self._pin_id:
             self._pin_id = pin
             self.stats.pin_changes += 1
@@ -478,7 +532,7 @@ class PullConsumer:
 
     async def _work(self) -> None:
         while not self._stopping:
-            if not self._inbox:
+            if not self._inbox or self._paused:
                 self._ready.clear()
                 await self._ready.wait()
                 continue

@@ -14,6 +14,7 @@ from tokenwire.broker._topology import Topology
 DEFAULT_ACK_WAIT_S = 300.0
 DEFAULT_MAX_DELIVER = 10
 DEFAULT_PRIORITY_TIMEOUT_S = 5.0
+DEFAULT_MEMBER_TTL_S = 6.0
 ASSEMBLER_MAX_ACK_PENDING = 200_000
 
 
@@ -123,6 +124,28 @@ async def ensure_steps_bucket(nc: Client, t: Topology) -> None:
         raise TopologyError(f"bucket {t.steps_bucket}", str(exc)) from exc
 
 
+def members_bucket_config(t: Topology, member_ttl_s: float) -> dict[str, Any]:
+    """The assemblers' membership bucket: a KV bucket (``KV_<name>``, ``$KV.<name>.<member>``,
+    one value per key) whose ``max_age`` is the heartbeat TTL, so the broker removes a member
+    that stopped writing. Memory storage: heartbeats are worthless after a restart."""
+    bucket = t.members_bucket
+    ttl = int(member_ttl_s * NS)
+    return {
+        "name": f"KV_{bucket}",
+        "subjects": [f"$KV.{bucket}.>"],
+        "retention": "limits",
+        "storage": "memory",
+        "discard": "new",
+        "max_msgs_per_subject": 1,
+        "max_age": ttl,
+        "duplicate_window": ttl,
+        "max_bytes": 8 * 1024 * 1024,
+        "allow_direct": True,
+        "allow_rollup_hdrs": True,
+        "num_replicas": t.replicas,
+    }
+
+
 async def ensure_topology(
     nc: Client,
     topology: Topology,
@@ -130,6 +153,7 @@ async def ensure_topology(
     ack_wait_s: float = DEFAULT_ACK_WAIT_S,
     max_deliver: int = DEFAULT_MAX_DELIVER,
     priority_timeout_s: float = DEFAULT_PRIORITY_TIMEOUT_S,
+    member_ttl_s: float = DEFAULT_MEMBER_TTL_S,
 ) -> None:
     """Create or update everything tokenwire needs on the broker; safe to call from every process.
 
@@ -141,6 +165,7 @@ async def ensure_topology(
     await ensure_stream(nc, side_stream_config(t, t.events_stream, f"{t.prefix}.events.>"))
     await ensure_stream(nc, side_stream_config(t, t.dlq_stream, f"{t.prefix}.dlq.>"))
     await ensure_steps_bucket(nc, t)
+    await ensure_stream(nc, members_bucket_config(t, member_ttl_s))
     for p in range(t.partitions):
         config = assembler_consumer_config(t, p, ack_wait_s, max_deliver, priority_timeout_s)
         await ensure_consumer(nc, t.stream, config)

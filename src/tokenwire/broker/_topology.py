@@ -49,6 +49,11 @@ class Topology:
             f"{self.prefix}.chunks.{{{{partition({n},1)}}}}.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}"
         )
 
+    @property
+    def members_bucket(self) -> str:
+        """The KV bucket of live assembler instances (heartbeats with a broker-enforced TTL)."""
+        return f"{self.stream.lower()}-assemblers"
+
     def partition_filter(self, partition: int) -> str:
         """Every chunk of one partition: ``<prefix>.chunks.<p>.>``."""
         return f"{self.prefix}.chunks.{partition}.>"

@@ -24,6 +24,7 @@ from tokenwire.cli._replay import (
     resolve_store_url,
     topology,
 )
+from tokenwire.cli._shares import member_shares, name_owners
 from tokenwire.store import StoreError, redact
 
 _NS = 1_000_000_000
@@ -54,6 +55,8 @@ async def _status(url: str, store_url: str) -> dict[str, Any]:
         report: dict[str, Any] = {"broker": _broker(nc, url), "partitions": t.partitions}
         report["stream"] = await _stream(nc, t.stream)
         report["consumers"] = await _consumers(nc, t.stream) if report["stream"] else []
+        report["members"] = await member_shares(nc, t)
+        name_owners(report["consumers"], report["members"])
         report["events_stream"] = await _stream(nc, t.events_stream)
         report["dlq_stream"] = await _stream(nc, t.dlq_stream)
     report["store"] = await _store(store_url)
@@ -151,8 +154,13 @@ def _print(report: dict[str, Any]) -> None:
     else:
         _print_stream("stream", stream)
         click.echo(f"        partitions {report['partitions']}")
+    for m in report.get("members", []):
+        owned = m["owned"]
+        click.echo(f"  member {m['name']:<26} share {m['share']:>3}  owns {len(owned):>3}  "
+                   f"in flight {m['in_flight']:>6}  partitions {_ranges(owned)}")  # fmt: skip
     for c in report["consumers"]:
-        owner = f"  owner {c['owner']}" if c["owner"] else ""
+        who = c.get("owner_member") or c["owner"]
+        owner = f"  owner {who}" if who else ""
         click.echo(f"  consumer {c['name']:<24} pending {c['num_pending']:>8}  ack pending "
                    f"{c['ack_pending']:>6}  redelivered {c['redelivered']}{owner}")  # fmt: skip
     for key in ("events_stream", "dlq_stream"):
@@ -161,6 +169,17 @@ def _print(report: dict[str, Any]) -> None:
     store = report["store"]
     detail = store.get("error") or "  ".join(f"{k} {v}" for k, v in store["stats"].items())
     click.echo(f"store   {store['url']}  {detail}")
+
+
+def _ranges(partitions: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``0-2,5``."""
+    out: list[str] = []
+    for p in partitions:
+        if out and out[-1].split("-")[-1] == str(p - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{p}"
+        else:
+            out.append(str(p))
+    return ",".join(out) or "-"
 
 
 def _print_stream(label: str, s: dict[str, Any]) -> None:

@@ -188,6 +188,12 @@ class Assembly(Generic[T]):
         """The tokens of every open step (to hand their messages back at shutdown)."""
         return [token for step in self._open.values() for token in step.tokens.values()]
 
+    def drop_open(self, sessions: Callable[[str], bool]) -> list[T]:
+        """Forget the open steps of the sessions ``sessions`` selects, without closing them
+        (their partition was handed to another instance); returns their tokens to hand back."""
+        keys = [key for key in self._open if sessions(key[0])]
+        return [token for key in keys for token in self._open.pop(key).tokens.values()]
+
     def remember_closed(self, key: StepKey) -> None:
         """Record that the step was closed elsewhere (found in the store): its chunks settle."""
         self._tombstone(key, _Tombstone(None, "complete"))

@@ -79,6 +79,7 @@ class Committer:
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
+        self._committed = asyncio.Event()
         self._stopping = False
         self.store_ok = True
 
@@ -109,6 +110,25 @@ class Committer:
     def held_tokens(self) -> list[Delivery]:
         """The tokens of every step waiting for its commit."""
         return [token for waiting in self._waiting.values() for token in waiting.tokens()]
+
+    def holds(self, partition: int) -> bool:
+        """Whether a step waiting for its commit holds a message of ``partition``."""
+        return any(
+            t.partition == partition for waiting in self._waiting.values() for t in waiting.tokens()
+        )
+
+    async def settle(self, partition: int, timeout_s: float) -> bool:
+        """Wait until no waiting step holds a message of ``partition`` (its commits returned
+        and were acknowledged); False when that took longer than ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.holds(partition):
+            self._committed.clear()
+            try:
+                await asyncio.wait_for(self._committed.wait(), deadline - loop.time())
+            except TimeoutError:
+                return not self.holds(partition)
+        return True
 
     def attach(self, key: StepKey, token: Delivery) -> bool:
         """Acknowledge ``token`` with the waiting step ``key``; False if none is waiting."""
@@ -172,6 +192,7 @@ class Committer:
             self._room.set()
         done = [(w, r) for w, r in zip(batch, results, strict=True) if r is not None]
         await ack_tokens([token for waiting, _ in done for token in waiting.tokens()])
+        self._committed.set()
         for waiting, result in done:
             self._count(waiting.closed, result)
             await self._announce(result)

@@ -88,11 +88,14 @@ class PartitionSet:
     consumers: dict[int, PullConsumer] = field(default_factory=dict)
     _pinned: list[int] = field(default_factory=list)
 
-    async def start(self) -> None:
+    async def start(self, offering: bool = True) -> None:
+        """Start every partition's consumer; ``offering``: stand by at once (see
+        PullConsumer.offering; the membership loop sets it per partition later)."""
         for p in range(self.topology.partitions):
             consumer = partition_consumer(
                 self.nc, self.topology, p, settings=self.settings, batch_handler=self.handler_for(p)
             )
+            consumer.offering = offering
             await consumer.start()
             self.consumers[p] = consumer
 
@@ -116,6 +119,14 @@ class PartitionSet:
     def owned(self) -> list[int]:
         """Partitions this instance holds the pin of."""
         return sorted(p for p, c in self.consumers.items() if c.pin_id is not None)
+
+    def pins(self) -> dict[int, str]:
+        """Partition -> the pin id this instance holds on it."""
+        return {p: c.pin_id for p, c in sorted(self.consumers.items()) if c.pin_id is not None}
+
+    def healthy(self) -> bool:
+        """Every partition's pull loop is running (a dead one must not keep a heartbeat)."""
+        return all(c.running for c in self.consumers.values())
 
     def buffered(self) -> int:
         """Delivered messages not yet taken by the handler."""

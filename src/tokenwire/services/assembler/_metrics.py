@@ -76,6 +76,38 @@ class AssemblerMetrics:
         self.store_up = Gauge(
             f"{_NS}_store_up", "1 when the last store call succeeded, else 0.", registry=r
         )
+        self._membership(r)
+
+    def _membership(self, r: CollectorRegistry) -> None:
+        """Elastic shares (ADR 0016): membership, share, hand-overs, time to balance."""
+        self.members = Gauge(f"{_NS}_members", "Live assemblers in this view.", registry=r)
+        self.share = Gauge(
+            f"{_NS}_share_partitions", "Partitions this instance's fair share is.", registry=r
+        )
+        self.balanced = Gauge(
+            f"{_NS}_balanced", "1 when every live member holds exactly its share.", registry=r
+        )
+        self.unbalanced_seconds = Gauge(
+            f"{_NS}_unbalanced_seconds",
+            "Seconds since the membership changed while ownership is not balanced yet (0 when "
+            "balanced).",
+            registry=r,
+        )
+        self.rebalance_seconds = Histogram(
+            f"{_NS}_rebalance_seconds",
+            "From a membership change (join, leave, expiry) to balanced ownership.",
+            buckets=(0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120),
+            registry=r,
+        )
+        self.handovers = Counter(
+            f"{_NS}_handovers", "Partitions this instance handed over (UNPIN).", registry=r
+        )
+        self.handover_seconds = Histogram(
+            f"{_NS}_handover_seconds",
+            "From pausing a partition to its release (waiting for its in-flight commits).",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
+            registry=r,
+        )
 
 
 class _ThreadingServer(ThreadingMixIn, WSGIServer):

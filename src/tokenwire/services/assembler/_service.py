@@ -19,7 +19,14 @@ import msgspec
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from tokenwire.broker import BatchHandler, ConsumedMessage, PullSettings, ensure_topology, nak_many
+from tokenwire.broker import (
+    BatchHandler,
+    ConsumedMessage,
+    PullSettings,
+    ensure_topology,
+    nak_many,
+    partition_of,
+)
 from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.schemas import (
     ChunkEnvelope,
@@ -39,7 +46,9 @@ from tokenwire.services.assembler._assembly import (
 )
 from tokenwire.services.assembler._committer import CommitPolicy, Committer
 from tokenwire.services.assembler._consume import Delivery, PartitionSet, nak_tokens
+from tokenwire.services.assembler._members import MemberBoard, member_name
 from tokenwire.services.assembler._metrics import AssemblerMetrics
+from tokenwire.services.assembler._rebalance import Rebalancer
 from tokenwire.services.assembler._settings import AssemblerSettings
 from tokenwire.services.assembler._takeover import consumer_state, read_range
 from tokenwire.services.assembler._trace import StepTraces
@@ -92,8 +101,22 @@ class Assembler:
             pin_keepalive_s=min(1.0, settings.priority_timeout_s / 3),
         )
         self.partitions = PartitionSet(nc, t, self._handler_for, pull)
+        self.member = member_name(settings.member)
+        self.board = MemberBoard(nc, t)
+        self.rebalancer = Rebalancer(
+            self.board,
+            self.partitions,
+            self.member,
+            t.partitions,
+            self.metrics,
+            in_flight=self._in_flight,
+            hand_over=self.hand_over,
+            hold_s=settings.member_ttl_s,
+        )
         self._pins: dict[int, str] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._balancing: asyncio.Task[None] | None = None
+        self._beating: asyncio.Task[None] | None = None
         self._closing = False
         self.started = False
 
@@ -108,7 +131,11 @@ class Assembler:
             self.committer.run, self._expire_forever, self._poll_lag_forever
         ]  # fmt: skip
         self._tasks = [asyncio.create_task(loop(), name=loop.__name__) for loop in loops]
-        await self.partitions.start()
+        await self.partitions.start(offering=False)
+        await self.rebalancer.beat()
+        await self.rebalancer.round()
+        self._balancing = asyncio.create_task(self._balance_forever(), name="balance")
+        self._beating = asyncio.create_task(self._beat_forever(), name="heartbeat")
         self.started = True
         return self
 
@@ -121,6 +148,8 @@ class Assembler:
         unacknowledged (redelivered after ack_wait).
         """
         self._closing = True
+        await _cancel([t for t in (self._balancing, self._beating) if t is not None])
+        await self.board.leave(self.member)  # the others raise their shares now
         await self.partitions.stop(release=False)
         await _cancel(self._tasks)
         if not await self.committer.flush(flush_timeout_s):
@@ -289,6 +318,70 @@ class Assembler:
         consumer = self.partitions.consumers.get(partition)
         return held + untaken + (consumer.waiting if consumer is not None else 0)
 
+    # -- handing a partition over (elastic shares, ADR 0016) --------------------------------
+
+    def _in_flight(self, partition: int) -> int:
+        """Messages of ``partition`` held here unacknowledged (open, waiting for a commit,
+        delivered but not handled yet)."""
+        tokens = [*self.assembly.held_tokens(), *self.committer.held_tokens()]
+        held = sum(1 for t in tokens if t.partition == partition and t.message is not None)
+        consumer = self.partitions.consumers.get(partition)
+        return held + (consumer.buffered if consumer is not None else 0)
+
+    async def hand_over(self, partition: int) -> None:
+        """Give ``partition`` to a standby: stop its pulls, let its closed steps commit
+        (bounded by ``handover_wait_s``), release the pin, hand back its open steps.
+
+        The pin is still ours while we wait (we stopped renewing it, so the server would
+        move it itself after the priority timeout, which the wait stays below). Open steps
+        are not closed here: their messages are naked, the next owner reads the partition
+        back from the ack floor and assembles them whole.
+        """
+        consumer = self.partitions.consumers[partition]
+        started = time.monotonic()
+        wait_s = min(self.settings.handover_wait_s, self.settings.priority_timeout_s / 2)
+        if not await consumer.pause(wait_s):
+            log.warning("partition %d: its handler is busy; hand-over postponed", partition)
+            consumer.resume()
+            return
+        try:
+            await self._release(partition, started + wait_s - time.monotonic())
+        finally:
+            consumer.offering = False
+            consumer.resume()
+        self.metrics.handovers.inc()
+        self.metrics.handover_seconds.observe(time.monotonic() - started)
+
+    async def _release(self, partition: int, wait_s: float) -> None:
+        consumer = self.partitions.consumers[partition]
+        if not await self.committer.settle(partition, wait_s):
+            log.warning("partition %d: handing over before its commits finished", partition)
+        released = await consumer.release()
+        n = self.settings.topology.partitions
+        open_tokens = self.assembly.drop_open(lambda s: partition_of(s, n) == partition)
+        await nak_tokens(open_tokens)
+        self._pins.pop(partition, None)
+        log.info(
+            "partition %d handed over (pin %s, %d open-step messages handed back)",
+            partition, released, len(open_tokens),
+        )  # fmt: skip
+
+    async def _beat_forever(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(self.settings.heartbeat_s)
+            try:
+                await self.rebalancer.beat()
+            except Exception:
+                log.exception("heartbeat failed")
+
+    async def _balance_forever(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(self.settings.heartbeat_s)
+            try:
+                await self.rebalancer.round()
+            except Exception:  # a round is retried next period; a dead loop would stop beats
+                log.exception("membership round failed")
+
     # -- effects ---------------------------------------------------------------------------
 
     async def _dead_letter(self, tokens: Sequence[Delivery], reason: str, detail: str) -> None:
@@ -429,4 +522,5 @@ async def provision(nc: Client, settings: AssemblerSettings) -> None:
         ack_wait_s=settings.ack_wait_s,
         max_deliver=settings.max_deliver,
         priority_timeout_s=settings.priority_timeout_s,
+        member_ttl_s=settings.member_ttl_s,
     )

@@ -13,6 +13,9 @@ every command (tokenwire.config), and ``TOKENWIRE_ASSEMBLER_<NAME>``:
 | ``METRICS_ADDR`` | ``127.0.0.1:9465`` | metrics and probes; ``off`` disables |
 | ``ACK_WAIT_S`` | ``300`` | consumer ack_wait (redelivery of a dead owner's messages) |
 | ``PRIORITY_TIMEOUT_S`` | ``5`` | the pin moves to a standby after this long without pulls |
+| ``HEARTBEAT_S`` | ``1`` | membership heartbeat period (ADR 0016) |
+| ``MEMBER_TTL_S`` | ``6`` | the broker drops a member silent this long (>= the priority timeout) |
+| ``MEMBER`` | ``<host>-<pid>-<random>`` | this instance's member name |
 | ``PROVISION`` | ``1`` | create/update streams and consumers at start (``0``: leave them) |
 | ``BURST`` | ``0`` | ``1``: drain what the stream holds, commit, exit |
 | ``TUNE_GC`` | ``1`` | apply the process GC policy at start (``_gc.py``); ``0``: defaults |
@@ -44,6 +47,11 @@ class AssemblerSettings:
     - ``burst``: drain what the stream holds, commit it, and return (tests, operators).
     - ``ack_wait_s``, ``max_deliver``, ``priority_timeout_s``: the consumers' settings, applied
       when ``provision`` is True (every start creates or updates the topology).
+    - ``heartbeat_s``, ``member_ttl_s``, ``member``: membership (ADR 0016); a member silent
+      for ``member_ttl_s`` is dropped by the broker. Keep the TTL at least the priority
+      timeout (a pause that keeps the pins keeps the membership) and above two heartbeats.
+    - ``handover_wait_s``: how long a hand-over waits for the partition's closed steps to
+      commit before releasing the pin anyway (the next owner reads back what is unacked).
     - ``metrics_addr``: ``(host, port)`` of the metrics and probe server, None to disable.
     - ``start_timeout_s``: the bound of the first connect to the broker and of the wait for
       the store at start (``TOKENWIRE_CONNECT_TIMEOUT_S``); past it the service exits with
@@ -66,6 +74,10 @@ class AssemblerSettings:
     ack_wait_s: float = 300.0
     max_deliver: int = 10
     priority_timeout_s: float = 5.0
+    heartbeat_s: float = 1.0
+    member_ttl_s: float = 6.0
+    handover_wait_s: float = 2.0
+    member: str = ""
     provision: bool = True
     pull_batch: int = 512
     metrics_addr: tuple[str, int] | None = ("127.0.0.1", 9465)
@@ -73,6 +85,12 @@ class AssemblerSettings:
     tune_gc: bool = True
     name: str = "tokenwire-assembler"
     start_timeout_s: float = config.DEFAULT_CONNECT_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.member_ttl_s < 2 * self.heartbeat_s:
+            raise ConfigError(
+                _key("MEMBER_TTL_S"), str(self.member_ttl_s), "must be at least two heartbeats"
+            )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AssemblerSettings:
@@ -94,6 +112,9 @@ class AssemblerSettings:
             metrics_addr=_metrics_addr(env),
             ack_wait_s=_seconds(env, "ACK_WAIT_S", 300.0),
             priority_timeout_s=_seconds(env, "PRIORITY_TIMEOUT_S", 5.0),
+            heartbeat_s=_seconds(env, "HEARTBEAT_S", 1.0),
+            member_ttl_s=_seconds(env, "MEMBER_TTL_S", 6.0),
+            member=env.get(_key("MEMBER"), ""),
             provision=_flag(env, "PROVISION", base.provision),
             burst=_flag(env, "BURST", False),
             tune_gc=_flag(env, "TUNE_GC", True),

@@ -1,0 +1,128 @@
+"""Assembler membership: a heartbeat per instance in a KV bucket whose TTL the broker enforces.
+
+Each live instance writes ``$KV.<bucket>.<member>`` every ``heartbeat_s``; the bucket keeps one
+value per key and its ``max_age`` is the member TTL, so the broker itself drops an instance
+that stopped writing (crashed, partitioned away, stalled longer than the TTL). Nobody deletes
+another member's key. The value says what the member holds, for the others' balance check and
+for ``tokenwire status``. See ADR 0016.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import uuid
+
+import msgspec
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+
+from tokenwire.broker import Topology
+from tokenwire.broker._api import ApiError, api_request
+
+log = logging.getLogger(__name__)
+
+_KEY_UNSAFE = re.compile(r"[^-_=a-zA-Z0-9]")
+_MAX_MEMBERS = 256
+_OPERATION = "KV-Operation"
+
+
+class MemberRecord(msgspec.Struct, frozen=True):
+    """One heartbeat: who, its share, and per held partition its pin id and messages in flight."""
+
+    name: str
+    share: int = 0
+    pins: dict[int, str] = msgspec.field(default_factory=dict)
+    in_flight: dict[int, int] = msgspec.field(default_factory=dict)
+
+    @property
+    def owned(self) -> int:
+        return len(self.pins)
+
+
+_record_decoder = msgspec.json.Decoder(MemberRecord)
+_encoder = msgspec.json.Encoder()
+
+
+def member_name(hint: str = "") -> str:
+    """A KV-safe, unique member name: ``hint`` or ``<host>-<pid>-<random>``."""
+    raw = hint or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    return _KEY_UNSAFE.sub("_", raw)[:64]
+
+
+class MemberBoard:
+    """Read and write the membership bucket of ``topology`` (``Topology.members_bucket``)."""
+
+    def __init__(self, nc: Client, topology: Topology, timeout_s: float = 2.0) -> None:
+        self._nc = nc
+        self._bucket = topology.members_bucket
+        self._stream = f"KV_{self._bucket}"
+        self._timeout_s = timeout_s
+
+    def _subject(self, name: str) -> str:
+        return f"$KV.{self._bucket}.{name}"
+
+    async def beat(self, record: MemberRecord) -> bool:
+        """Write this member's heartbeat (stored before it returns); False when it failed."""
+        try:
+            await self._nc.jetstream().publish(
+                self._subject(record.name), _encoder.encode(record), timeout=self._timeout_s
+            )
+        except (NatsError, TimeoutError) as exc:
+            log.warning("heartbeat of %s failed: %s", record.name, exc)
+            return False
+        return True
+
+    async def leave(self, name: str) -> None:
+        """Leave now (a graceful stop), without waiting for the TTL: a KV delete marker
+        replaces the heartbeat (readers skip it; it expires like one). No purge rights needed."""
+        try:
+            await self._nc.jetstream().publish(
+                self._subject(name), b"", headers={_OPERATION: "DEL"}, timeout=self._timeout_s
+            )
+        except (NatsError, TimeoutError) as exc:
+            log.warning("could not leave the membership: %s", exc)
+
+    async def names(self) -> list[str] | None:
+        """The live members' names (the keys the TTL has not removed), or None on no answer."""
+        body = {"subjects_filter": f"$KV.{self._bucket}.>"}
+        try:
+            info = await api_request(
+                self._nc, f"$JS.API.STREAM.INFO.{self._stream}", body, self._timeout_s
+            )
+        except (ApiError, NatsError) as exc:
+            log.warning("membership read failed: %s", exc)
+            return None
+        subjects = (info.get("state") or {}).get("subjects") or {}
+        prefix = f"$KV.{self._bucket}."
+        return sorted(s.removeprefix(prefix) for s in subjects)[:_MAX_MEMBERS]
+
+    async def records(self, names: list[str]) -> dict[str, MemberRecord]:
+        """The latest heartbeat of each of ``names`` (missing ones expired meanwhile)."""
+        found: dict[str, MemberRecord] = {}
+        for name in names:
+            record = await self._get(name)
+            if record is not None:
+                found[name] = record
+        return found
+
+    async def read(self) -> dict[str, MemberRecord] | None:
+        """Every live member's latest heartbeat, or None when the bucket did not answer."""
+        names = await self.names()
+        return None if names is None else await self.records(names)
+
+    async def _get(self, name: str) -> MemberRecord | None:
+        subject = f"$JS.API.DIRECT.GET.{self._stream}"
+        body = _encoder.encode({"last_by_subj": self._subject(name)})
+        try:
+            reply = await self._nc.request(subject, body, timeout=self._timeout_s)
+        except (NatsError, TimeoutError):
+            return None
+        if reply.headers and (reply.headers.get("Status") or reply.headers.get(_OPERATION)):
+            return None  # 404: expired since the listing; DEL: the member left
+        try:
+            return _record_decoder.decode(reply.data)
+        except msgspec.DecodeError:
+            return None
