@@ -7,6 +7,7 @@ pull loop speak the JSON API directly.
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ NS = 1_000_000_000
 """Nanoseconds per second: JetStream durations are integers in ns."""
 
 STREAM_NAME_IN_USE = 10058
+DEFAULT_INBOX = "_INBOX"
 
 
 class ApiError(Exception):
@@ -90,10 +92,24 @@ async def connect(
             reconnect_time_wait=0.5,
             pending_size=pending_size,
             error_cb=_ignore_error,
+            inbox_prefix=inbox_prefix(servers),
         )
     except (NoServersError, OSError, TimeoutError, NatsError) as exc:
         raise BrokerUnavailable(",".join(servers), type(exc).__name__) from exc
     return nc
+
+
+def inbox_prefix(servers: Sequence[str]) -> str:
+    """``_INBOX.<user>`` for a URL with a user (``nats://gateway:pw@host``), else ``_INBOX``.
+
+    Each deployed user may subscribe to its own inboxes only (deploy/nats/accounts.conf), so
+    it cannot read the replies and ordered-consumer deliveries of another user.
+    """
+    for url in servers:
+        user = urllib.parse.urlsplit(url if "://" in url else f"nats://{url}").username
+        if user:
+            return f"{DEFAULT_INBOX}.{urllib.parse.unquote(user)}"
+    return DEFAULT_INBOX
 
 
 async def _ignore_error(exc: Exception) -> None:

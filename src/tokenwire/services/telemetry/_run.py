@@ -6,10 +6,9 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-import nats
 from prometheus_client import start_http_server
 
-from tokenwire.broker import Topology, ensure_topology
+from tokenwire.broker import Topology, connect, ensure_topology
 from tokenwire.services.telemetry._otel import OtelSignals, otel_providers
 from tokenwire.services.telemetry._prometheus import TelemetryMetrics
 from tokenwire.services.telemetry._service import TelemetryConsumer
@@ -38,7 +37,7 @@ async def run(
         settings.metrics_port, settings.metrics_host, metrics.registry
     )
     meter_provider, tracer_provider = otel_providers()
-    nc = await nats.connect(settings.nats_url, name="tokenwire-telemetry")
+    nc = await connect(settings.nats_url, name="tokenwire-telemetry")
     try:
         if settings.provision:
             await ensure_topology(nc, settings.topology)
