@@ -19,6 +19,7 @@ from nats.errors import NoRespondersError, NoServersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from tokenwire.broker._errors import BrokerUnavailable
+from tokenwire.scrub import register_urls
 
 NS = 1_000_000_000
 """Nanoseconds per second: JetStream durations are integers in ns."""
@@ -82,6 +83,7 @@ async def connect(
     fast with OutboundBufferLimitError, which the publisher treats as a retryable send.
     """
     servers = split_urls(urls)
+    register_urls(servers)  # their passwords are scrubbed from whatever this process reports
     try:
         nc: Client = await nats.connect(
             servers=servers,

@@ -14,6 +14,7 @@ import click
 from tokenwire.cli._errors import CheckFailedError, NotFoundError, UsageError
 from tokenwire.config import ConfigError
 from tokenwire.providers import ProviderError
+from tokenwire.scrub import scrub
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -72,5 +73,5 @@ def main(argv: list[str] | None = None) -> int:
 def _fail(exc: BaseException, code: int, debug: bool) -> int:
     if debug:
         traceback.print_exception(exc)
-    click.echo(f"tokenwire: {exc}", err=True)
+    click.echo(f"tokenwire: {scrub(str(exc))}", err=True)
     return code

@@ -15,6 +15,7 @@ import click
 from tokenwire.broker import Topology, free_port
 from tokenwire.cli._errors import UsageError
 from tokenwire.config import Settings, load
+from tokenwire.scrub import install_log_scrubbing
 
 
 def settings(ctx: click.Context) -> Settings:
@@ -61,6 +62,7 @@ def run_until_signal(
 ) -> None:
     """Run ``main(stop)`` on a new event loop; SIGINT and SIGTERM set ``stop``."""
     logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    install_log_scrubbing()
 
     async def runner() -> None:
         stop = asyncio.Event()

@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from tokenwire.broker import BrokerError
 from tokenwire.schemas import RecordedError
+from tokenwire.scrub import register, scrub
 from tokenwire.services.gateway._endpoints import (
     AnthropicEndpoint,
     Endpoint,
@@ -52,6 +53,7 @@ from tokenwire.services.gateway._outbox import Outbox
 from tokenwire.services.gateway._output import FoldingOutput
 from tokenwire.services.gateway._response import StepStream
 from tokenwire.services.gateway._routing import resolve, with_identity
+from tokenwire.services.gateway._scrubbed import scrubbed
 from tokenwire.services.gateway._seams import GatewayDeps
 from tokenwire.services.gateway._settings import GatewaySettings
 from tokenwire.services.gateway._step import StepPlan, StepRun
@@ -73,6 +75,7 @@ class Gateway:
         self.metrics = GatewayMetrics(lambda: float(deps.sink.stats().in_flight))
         self._tasks: set[asyncio.Task[None]] = set()
         self._secrets = settings.secrets()
+        register(*self._secrets)  # scrubbed from every error and log line of the process
         self._rng = random.Random()
 
     # -- routes ---------------------------------------------------------------------------
@@ -126,7 +129,11 @@ class Gateway:
         span, trace_headers = start_step_span(request.headers, self._rng)
         route = with_identity(route, {SESSION_HEADER: session})
         plan = StepPlan(session, claim, route, body, received_ns, trace_headers, self._secrets)
-        output = ep.stream_output(req, route, reply) if req.stream else FoldingOutput()
+        output = (
+            scrubbed(ep.stream_output(req, route, reply), self._secrets)
+            if req.stream
+            else FoldingOutput()
+        )
         outbox = Outbox(self.settings.caller_buffer_bytes)
         run = StepRun(plan, output, outbox, self.deps, self.metrics, self.settings.ack_timeout_s)
         try:
@@ -223,11 +230,11 @@ class Gateway:
 
     def _error(self, ep: Endpoint, exc: GatewayError, identity: StepIdentity | None) -> Response:
         if exc.status >= 500:
-            log.warning("step failed: %s", exc.message)
+            log.warning("step failed: %s", scrub(exc.message, self._secrets))
         headers = identity.headers() if identity is not None else {}
         if isinstance(exc, AuthenticationError):
             headers["www-authenticate"] = "Bearer"
-        body = ep.error_body(exc)
+        body = scrub(ep.error_body(exc).decode(), self._secrets).encode()  # no credentials out
         return Response(body, exc.status, headers, media_type="application/json")
 
     def _count(self, request: Request, response: Response) -> Response:

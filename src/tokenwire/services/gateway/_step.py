@@ -35,6 +35,7 @@ import msgspec
 from tokenwire.broker import BrokerError
 from tokenwire.providers import ProviderHTTPError
 from tokenwire.schemas import ChunkEnvelope, Finish, StepError, StreamChunk, json_encoder
+from tokenwire.scrub import scrub as scrub_text
 from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     GatewayError,
@@ -71,9 +72,7 @@ class StepPlan:
 
 def scrub(text: str, secrets: tuple[str, ...]) -> str:
     """``text`` with every credential value replaced (providers may echo a key back)."""
-    for secret in secrets:
-        text = text.replace(secret, "[redacted]")
-    return text
+    return scrub_text(text, secrets)
 
 
 class StepRun:
