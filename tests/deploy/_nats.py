@@ -98,7 +98,7 @@ class Node:
 
     def start(self) -> Node:
         # The child keeps its own copy of the descriptor; ours closes right away.
-        with (self.config.parent / f"{self.config.stem}.log").open("wb") as log:
+        with (self.config.parent / f"{self.config.stem}.log").open("ab") as log:  # restarts add
             self.proc = subprocess.Popen(
                 [find_binary(), "-c", str(self.config)],
                 env=server_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
