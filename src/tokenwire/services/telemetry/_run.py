@@ -55,4 +55,5 @@ async def run(
         meter_provider.shutdown()
         tracer_provider.shutdown()
         server.shutdown()
+        server.server_close()
         thread.join(timeout=5)
