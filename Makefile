@@ -6,7 +6,7 @@ UV := .uv/bin/uv
 VENV := .venv
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 
-.PHONY: demo test lint typecheck bench schemas install browser clean fuzz
+.PHONY: demo test lint typecheck bench schemas install browser clean fuzz faults soak
 
 $(UV):
 	$(PYTHON) -m venv .uv
@@ -48,6 +48,18 @@ bench: install
 FUZZ_EXAMPLES ?= 100000
 fuzz: install
 	TOKENWIRE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VENV)/bin/pytest tests/fuzz -q -p no:randomly
+
+# The fault tier alone, its measured rows regenerating docs/reliability.md's table.
+faults: install
+	rm -f .faults.jsonl
+	TOKENWIRE_FAULTS_REPORT=$(abspath .faults.jsonl) $(VENV)/bin/pytest tests/faults tests/telemetry/test_crash_between_publish_and_ack.py -q -p no:randomly
+	$(VENV)/bin/python -m tests.faults.table .faults.jsonl docs/reliability.md
+
+# Minutes of steady load with random faults (SOAK_MINUTES, SOAK_SEED); its row joins the table.
+SOAK_MINUTES ?= 5
+soak: install
+	$(VENV)/bin/python -m tests.faults.soak --minutes $(SOAK_MINUTES) $(if $(SOAK_SEED),--seed $(SOAK_SEED)) --report $(abspath .faults.jsonl)
+	$(VENV)/bin/python -m tests.faults.table .faults.jsonl docs/reliability.md
 
 schemas: install
 	$(VENV)/bin/python -m tokenwire.schemas.jsonschema schemas/

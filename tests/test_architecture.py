@@ -13,16 +13,27 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tokenwire"
 
 # Which tokenwire packages each layer may import (besides itself). Services may import every
 # library layer but never another service; only the CLI sees everything.
-LIBRARIES = {"schemas", "fold", "sse", "providers", "broker", "store", "config", "telemetry_names"}
+LIBRARIES = {
+    "schemas",
+    "fold",
+    "sse",
+    "providers",
+    "broker",
+    "store",
+    "config",
+    "telemetry_names",
+    "scrub",
+}
 ALLOWED: dict[str, set[str]] = {
     "schemas": set(),
     "fold": {"schemas"},
     "sse": set(),
     "config": set(),
-    "providers": {"schemas", "sse"},
-    "broker": {"schemas", "config"},
-    "store": {"schemas"},
-    "replay": {"schemas", "fold", "broker", "store", "config"},
+    "scrub": set(),
+    "providers": {"schemas", "sse", "scrub"},
+    "broker": {"schemas", "config", "scrub"},
+    "store": {"schemas", "scrub"},
+    "replay": {"schemas", "fold", "broker", "store", "config", "scrub"},
     "observability": {"schemas"},
 }
 # Third-party packages a layer may import; the wire contract stays importable from anywhere.

@@ -26,6 +26,7 @@ from nats.aio.client import Client
 
 from tests.deploy._files import NATS_DIR, NATS_USERS
 from tokenwire.broker import find_binary, free_port
+from tokenwire.broker._api import inbox_prefix
 
 PASSWORDS = {user: f"test-{user}-secret" for user in NATS_USERS}
 START_TIMEOUT_S = 15.0
@@ -97,7 +98,7 @@ class Node:
 
     def start(self) -> Node:
         # The child keeps its own copy of the descriptor; ours closes right away.
-        with (self.config.parent / f"{self.config.stem}.log").open("wb") as log:
+        with (self.config.parent / f"{self.config.stem}.log").open("ab") as log:  # restarts add
             self.proc = subprocess.Popen(
                 [find_binary(), "-c", str(self.config)],
                 env=server_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -184,6 +185,7 @@ async def connect_as(user: str, urls: str) -> Connection:
     nc = await nats.connect(
         servers=urls.split(","), name=f"deploy-test-{user}", error_cb=on_error,
         connect_timeout=2, max_reconnect_attempts=-1, reconnect_time_wait=0.2,
+        inbox_prefix=inbox_prefix(urls.split(",")),
     )  # fmt: skip
     return Connection(nc, errors)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.api import ConsumerConfig
 
 from tests.deploy._files import NATS_DIR
 from tests.deploy._nats import (
@@ -36,6 +37,8 @@ from tokenwire.broker import (
     Topology,
     find_binary,
     free_port,
+    ordered_subscribe,
+    partition_of,
 )
 from tokenwire.replay import read_session
 from tokenwire.schemas import (
@@ -144,7 +147,8 @@ def test_replay_readers_may_delete_consumers_but_never_a_durable_one(block: str)
     durables = [topology.assembler_consumer(p) for p in range(topology.partitions)]
     durables.append(topology.telemetry_consumer)
     assert sorted(_publish(block, "deny")) == sorted(
-        f"$JS.API.CONSUMER.DELETE.{topology.stream}.{d}" for d in durables
+        [f"$JS.API.CONSUMER.DELETE.{topology.stream}.{d}" for d in durables]
+        + [f"$JS.API.CONSUMER.CREATE.{topology.stream}.{d}.>" for d in durables]
     )
 
 
@@ -225,8 +229,11 @@ async def _assembler_consumes(conn: Connection, topology: Topology) -> int:
     await conn.nc.jetstream().publish(topology.event_subject("sess-a"), b"{}")
     await consumers.stop()  # acks done; unpins the partition it owned
     # The takeover read of a dead owner's tail: an ordered consumer on the chunk stream.
-    tail = await conn.nc.jetstream().subscribe(
-        topology.session_filter("sess-a"), stream=topology.stream, ordered_consumer=True
+    tail = await ordered_subscribe(
+        conn.nc.jetstream(),
+        topology.partition_filter(partition_of("sess-a", topology.partitions)),
+        stream=topology.stream,
+        config=ConsumerConfig(),
     )
     assert (await tail.next_msg(timeout=5)).metadata.sequence.stream == 1
     await tail.unsubscribe()

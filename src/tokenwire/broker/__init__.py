@@ -38,6 +38,7 @@ from tokenwire.broker._errors import (
     StepRegistryError,
     TopologyError,
 )
+from tokenwire.broker._ordered import ordered_subscribe, reader_name
 from tokenwire.broker._provision import ensure_topology
 from tokenwire.broker._publisher import ChunkPublisher, PublisherStats
 from tokenwire.broker._reader import SessionReader, StoredChunk
@@ -113,9 +114,11 @@ __all__ = [
     "free_port",
     "msg_id",
     "nak_many",
+    "ordered_subscribe",
     "parse_stored_subject",
     "partition_consumer",
     "partition_of",
+    "reader_name",
     "retained_sessions",
     "stored_subject",
     "valid_session",

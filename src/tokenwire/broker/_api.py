@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import urllib.parse
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 
 from tokenwire import config
 from tokenwire.broker._errors import BrokerUnavailable
+from tokenwire.scrub import register_urls
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,7 @@ NS = 1_000_000_000
 """Nanoseconds per second: JetStream durations are integers in ns."""
 
 STREAM_NAME_IN_USE = 10058
+DEFAULT_INBOX = "_INBOX"
 
 
 class ApiError(Exception):
@@ -93,6 +96,7 @@ async def connect(
     """
     servers = split_urls(urls)
     bound = config.connect_timeout() if first_connect_s is None else first_connect_s
+    register_urls(servers)  # their passwords are scrubbed from whatever this process reports
     shown = config.without_userinfo(",".join(servers))
     log.info("connecting to %s (first connect within %g s)", shown, bound)
     nc = Client()
@@ -105,6 +109,7 @@ async def connect(
         reconnect_time_wait=0.5,  # type: ignore[arg-type]  # a float works; the stub says int
         pending_size=pending_size,
         error_cb=_ignore_error,
+        inbox_prefix=inbox_prefix(servers),
     )
     try:
         outcome = await _attempt(attempt, bound, stop)
@@ -168,6 +173,19 @@ async def _abandon(nc: Client) -> None:
     """Stop a client whose first connect failed (its reconnect loop, its sockets)."""
     with contextlib.suppress(Exception):
         await nc.close()
+
+
+def inbox_prefix(servers: Sequence[str]) -> str:
+    """``_INBOX.<user>`` for a URL with a user (``nats://gateway:pw@host``), else ``_INBOX``.
+
+    Each deployed user may subscribe to its own inboxes only (deploy/nats/accounts.conf), so
+    it cannot read the replies and ordered-consumer deliveries of another user.
+    """
+    for url in servers:
+        user = urllib.parse.urlsplit(url if "://" in url else f"nats://{url}").username
+        if user:
+            return f"{DEFAULT_INBOX}.{urllib.parse.unquote(user)}"
+    return DEFAULT_INBOX
 
 
 async def _ignore_error(exc: Exception) -> None:

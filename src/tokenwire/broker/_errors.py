@@ -22,6 +22,8 @@ boundary with ``raise ... from exc`` so the cause stays attached.
 
 from __future__ import annotations
 
+from tokenwire.scrub import scrub
+
 
 class BrokerError(Exception):
     """Base of every error raised by :mod:`tokenwire.broker`."""
@@ -31,9 +33,9 @@ class BrokerUnavailable(BrokerError):  # noqa: N818 - names fixed by the interfa
     """No NATS server answered at ``url`` (or the connection is closed for good)."""
 
     def __init__(self, url: str, reason: str = "") -> None:
-        self.url = url
-        self.reason = reason
-        super().__init__(f"NATS unavailable at {url}" + (f": {reason}" if reason else ""))
+        self.url = scrub(url)  # an error leaves the process: no credentials (tokenwire.scrub)
+        self.reason = scrub(reason)
+        super().__init__(f"NATS unavailable at {self.url}" + (f": {self.reason}" if reason else ""))
 
 
 class ServerStartError(BrokerError):

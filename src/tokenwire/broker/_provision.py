@@ -153,9 +153,14 @@ async def ensure_topology(
     ack_wait_s: float = DEFAULT_ACK_WAIT_S,
     max_deliver: int = DEFAULT_MAX_DELIVER,
     priority_timeout_s: float = DEFAULT_PRIORITY_TIMEOUT_S,
+    telemetry_ack_wait_s: float | None = None,
     member_ttl_s: float = DEFAULT_MEMBER_TTL_S,
 ) -> None:
     """Create or update everything tokenwire needs on the broker; safe to call from every process.
+
+    The telemetry consumer's ``ack_wait`` defaults to :func:`telemetry_ack_wait` (inside the
+    events stream's duplicate window, so a signal redelivered after a crash normally still
+    falls in its window; the consumer also checks redeliveries against the stored events).
 
     Raises TopologyError when the server refuses a setting (e.g. switching an existing
     consumer's priority policy, which JetStream does not allow).
@@ -169,4 +174,11 @@ async def ensure_topology(
     for p in range(t.partitions):
         config = assembler_consumer_config(t, p, ack_wait_s, max_deliver, priority_timeout_s)
         await ensure_consumer(nc, t.stream, config)
-    await ensure_consumer(nc, t.stream, telemetry_consumer_config(t, ack_wait_s, max_deliver))
+    telemetry_wait = telemetry_ack_wait_s or telemetry_ack_wait(t, ack_wait_s)
+    await ensure_consumer(nc, t.stream, telemetry_consumer_config(t, telemetry_wait, max_deliver))
+
+
+def telemetry_ack_wait(t: Topology, ack_wait_s: float = DEFAULT_ACK_WAIT_S) -> float:
+    """``ack_wait_s``, but at most half the duplicate window (60 s by default): a redelivery
+    after a crash between publish and ack then comes while the window still holds the id."""
+    return min(ack_wait_s, t.duplicate_window_s / 2)

@@ -22,6 +22,7 @@ from nats.js.errors import Error as JsError
 
 from tokenwire.broker._api import server_url
 from tokenwire.broker._errors import BrokerUnavailable, ReaderStalled
+from tokenwire.broker._ordered import ordered_subscribe
 from tokenwire.broker._topology import Topology
 
 
@@ -80,10 +81,10 @@ class SessionReader:
                 deliver_policy=api.DeliverPolicy.ALL, inactive_threshold=30.0
             )
         try:
-            return await self._nc.jetstream().subscribe(
+            return await ordered_subscribe(
+                self._nc.jetstream(),
                 self._topology.session_filter(self._session),
                 stream=self._topology.stream,
-                ordered_consumer=True,
                 config=config,
                 idle_heartbeat=2.0,
             )

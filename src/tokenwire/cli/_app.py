@@ -23,6 +23,7 @@ from tokenwire.cli._errors import (
 )
 from tokenwire.config import ConfigError, without_userinfo
 from tokenwire.providers import ProviderError
+from tokenwire.scrub import scrub
 from tokenwire.store import StoreConfigError, StoreUnavailable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT = 0, 1, 2, 130
@@ -132,5 +133,5 @@ def exit_code(exc: BaseException) -> int:
 def _fail(exc: BaseException, code: int, debug: bool) -> int:
     if debug:
         traceback.print_exception(exc)
-    click.echo(f"tokenwire: {without_userinfo(str(exc))}", err=True)
+    click.echo(f"tokenwire: {scrub(without_userinfo(str(exc)))}", err=True)
     return code

@@ -15,6 +15,7 @@ import click
 from tokenwire.broker import Topology, free_port
 from tokenwire.cli._errors import Interrupted, UnreachableError, UsageError
 from tokenwire.config import Settings, load, without_userinfo
+from tokenwire.scrub import install_log_scrubbing
 from tokenwire.store import Store, StoreUnavailable, open_store
 
 T = TypeVar("T")
@@ -79,6 +80,7 @@ def run_until_signal(
     """
     logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     received: list[int] = []
+    install_log_scrubbing()
 
     async def runner() -> None:
         stop = asyncio.Event()

@@ -18,6 +18,7 @@ from tokenwire.providers._builder import step_error
 from tokenwire.providers._errors import ProviderHTTPError, is_retryable
 from tokenwire.providers._http import HttpClient, HttpResponse, Timeouts, TransportError
 from tokenwire.schemas import Finish, StreamChunk
+from tokenwire.scrub import scrub
 from tokenwire.sse import SseError, SseParser
 
 __all__ = [
@@ -158,8 +159,7 @@ async def _http_error(response: HttpResponse, secrets: list[str]) -> ProviderHTT
     except TransportError:
         body = b""  # the status alone is enough to report
     message, code = _error_text(body)
-    for secret in secrets:  # some providers echo the key back (OpenAI masks it, others may not)
-        message = message.replace(secret, "[redacted]")
+    message = scrub(message, secrets)  # some providers echo the key back (OpenAI masks it)
     status = response.status
     reason = response.reason or f"HTTP {status}"
     retryable = is_retryable(status, code)

@@ -25,6 +25,7 @@ from starlette.routing import Route, Router
 from tokenwire.broker import Topology, valid_session
 from tokenwire.replay._sse import NcProvider, SlowReaderPolicy, SseStats, stream
 from tokenwire.schemas import json_encoder
+from tokenwire.scrub import scrub
 from tokenwire.store import Store, StoreError
 
 StoreProvider = Callable[[], Store]
@@ -179,4 +180,4 @@ def _json(body: object, status: int = 200) -> Response:
 
 
 def _error(status: int, kind: str, message: str) -> Response:
-    return _json({"error": {"type": kind, "message": message}}, status)
+    return _json({"error": {"type": kind, "message": scrub(message)}}, status)

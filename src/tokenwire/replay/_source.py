@@ -25,7 +25,7 @@ from nats.errors import Error as NatsError
 from nats.js import api
 from nats.js.errors import Error as JsError
 
-from tokenwire.broker import BrokerUnavailable, Topology
+from tokenwire.broker import BrokerUnavailable, Topology, ordered_subscribe
 from tokenwire.replay._errors import ReplayStalled
 
 DEFAULT_MAX_BATCH = 4096
@@ -141,10 +141,10 @@ async def _subscribe(
             deliver_policy=api.DeliverPolicy.ALL, inactive_threshold=_INACTIVE_THRESHOLD_S
         )
     try:
-        return await nc.jetstream().subscribe(
+        return await ordered_subscribe(
+            nc.jetstream(),
             topology.session_filter(session),
             stream=topology.stream,
-            ordered_consumer=True,
             config=config,
             idle_heartbeat=_HEARTBEAT_S,
             cb=batch.put,

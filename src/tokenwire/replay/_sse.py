@@ -37,6 +37,7 @@ from tokenwire.replay._events import ReplayEvent, ShownReasoning, ShownText
 from tokenwire.replay._read import rendered
 from tokenwire.replay._render import SessionRenderer
 from tokenwire.schemas import ReasoningDelta, TextDelta, json_encoder
+from tokenwire.scrub import scrub
 
 NcProvider = Callable[[], Client]
 """Returns the gateway's connected NATS client (raise if there is none yet)."""
@@ -186,7 +187,7 @@ def lagged_frame(last_id: int) -> bytes:
 
 def error_frame(error: Exception) -> bytes:
     """``event: error``: the broker read failed; the response ends."""
-    return b"event: error\ndata: %s\n\n" % json_encoder.encode({"message": str(error)})
+    return b"event: error\ndata: %s\n\n" % json_encoder.encode({"message": scrub(str(error))})
 
 
 async def produce(

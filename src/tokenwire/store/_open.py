@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import re
 import time
 import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, get_args
 
+from tokenwire.scrub import scrub
 from tokenwire.store._errors import StoreConfigError
 from tokenwire.store._memory import MemoryStore
 from tokenwire.store._protocol import Store
 from tokenwire.store._sqlite import SQLiteStore, Synchronous
 
-_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
 if TYPE_CHECKING:
     from tokenwire.store._postgres import PostgresStore
 
@@ -45,9 +44,9 @@ def open_store(url: str, *, clock: Callable[[], int] = time.time_ns) -> Store:
 
 
 def redact(text: str) -> str:
-    """``text`` (a URL, or an error message quoting one) with URL passwords replaced by
-    ``***``: ``postgresql://u:secret@h/db`` -> ``postgresql://u:***@h/db``."""
-    return _PASSWORD.sub(r"\1***@", text)
+    """``text`` (a URL, or an error message quoting one) without credentials
+    (:func:`tokenwire.scrub.scrub`: ``postgresql://u:secret@h/db`` -> ``postgresql://h/db``)."""
+    return scrub(text)
 
 
 def _sqlite(url: str, rest: str, clock: Callable[[], int]) -> SQLiteStore:

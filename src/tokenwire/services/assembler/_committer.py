@@ -82,6 +82,7 @@ class Committer:
         self._committed = asyncio.Event()
         self._stopping = False
         self.store_ok = True
+        self.set_store_ok(True)  # the gauge agrees from the start (a standby commits nothing)
 
     # -- called by the handlers ------------------------------------------------------------
 
@@ -208,22 +209,23 @@ class Committer:
                 self._store_failed(exc, "unavailable")
             except StoreIntegrityError as exc:
                 self._store_failed(exc, "integrity")
-                self.store_ok = True  # the store answered: it is the input that is wrong
+                self.set_store_ok(True)  # the store answered: it is the input that is wrong
                 return None
             else:
                 self._metrics.commit_seconds.observe(time.perf_counter() - started)
                 self._metrics.batch_steps.observe(len(records))
-                self._set_store_ok(True)
+                self.set_store_ok(True)
                 return results
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._policy.backoff_max_s)
 
     def _store_failed(self, exc: Exception, label: str) -> None:
         self._metrics.store_failures.labels(label).inc()
-        self._set_store_ok(label != "unavailable")
+        self.set_store_ok(label != "unavailable")
         log.warning("commit failed (%s): %s", label, exc)
 
-    def _set_store_ok(self, ok: bool) -> None:
+    def set_store_ok(self, ok: bool) -> None:
+        """Whether the last store call succeeded: ``store_ok`` and the ``store_up`` gauge."""
         self.store_ok = ok
         self._metrics.store_up.set(1 if ok else 0)
 

@@ -253,7 +253,7 @@ class Assembler:
                 result = await call()
             except StoreUnavailable as exc:
                 self.metrics.store_failures.labels("unavailable").inc()
-                self.committer.store_ok = False
+                self.committer.set_store_ok(False)
                 log.warning("store lookup failed: %s", exc)
             else:
                 return result

@@ -22,6 +22,8 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.js import api
 
+from tokenwire.broker import ordered_subscribe
+
 log = logging.getLogger(__name__)
 
 
@@ -71,7 +73,7 @@ async def read_range(
     config = api.ConsumerConfig(
         deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first
     )
-    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True, config=config)
+    sub = await ordered_subscribe(js, subject, stream=stream, config=config)
     try:
         while True:
             try:

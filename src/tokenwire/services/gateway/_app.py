@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from tokenwire.broker import BrokerError
 from tokenwire.schemas import RecordedError
+from tokenwire.scrub import register, scrub
 from tokenwire.services.gateway._catalog import ModelCatalog
 from tokenwire.services.gateway._count_tokens import CountTokens
 from tokenwire.services.gateway._endpoints import (
@@ -59,6 +60,7 @@ from tokenwire.services.gateway._outbox import Outbox
 from tokenwire.services.gateway._output import FoldingOutput
 from tokenwire.services.gateway._response import StepStream
 from tokenwire.services.gateway._routing import resolve, with_identity
+from tokenwire.services.gateway._scrubbed import scrubbed
 from tokenwire.services.gateway._seams import GatewayDeps
 from tokenwire.services.gateway._settings import GatewaySettings
 from tokenwire.services.gateway._step import StepPlan, StepRun
@@ -81,6 +83,7 @@ class Gateway:
         self.metrics = GatewayMetrics(lambda: float(deps.sink.stats().in_flight))
         self._tasks: set[asyncio.Task[None]] = set()
         self._secrets = settings.secrets()
+        register(*self._secrets)  # scrubbed from every error and log line of the process
         self._rng = random.Random()
         self.calls = GenAICalls(self.metrics, deps.otel)
 
@@ -152,7 +155,11 @@ class Gateway:
         observer = self.calls.observe(route, session, span, call_start_ns)
         route = with_identity(route, {SESSION_HEADER: session})
         plan = StepPlan(session, claim, route, body, received_ns, trace_headers, self._secrets)
-        output = ep.stream_output(req, route, reply) if req.stream else FoldingOutput()
+        output = (
+            scrubbed(ep.stream_output(req, route, reply), self._secrets)
+            if req.stream
+            else FoldingOutput()
+        )
         outbox = Outbox(self.settings.caller_buffer_bytes)
         run = StepRun(
             plan,
@@ -255,7 +262,7 @@ class Gateway:
 
     def _error(self, ep: Endpoint, exc: GatewayError, identity: StepIdentity | None) -> Response:
         if exc.status >= 500:
-            log.warning("step failed: %s", exc.message)
+            log.warning("step failed: %s", scrub(exc.message, self._secrets))
         headers = identity.headers() if identity is not None else {}
         if isinstance(exc, AuthenticationError):
             headers["www-authenticate"] = "Bearer"
@@ -263,7 +270,7 @@ class Gateway:
             headers.update(exc.relay_headers)
         if exc.status in _NOT_RETRYABLE:
             headers["x-should-retry"] = "false"  # the SDKs retry 409 (and more) by default
-        body = ep.error_body(exc)
+        body = scrub(ep.error_body(exc).decode(), self._secrets).encode()  # no credentials out
         return Response(body, exc.status, headers, media_type="application/json")
 
     def _count(self, request: Request, response: Response) -> Response:

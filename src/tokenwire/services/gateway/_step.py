@@ -44,6 +44,7 @@ from tokenwire.schemas import (
     Usage,
     json_encoder,
 )
+from tokenwire.scrub import scrub as scrub_text
 from tokenwire.services.gateway._bounds import StepBounds, StepMeter
 from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
@@ -90,9 +91,7 @@ class StepPlan:
 
 def scrub(text: str, secrets: tuple[str, ...]) -> str:
     """``text`` with every credential value replaced (providers may echo a key back)."""
-    for secret in secrets:
-        text = text.replace(secret, "[redacted]")
-    return text
+    return scrub_text(text, secrets)
 
 
 class StepRun:

@@ -55,4 +55,5 @@ async def run(
         await nc.drain()
         otel.shutdown()
         server.shutdown()
+        server.server_close()
         thread.join(timeout=5)

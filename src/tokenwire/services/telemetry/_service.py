@@ -5,7 +5,11 @@ The broker does the selection: the durable consumer's filter is the first-chunk 
 Each signal is published to ``<prefix>.events.<session>.started`` with the dedupe id
 ``started:<session>:<turn>:<step>``; the PubAck's ``duplicate`` flag tells a redelivery (after
 a crash between publish and ack, or a restart) from a new start, so metrics count each step
-once without any state of our own surviving the restart. Sequence gaps on this path are normal.
+once without any state of our own surviving the restart. The duplicate window closes 120 s
+after the publish, so a *redelivered* first chunk is also checked against the stored events
+(``_seen``): a signal published before a crash is never sent twice, whatever the timing.
+``after_publish`` is a seam for fault injection (a crash between publish and ack). Sequence
+gaps on this path are normal.
 
 Control flow per message (PRINCIPLES.md, 6): the handler returns (ack), raises ``Reject``
 (undecodable: terminated and dead-lettered by the consumer loop) or ``Retry`` (the signal
@@ -17,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -35,6 +39,7 @@ from tokenwire.schemas import (
 )
 from tokenwire.services.telemetry._otel import OtelSignals
 from tokenwire.services.telemetry._prometheus import TelemetryMetrics
+from tokenwire.services.telemetry._seen import LookupFailedError, already_signaled
 from tokenwire.services.telemetry._signal import failed_call, stream_started
 
 log = logging.getLogger(__name__)
@@ -59,6 +64,7 @@ class TelemetryConsumer:
     live: Callable[[str, bytes], object] | None = None
     publish_timeout_s: float = PUBLISH_TIMEOUT_S
     pull: PullSettings = field(default_factory=PullSettings)
+    after_publish: Callable[[ConsumedMessage], Awaitable[None]] | None = None
 
     async def handle(self, msg: ConsumedMessage) -> None:
         """Signal one first chunk (see the module docstring for the outcomes)."""
@@ -73,16 +79,22 @@ class TelemetryConsumer:
             return
         signal = stream_started(envelope, msg.headers.get("traceparent"))
         payload = json_encoder.encode(signal)
+        msg_id = f"started:{signal.session}:{signal.turn}:{signal.step}"
+        if msg.num_delivered > 1 and await self._signaled_before(signal.session, msg_id):
+            self.metrics.duplicates.inc()  # published before a crash, after the window
+            return
         try:
             ack = await self.nc.jetstream().publish(
                 self.topology.event_subject(signal.session, "started"),
                 payload,
                 timeout=self.publish_timeout_s,
-                headers={"Nats-Msg-Id": f"started:{signal.session}:{signal.turn}:{signal.step}"},
+                headers={"Nats-Msg-Id": msg_id},
             )
         except (TimeoutError, NatsError, JsError) as exc:
             log.warning("telemetry publish failed, will retry: %s", type(exc).__name__)
             raise Retry(RETRY_DELAY_S) from exc
+        if self.after_publish is not None:
+            await self.after_publish(msg)  # the fault-injection seam: published, not acked
         if ack.duplicate:
             self.metrics.duplicates.inc()
         else:
@@ -96,6 +108,16 @@ class TelemetryConsumer:
         error_type = self.metrics.record_failure(envelope, error)
         if self.otel is not None:
             self.otel.record_failure(envelope, error_type, headers)
+
+    async def _signaled_before(self, session: str, msg_id: str) -> bool:
+        """A redelivery: is its signal already stored? (see ``_seen``; Retry when unknown)"""
+        try:
+            return await already_signaled(
+                self.nc, self.topology, session, msg_id, timeout_s=self.publish_timeout_s
+            )
+        except LookupFailedError as exc:
+            log.warning("telemetry redelivery check failed, will retry: %s", exc)
+            raise Retry(RETRY_DELAY_S) from exc
 
     def _record(self, signal: StreamStarted, payload: bytes) -> None:
         self.metrics.record(signal)
