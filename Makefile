@@ -6,7 +6,7 @@ UV := .uv/bin/uv
 VENV := .venv
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 
-.PHONY: demo test lint typecheck bench schemas install browser clean
+.PHONY: demo test lint typecheck bench bench-long bench-smoke schemas install browser clean
 
 $(UV):
 	$(PYTHON) -m venv .uv
@@ -40,8 +40,17 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
+# The one-run suite (docs/benchmarks.md): ~12 min on 2 idle cores, plus a one-time install of
+# the LiteLLM peer into .bench-venv/. BENCH=<part> runs one part; BENCH_ARGS=--final once the
+# machine is quiet (drops the "preliminary" mark); --no-peer skips the peer.
 bench: install
-	$(VENV)/bin/python -m bench $(BENCH)
+	$(VENV)/bin/python -m bench $(BENCH) $(BENCH_ARGS)
+
+bench-long: install
+	$(VENV)/bin/python -m bench --profile long $(BENCH) $(BENCH_ARGS)
+
+bench-smoke: install
+	$(VENV)/bin/python -m bench --profile smoke --no-peer --no-docs --out .bench-smoke $(BENCH)
 
 schemas: install
 	$(VENV)/bin/python -m tokenwire.schemas.jsonschema schemas/

@@ -159,6 +159,7 @@ def main(argv: list[str]) -> int:
 
 
 def _docs(fig: Figures, docs: Path, preliminary: bool) -> None:
+    save(fig, docs / "bench-results.json")  # what docs/capacity.md is computed from
     images = _report.plots(fig, docs / "img")
     _report.write_doc(docs / "benchmarks.md", _report.generated(fig, images, preliminary))
     (docs / "capacity.md").write_text(capacity.render(fig, preliminary))
