@@ -6,7 +6,7 @@ UV := .uv/bin/uv
 VENV := .venv
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 
-.PHONY: demo test lint typecheck bench bench-long bench-smoke schemas install browser clean
+.PHONY: demo test lint typecheck bench bench-peer bench-long bench-smoke schemas install browser clean
 
 $(UV):
 	$(PYTHON) -m venv .uv
@@ -45,6 +45,10 @@ typecheck: install
 # machine is quiet (drops the "preliminary" mark); --no-peer skips the peer.
 bench: install
 	$(VENV)/bin/python -m bench $(BENCH) $(BENCH_ARGS)
+
+# Install the LiteLLM peer into .bench-venv/ ahead of a timed run (make bench does it if absent).
+bench-peer: install
+	$(VENV)/bin/python -c "from bench._peer import ensure_installed as e; print(e())"
 
 bench-long: install
 	$(VENV)/bin/python -m bench --profile long $(BENCH) $(BENCH_ARGS)

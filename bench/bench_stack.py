@@ -45,11 +45,11 @@ def _progress(what: str) -> None:
 
 async def _events(caller: gw.Caller, request: bytes) -> int:
     caller.writer.write(request)
-    data = b""
+    data = bytearray()  # grows in place: a peer's many small writes stay linear to read
     while not data.endswith(b"\r\n0\r\n\r\n"):
         data += await caller._read()
     if not data.startswith(b"HTTP/1.1 200"):
-        raise RuntimeError(f"not streamed: {data[:300]!r}")
+        raise RuntimeError(f"not streamed: {bytes(data[:300])!r}")
     return data.count(b"data: ")
 
 
