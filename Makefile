@@ -6,7 +6,7 @@ UV := .uv/bin/uv
 VENV := .venv
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 
-.PHONY: demo test lint typecheck bench schemas install browser clean fuzz faults soak
+.PHONY: demo test lint typecheck bench bench-peer bench-long bench-smoke schemas install browser clean fuzz faults soak
 
 $(UV):
 	$(PYTHON) -m venv .uv
@@ -40,8 +40,21 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
+# The one-run suite (docs/benchmarks.md): ~12 min on 2 idle cores, plus a one-time install of
+# the LiteLLM peer into .bench-venv/. BENCH=<part> runs one part; BENCH_ARGS=--final once the
+# machine is quiet (drops the "preliminary" mark); --no-peer skips the peer.
 bench: install
-	$(VENV)/bin/python -m bench $(BENCH)
+	$(VENV)/bin/python -m bench $(BENCH) $(BENCH_ARGS)
+
+# Install the LiteLLM peer into .bench-venv/ ahead of a timed run (make bench does it if absent).
+bench-peer: install
+	$(VENV)/bin/python -c "from bench._peer import ensure_installed as e; print(e())"
+
+bench-long: install
+	$(VENV)/bin/python -m bench --profile long $(BENCH) $(BENCH_ARGS)
+
+bench-smoke: install
+	$(VENV)/bin/python -m bench --profile smoke --no-peer --no-docs --out .bench-smoke $(BENCH)
 
 # The adapters' long fuzz run (docs/providers.md, "Fuzzing"): FUZZ_EXAMPLES cases per adapter
 # and strategy (mutated recordings, random SSE); the default suite runs 30 of each.

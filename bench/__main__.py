@@ -1,36 +1,170 @@
-"""``make bench``: run every benchmark (or those named in argv) and print their tables.
+"""``make bench``: the one-run suite (limits first, then tokenwire, the peer, the scaling curves),
+or ``make bench BENCH=<name>`` for one part; ``python -m bench --list`` names the parts.
 
-Each benchmark measures tokenwire beside a baseline in the same run and prints the ratio;
-the tables are also written to ``bench/results/<name>.md``.
+Options: ``--profile smoke|default|long`` (or ``BENCH_PROFILE``; ``make bench-long``),
+``--no-peer``, ``--out DIR`` (JSON and tables; default bench/results), ``--docs DIR`` (where
+benchmarks.md, capacity.md and img/ are written; default docs; ``--no-docs`` writes none),
+``--final`` (drop the "preliminary, measured under load" mark from the docs).
+Each part's figures go to ``<out>/results.json`` (a part run alone is merged into the last
+full run's file); the docs are computed from that file.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import importlib
-import pkgutil
+import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-import bench
+import uvloop
+
+from bench import _report, capacity
+from bench._suite import PROFILES, REPO, Figures, Profile, load, machine, save, sizes
+
+
+def _scale(profile: Profile) -> None:
+    """Sizes of the existing modules for the profile (their module constants)."""
+    from bench import bench_assembler, bench_gateway, bench_replay, bench_telemetry
+
+    g = bench_gateway
+    g.SESSIONS_B, g.FRAGMENTS_B, g.FRAGMENTS_LONG = sizes(profile, (10, 20, 50), (200, 100, 500),
+                                                          (200, 100, 500))  # fmt: skip
+    g.ROUNDS_B = sizes(profile, 1, 2, 3)
+    g.SESSIONS_D, g.PAIRS_D = sizes(profile, (3, 2), (50, 10), (50, 20))
+    g.SERIAL_D = sizes(profile, 3, 40, 100)
+    g.CALLERS_E, g.REQUESTS_E = sizes(profile, (2, 2), (20, 20), (20, 50))
+    g.N_A = sizes(profile, 2_000, 60_000, 60_000)
+    a = bench_assembler
+    a.STEPS = sizes(profile, 100, 5_000, 5_000)
+    a.LATENCY_SECONDS = sizes(profile, 0.5, 2.0, 4.0)
+    a.OPEN_STEPS = sizes(profile, 100, 10_000, 10_000)
+    r = bench_replay
+    r.N, r.STEP_CHUNKS, r.N_SESSION_READER = sizes(profile, (2_000, 100, 1_000),
+                                                   (200_000, 1_000, 50_000),
+                                                   (1_000_000, 1_000, 200_000))  # fmt: skip
+    t = bench_telemetry
+    t.STEPS, t.CHUNKS_BIG = sizes(profile, (20, 50), (200, 500), (1_000, 1_000))
+
+
+def _limits(fig: Figures, profile: Profile, _: argparse.Namespace) -> str:
+    from bench import bench_limits
+
+    return bench_limits.run(fig, profile)
+
+
+def _gateway(fig: Figures, profile: Profile, _: argparse.Namespace) -> str:
+    from bench import bench_gateway as g
+
+    r = uvloop.run(g._run())
+    put = fig.put
+    put("gateway", "b_chunks_per_s", r.gateway.rate)
+    put("gateway", "b_long_chunks_per_s", r.gateway_long.rate)
+    put("gateway", "b_limit_per_s", r.limit)
+    put("gateway", "b_cpu_us_per_chunk", r.gateway.us_per_unit("gateway"))
+    put("gateway", "b_long_cpu_us_per_chunk", r.gateway_long.us_per_unit("gateway"))
+    put("gateway", "b2_chunks_per_s", r.pair.rate)
+    for tag, pairs in (("d", r.ttfc), ("d1", r.serial), ("d0", r.floor)):
+        added = [(b - a) * 1000 for a, b in pairs]
+        put("gateway", f"{tag}_added_p50_ms", sorted(added)[len(added) // 2])
+    aio, ours = r.clients
+    put("gateway", "e_aiohttp_p50_ms", sorted(aio)[len(aio) // 2] * 1000)
+    put("gateway", "e_httpclient_p50_ms", sorted(ours)[len(ours) // 2] * 1000)
+    return g._table(r)
+
+
+def _stack(fig: Figures, profile: Profile, args: argparse.Namespace) -> str:
+    from bench import bench_stack
+
+    return bench_stack.run(fig, profile, peer=not args.no_peer and profile != "smoke")
+
+
+def _module(name: str) -> Callable[[Figures, Profile, argparse.Namespace], str]:
+    def run(fig: Figures, profile: Profile, _: argparse.Namespace) -> str:
+        module = importlib.import_module(f"bench.bench_{name}")
+        table: str = module.main()
+        for key, value in getattr(module, "FIGURES", {}).items():
+            fig.put(name, key, value)
+        return table
+
+    return run
+
+
+def _scaling(fig: Figures, profile: Profile, _: argparse.Namespace) -> str:
+    from bench import bench_scaling
+
+    return bench_scaling.run(fig, profile)
+
+
+PARTS: dict[str, Callable[[Figures, Profile, argparse.Namespace], str]] = {
+    "limits": _limits,
+    "gateway": _gateway,
+    "stack": _stack,
+    "assembler": _module("assembler"),
+    "replay": _module("replay"),
+    "telemetry": _module("telemetry"),
+    "scaling": _scaling,
+}
+EXTRA = ("publish", "fold", "parse")  # run only when named: their own tables, no suite figures
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench")
+    p.add_argument("parts", nargs="*", help=f"parts to run: {', '.join((*PARTS, *EXTRA))}")
+    p.add_argument("--profile", choices=PROFILES,
+                   default=os.environ.get("BENCH_PROFILE", "default"))  # fmt: skip
+    p.add_argument("--no-peer", action="store_true", help="skip the LiteLLM peer")
+    p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    p.add_argument("--docs", type=Path, default=REPO / "docs")
+    p.add_argument("--no-docs", action="store_true")
+    p.add_argument("--final", action="store_true", help="figures from a quiet machine")
+    p.add_argument("--list", action="store_true")
+    return p.parse_args(argv)
 
 
 def main(argv: list[str]) -> int:
-    names = sorted(
-        m.name for m in pkgutil.iter_modules(bench.__path__) if m.name.startswith("bench_")
-    )
-    wanted = [n for n in names if not argv or any(a in n for a in argv)]
-    out_dir = Path(__file__).parent / "results"
-    out_dir.mkdir(exist_ok=True)
+    args = _args(argv)
+    if args.list:
+        print("\n".join((*PARTS, *EXTRA)))
+        return 0
+    profile: Profile = args.profile
+    _scale(profile)
+    wanted = [n for n in (*PARTS, *EXTRA) if not args.parts or any(a in n for a in args.parts)]
+    if not args.parts:
+        wanted = list(PARTS)
+    fig = Figures(profile, machine=machine())
+    args.out.mkdir(parents=True, exist_ok=True)
     for name in wanted:
-        print(f"\n## {name.removeprefix('bench_')}\n", flush=True)
+        print(f"\n## {name} ({profile})\n", flush=True)
         started = time.perf_counter()
-        table: str = importlib.import_module(f"bench.{name}").main()
+        part = PARTS.get(name) or _module(name)
+        table = part(fig, profile, args)
+        fig.seconds[name] = time.perf_counter() - started
+        fig.tables[name] = table
         print(table, flush=True)
-        print(f"\n({time.perf_counter() - started:.1f} s)", flush=True)
-        (out_dir / f"{name}.md").write_text(table + "\n")
+        print(f"\n({fig.seconds[name]:.1f} s)", flush=True)
+        (args.out / f"bench_{name}.md").write_text(table + "\n")
+    results = args.out / "results.json"
+    previous = load(results)
+    if previous is not None and args.parts and previous.profile == profile:
+        fig.merge(previous)
+    save(fig, results)
+    if not args.no_docs:
+        _docs(fig, args.docs, preliminary=not args.final)
+    print(f"\nfigures: {results}; total {sum(fig.seconds.values()):.0f} s", flush=True)
     return 0
 
 
+def _docs(fig: Figures, docs: Path, preliminary: bool) -> None:
+    save(fig, docs / "bench-results.json")  # what docs/capacity.md is computed from
+    images = _report.plots(fig, docs / "img")
+    _report.write_doc(docs / "benchmarks.md", _report.generated(fig, images, preliminary))
+    (docs / "capacity.md").write_text(capacity.render(fig, preliminary))
+
+
 if __name__ == "__main__":
+    asyncio.set_event_loop_policy(None)
     raise SystemExit(main(sys.argv[1:]))

@@ -59,6 +59,7 @@ LATENCY_SECONDS = 4.0
 LOCKSTEP_BURST = int(OFFERED_RATE * LATENCY_SECONDS / (DELTAS + 2)) // 5
 OPEN_STEPS = 10_000
 REPO = Path(__file__).resolve().parents[1]
+FIGURES: dict[str, float] = {}  # the last run's figures, for the suite (bench/_suite.py)
 PG = os.environ.get("TOKENWIRE_TEST_PG") or "postgresql://postgres@127.0.0.1:5432/test"
 T0 = 1_700_000_000_000_000_000
 
@@ -368,6 +369,8 @@ async def _phases(url: str, tmp: Path, schema: str) -> str:
     await sqlite.close()
     await pg.close()
     await nc.close()
+    FIGURES.update(raw_batch_per_s=raw, raw_one_per_s=raw_one, sqlite_per_s=b, postgres_per_s=c,
+                   commit_p50_ms=apart[0], commit_p99_ms=apart[1], rss_open_mb=grown)  # fmt: skip
     return _table((raw, raw_one), b, c, (apart, burst, near), (grown, payload), total)
 
 

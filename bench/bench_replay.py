@@ -33,6 +33,7 @@ N = 1_000_000
 STEP_CHUNKS = 1_000
 N_SESSION_READER = 200_000
 SESSION = "bench-replay"
+FIGURES: dict[str, float] = {}  # the last run's figures, for the suite (bench/_suite.py)
 WORDS = ("the ", "quick ", "brown ", "fox ", "jumps ", "over ", "a ", "lazy ", "dog. ")
 
 
@@ -121,6 +122,7 @@ async def _run() -> str:
             await nc.close()
         finally:
             server.stop()
+    FIGURES.update(raw_per_s=raw, replay_per_s=replay, published_per_s=published)
     return _table(published, raw, replay, reader)
 
 

@@ -1,0 +1,120 @@
+"""``tokenwire gateway`` with bench-only hooks, chosen by environment (never used in service):
+
+- ``TW_BENCH_CLIENT=aiohttp``: provider calls through aiohttp instead of ``HttpClient``
+  (ADR 0009's comparison on the full stack);
+- ``TW_BENCH_MARKS=<file>``: per-request timing marks (CLOCK_MONOTONIC, shared by every process
+  on the machine) appended to ``<file>`` as JSON lines, for the lone-caller breakdown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import aiohttp
+
+from tokenwire.broker import ChunkPublisher, StepRegistry
+from tokenwire.providers import _http, _stream
+from tokenwire.services.gateway._app import GatewayApp
+
+
+class _AiohttpResponse:
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._r = response
+        self.status = response.status
+        self.reason = response.reason
+        self.headers = {k.lower(): v for k, v in response.headers.items()}
+
+    async def read(self) -> bytes:
+        return await self._r.content.readany()
+
+    async def read_up_to(self, limit: int) -> bytes:
+        return (await self._r.content.read(limit)) or b""
+
+    def release(self) -> None:
+        self._r.release()
+
+
+class AiohttpClient:
+    """What ``ProviderSession`` needs of ``HttpClient``, on one pooled aiohttp session."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._session: aiohttp.ClientSession | None = None
+
+    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> _AiohttpResponse:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=2.0)
+            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        response = await self._session.post(url, data=body, headers=headers)
+        return _AiohttpResponse(response)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+_marks: dict[str, float] = {}
+
+
+def _mark(name: str) -> None:
+    _marks.setdefault(name, time.perf_counter())
+
+
+def _wrap_async(cls: Any, attr: str, before: str, after: str | None = None) -> None:
+    original = getattr(cls, attr)
+
+    async def wrapped(*args: Any, **kwargs: Any) -> Any:
+        _mark(before)
+        result = await original(*args, **kwargs)
+        if after:
+            _mark(after)
+        return result
+
+    setattr(cls, attr, wrapped)
+
+
+def _install_marks(path: str) -> None:
+    original_call = GatewayApp.__call__
+
+    async def call(self: Any, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http" or scope.get("method") != "POST":
+            await original_call(self, scope, receive, send)
+            return
+        _marks.clear()
+        _mark("app_entry")
+
+        async def timed_send(message: Any) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                _mark("first_body_send")
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                with open(path, "a") as out:  # noqa: ASYNC230 - after the response, bench only
+                    out.write(json.dumps(_marks) + "\n")
+
+        await original_call(self, scope, receive, timed_send)
+
+    GatewayApp.__call__ = call  # type: ignore[method-assign]
+    _wrap_async(StepRegistry, "begin_next_step", "claim_start", "claim_sent")
+    _wrap_async(ChunkPublisher, "publish", "first_publish")
+    client = _stream.HttpClient
+    _wrap_async(client, "post", "provider_post", "provider_headers")
+    if client is _http.HttpClient:
+        _wrap_async(_http.HttpResponse, "read", "first_read_call", "first_read_done")
+    else:
+        _wrap_async(_AiohttpResponse, "read", "first_read_call", "first_read_done")
+
+
+def main() -> int:
+    if os.environ.get("TW_BENCH_CLIENT") == "aiohttp":
+        _stream.HttpClient = AiohttpClient  # type: ignore[misc, assignment]
+    if marks := os.environ.get("TW_BENCH_MARKS"):
+        _install_marks(marks)
+    from tokenwire.cli import main as cli
+
+    return cli(["gateway"])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

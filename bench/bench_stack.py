@@ -1,0 +1,235 @@
+"""tokenwire on the whole stack as ``tokenwire up`` runs it, beside the peer, same scenarios.
+
+Every variant starts a fresh stack (``bench._procs.full_stack``: nats-server, scripted
+provider, gateway, assembler to SQLite, telemetry, each its own process):
+
+- ``full``: the whole stack; ``bare``: without the assembler and telemetry consumer;
+- ``aiohttp``: the whole stack, the gateway's provider calls through aiohttp (ADR 0009's test);
+- ``marks``: the whole stack, the gateway timing each phase of a lone caller's request.
+
+Scenarios, the same for tokenwire, the peer and the direct call: a lone sequential caller and
+50 concurrent paced callers (8 fragments at 50/s), pairs alternating direct and through, added
+time to first body byte per pair; chunks/s of 1 and of 50 callers at full speed (200
+fragments), counting the ``data:`` events each caller receives, and every process's CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import uvloop
+
+from bench import _peer
+from bench import bench_gateway as gw
+from bench._procs import cpu_s, full_stack, scripted_and_proxy
+from bench._suite import Figures, Profile, pct, sizes
+from tokenwire.broker import Topology, connect
+
+PHASE = "stack"
+PEER = "peer"
+PACED = f"fragments=8&rate={gw.RATE_D}"
+CALLERS = 50
+
+
+def _progress(what: str) -> None:
+    print(f"  {time.strftime('%H:%M:%S')} {what}", file=sys.stderr, flush=True)
+
+
+async def _events(caller: gw.Caller, request: bytes) -> int:
+    caller.writer.write(request)
+    data = bytearray()  # grows in place: a peer's many small writes stay linear to read
+    while not data.endswith(b"\r\n0\r\n\r\n"):
+        data += await caller._read()
+    if not data.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"not streamed: {bytes(data[:300])!r}")
+    return data.count(b"data: ")
+
+
+async def load(
+    port: int, callers: int, each: int, fragments: int, procs: dict[str, psutil.Process]
+) -> tuple[float, dict[str, float], int]:
+    """``callers`` keep-alive callers, ``each`` full-speed requests one after another:
+    (events/s received, CPU s per process, events)."""
+    conns = await asyncio.gather(*(gw.Caller.open(port) for _ in range(callers)))
+    path = "/v1/chat/completions"
+
+    async def one(i: int, c: gw.Caller) -> int:
+        total = 0
+        for k in range(each):
+            req = gw.streaming_request(port, path, f"ld{time.monotonic_ns()}-{i}-{k}",
+                                       f"fragments={fragments}")  # fmt: skip
+            total += await _events(c, req)
+        return total
+
+    await asyncio.gather(*(one(i, c) for i, c in enumerate(conns[:1])))  # warm-up
+    before = {n: cpu_s(p) for n, p in procs.items()}
+    started = time.perf_counter()
+    events = sum(await asyncio.gather(*(one(i, c) for i, c in enumerate(conns))))
+    elapsed = time.perf_counter() - started
+    cpu = {n: cpu_s(p) - before[n] for n, p in procs.items()}
+    for c in conns:
+        c.close()
+    return events / elapsed, cpu, events
+
+
+def _put_pairs(fig: Figures, phase: str, tag: str, pairs: list[tuple[float, float]]) -> None:
+    direct = [d * 1000 for d, _ in pairs]
+    through = [g * 1000 for _, g in pairs]
+    added = [(g - d) * 1000 for d, g in pairs]
+    for q in (50, 99):
+        fig.put(phase, f"{tag}_direct_p{q}_ms", pct(direct, q / 100))
+        fig.put(phase, f"{tag}_through_p{q}_ms", pct(through, q / 100))
+        fig.put(phase, f"{tag}_added_p{q}_ms", pct(added, q / 100))
+
+
+async def scenarios(
+    fig: Figures, phase: str, prefix: str, port: int, sp_port: int,
+    procs: dict[str, psutil.Process], profile: Profile, throughput: bool = True,
+) -> None:  # fmt: skip
+    """The shared scenarios against ``port``, figures named ``<prefix>_...``."""
+    serial, pairs = sizes(profile, 5, 40, 100), sizes(profile, 2, 8, 20)
+    hot_callers = sizes(profile, 5, CALLERS, CALLERS)
+    _put_pairs(fig, phase, f"{prefix}_lone", await gw.bench_ttfc(sp_port, port, 1, serial))
+    _put_pairs(fig, phase, f"{prefix}_hot", await gw.bench_ttfc(sp_port, port, hot_callers, pairs))
+    if not throughput:
+        return
+    fragments = 200
+    for tag, callers, each in (("c1", 1, sizes(profile, 2, 20, 50)),
+                               ("cmany", hot_callers, sizes(profile, 1, 4, 10))):  # fmt: skip
+        rate, cpu, events = await load(port, callers, each, fragments, procs)
+        callers_tag = f"{prefix}_{tag}"
+        fig.put(phase, f"{callers_tag}_events_per_s", rate)
+        fig.put(phase, f"{callers_tag}_callers", callers)
+        for name, seconds in cpu.items():
+            fig.put(phase, f"{callers_tag}_cpu_ms_per_1k_{name}", seconds / events * 1e6)
+        fig.put(phase, f"{callers_tag}_cpu_ms_per_1k_total",
+                sum(cpu.values()) / events * 1e6)  # fmt: skip
+
+
+async def _durability(fig: Figures, data: Path, nats_url: str) -> None:
+    """Provider byte -> store commit from the store's own columns (``completed_ns``: the
+    gateway's receipt of the step's last provider chunk; ``committed_ns``: the commit), and
+    telemetry deliveries per step; after the assembler caught up (bounded)."""
+    nc = await connect(nats_url)
+    t = Topology()
+    stream = await nc.jetstream().stream_info(t.stream)
+    db = data / "store.db"
+    deadline = time.monotonic() + 60
+    rows: list[tuple[int, int]] = []
+    while time.monotonic() < deadline:
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute("SELECT completed_ns, committed_ns FROM steps").fetchall()
+            chunks = conn.execute("SELECT coalesce(sum(chunk_count), 0) FROM steps").fetchone()[0]
+        if chunks >= stream.state.messages:
+            break
+        await asyncio.sleep(0.5)
+    info = await nc.jetstream().consumer_info(t.stream, t.telemetry_consumer)
+    await nc.close()
+    lat = [(c - d) / 1e6 for d, c in rows]
+    fig.put(PHASE, "steps_committed", len(rows))
+    fig.put(PHASE, "chunks_on_stream", stream.state.messages)
+    fig.put(PHASE, "chunks_committed", chunks)
+    for q in (50, 90, 99):
+        fig.put(PHASE, f"e2e_provider_to_commit_p{q}_ms", pct(lat, q / 100) if lat else 0.0)
+    fig.put(PHASE, "telemetry_deliveries_per_step", info.delivered.consumer_seq / max(1, len(rows)))
+
+
+PHASES = ("caller_to_app", "app_to_claim", "claim_to_provider_post", "provider_post_to_headers",
+          "headers_to_first_read", "first_read_to_publish", "publish_to_first_send",
+          "send_to_caller")  # fmt: skip
+
+
+async def _marked_lone(fig: Figures, port: int, marks: Path, n: int) -> None:
+    """The breakdown of a lone caller's time to first byte, from the gateway's marks."""
+    caller = await gw.Caller.open(port)
+    sides: list[tuple[float, float]] = []
+    for i in range(n + 1):
+        req = gw.streaming_request(port, "/v1/chat/completions", "marked", PACED)
+        t_send = time.perf_counter()
+        first, _ = await caller.stream(req)
+        if i:
+            sides.append((t_send, t_send + first))
+        await asyncio.sleep(0.02)
+    caller.close()
+    text = await asyncio.to_thread(marks.read_text)
+    lines = [json.loads(x) for x in text.splitlines()][1 : n + 1]
+    parts: dict[str, list[float]] = {p: [] for p in PHASES}
+    for (t_send, t_first), m in zip(sides, lines, strict=False):
+        points = [t_send, m.get("app_entry"), m.get("claim_start", m.get("app_entry")),
+                  m.get("provider_post"), m.get("provider_headers"), m.get("first_read_done"),
+                  m.get("first_publish"), m.get("first_body_send"), t_first]  # fmt: skip
+        if any(p is None for p in points):
+            continue
+        for name, a, b in zip(PHASES, points, points[1:], strict=False):
+            parts[name].append((b - a) * 1000)
+    for name, values in parts.items():
+        if values:
+            fig.put(PHASE, f"marks_{name}_p50_ms", pct(values, 0.5))
+    fig.put(PHASE, "marks_requests", min(len(v) for v in parts.values()))
+
+
+async def _stack_variants(fig: Figures, profile: Profile) -> None:
+    _progress("full stack (assembler + telemetry)")
+    async with full_stack() as s:
+        await scenarios(fig, PHASE, "full", s.gateway_port, s.scripted_port, s.procs, profile)
+        await _durability(fig, s.data, s.stack.nats_url)
+    if profile == "smoke":  # seconds: the whole stack and the marks only
+        await _marks_variant(fig, profile)
+        return
+    _progress("stack without assembler and telemetry")
+    async with full_stack(consumers=False) as s:
+        await scenarios(fig, PHASE, "bare", s.gateway_port, s.scripted_port, s.procs, profile)
+    _progress("full stack, provider calls through aiohttp (ADR 0009)")
+    async with full_stack(hooks={"TW_BENCH_CLIENT": "aiohttp"}) as s:
+        await scenarios(fig, PHASE, "aiohttp", s.gateway_port, s.scripted_port, s.procs,
+                        profile, throughput=False)  # fmt: skip
+    await _marks_variant(fig, profile)
+
+
+async def _marks_variant(fig: Figures, profile: Profile) -> None:
+    _progress("full stack, gateway timing marks")
+    with tempfile.TemporaryDirectory() as tmp:
+        marks = Path(tmp) / "marks.jsonl"
+        async with full_stack(hooks={"TW_BENCH_MARKS": str(marks)}) as s:
+            await _marked_lone(fig, s.gateway_port, marks, sizes(profile, 5, 40, 100))
+
+
+async def _peer_run(fig: Figures, profile: Profile) -> None:
+    exe = await asyncio.to_thread(_peer.ensure_installed)
+    if isinstance(exe, str):
+        fig.notes[PEER] = f"peer skipped: {exe}"
+        print(f"  {fig.notes[PEER]}", file=sys.stderr, flush=True)
+        return
+    async with scripted_and_proxy() as (sp_port, _, side):
+        options = [PACED, "fragments=200"]
+        async with _peer.litellm_proxy(exe, sp_port, options) as (port, proc):
+            procs = {"litellm": proc, "scripted": side["scripted"], "load": side["load"]}
+            await scenarios(fig, PEER, "litellm", port, sp_port, procs, profile)
+    fig.notes[PEER] = f"LiteLLM {_peer.VERSION} proxy, one worker"
+
+
+def run(fig: Figures, profile: Profile, peer: bool = True) -> str:
+    uvloop.run(_stack_variants(fig, profile))
+    if peer:
+        _progress("peer: LiteLLM proxy")
+        uvloop.run(_peer_run(fig, profile))
+    else:
+        fig.notes[PEER] = "peer skipped: --no-peer"
+    return table(fig)
+
+
+def table(fig: Figures) -> str:
+    from bench._report import stack_table
+
+    return stack_table(fig)
+
+
+__all__ = ["Any", "run"]
