@@ -32,6 +32,7 @@ from tokenwire.store import Store
 SCRIPTED = ScriptedSettings(seed=15, length=24, fragment_size=3, token_rate=40.0,
                             sentinel="FAULTS")  # fmt: skip
 STEP_TIMEOUT_S = 90.0
+MID_STREAM_EVENTS = 6
 DRAIN_BOUND_S = 90.0
 
 
@@ -55,6 +56,10 @@ class Load:
     results: list[StepResult] = field(default_factory=list)
     answers: list[bytes] = field(default_factory=list)  # every HTTP answer, for the scan
     first_turn_done: asyncio.Event = field(default_factory=asyncio.Event)
+    mid_stream: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once a caller of a later turn has read ``MID_STREAM_EVENTS`` events of its stream and
+    not its end: a step is in flight, with chunks already published (a fault can be injected
+    then, by condition, not by the clock)."""
 
     def session(self, i: int) -> str:
         return f"{self.tag}-{i:03d}"
@@ -92,13 +97,23 @@ class Load:
         try:
             async with client.stream("POST", "/v1/chat/completions", json=body,
                                      headers=headers) as response:  # fmt: skip
-                raw = await response.aread()
+                raw = await self._read(response, later_turn=len(messages) > 1)
         except httpx.HTTPError as exc:
             return StepResult(session, turn, messages, False, f"{type(exc).__name__}")
         self.answers.append(raw + str(response.headers).encode())
         ok = response.status_code == 200 and raw.rstrip().endswith(b"data: [DONE]")
         text = _text_of(raw) if ok else f"HTTP {response.status_code} {raw[-160:]!r}"
         return StepResult(session, turn, messages, ok, text, time.monotonic() - started)
+
+    async def _read(self, response: httpx.Response, later_turn: bool) -> bytes:
+        parts: list[bytes] = []
+        events = 0
+        async for part in response.aiter_bytes():
+            parts.append(part)
+            events += part.count(b"data: {")
+            if later_turn and events >= MID_STREAM_EVENTS and b"[DONE]" not in part:
+                self.mid_stream.set()
+        return b"".join(parts)
 
     def counts(self) -> Counter[str]:
         return Counter("ok" if r.ok else "failed" for r in self.results)

@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import msgspec
 import pytest
 from nats.aio.client import Client
 
@@ -29,6 +30,9 @@ SESSIONS = 30
 ABANDON_S = 3.0
 CASE_BOUND_S = 150.0
 DRAIN_BOUND_S = 60.0
+SLOW = msgspec.structs.replace(SCRIPTED, token_rate=8.0)
+"""The same content (seed, length, fragment size) streamed over ~3 s, so a step read halfway
+by its caller is still in flight when the gateway is killed, however busy the machine."""
 
 
 async def _turns_in_broker(operator: Client, session: str) -> set[int]:
@@ -57,10 +61,10 @@ async def _gateway_case(tmp_path: Path) -> None:
             with svc.running(gateway, assembler):
                 await gateway.ready()
                 await assembler.ready()
-                async with ScriptedServer(SCRIPTED, port=port):
+                async with ScriptedServer(SLOW, port=port):
                     running = asyncio.create_task(load.run(svc.base_url(gateway)))
-                    await load.first_turn_done.wait()
-                    gateway.kill()  # mid-stream: half the sessions are in their second step
+                    await load.mid_stream.wait()
+                    gateway.kill()  # mid-stream by construction: a second step is streaming
                     await running
                 outcome = await _abandoned_not_messages(conn.nc, store, load)
                 stored_files = await asyncio.to_thread(lambda: [*tmp_path.glob("store.db*")])
