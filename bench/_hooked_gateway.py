@@ -95,6 +95,7 @@ def _install_marks(path: str) -> None:
 
         await original_call(self, scope, receive, timed_send)
 
+    # Bench-only instrumentation: a patched method is what the timing marks measure.
     GatewayApp.__call__ = call  # type: ignore[method-assign]
     _wrap_async(StepRegistry, "begin_next_step", "claim_start", "claim_sent")
     _wrap_async(ChunkPublisher, "publish", "first_publish")
@@ -108,6 +109,7 @@ def _install_marks(path: str) -> None:
 
 def main() -> int:
     if os.environ.get("TW_BENCH_CLIENT") == "aiohttp":
+        # Bench-only: the same gateway with aiohttp for provider calls (ADR 0009's A/B).
         _stream.HttpClient = AiohttpClient  # type: ignore[misc, assignment]
     if marks := os.environ.get("TW_BENCH_MARKS"):
         _install_marks(marks)

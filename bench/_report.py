@@ -33,7 +33,7 @@ def stack_table(fig: Figures) -> str:
     for tag, label in (("lone", "1 caller"), ("hot", "50 paced callers")):
         for q in (50, 99):
             rows.append(
-                f"| added first byte, {label}, p{q} ms | {_f(g(s, f'full_{tag}_direct_p{q}_ms'), '.2f')} "  # noqa: E501
+                f"| added first byte, {label}, p{q} ms | {_f(g(s, f'full_{tag}_direct_p{q}_ms'), '.2f')} "
                 f"(absolute) | {_f(g(s, f'full_{tag}_added_p{q}_ms'), '+.2f')} "
                 f"| {_f(g(s, f'bare_{tag}_added_p{q}_ms'), '+.2f')} "
                 f"| {_f(g(s, f'aiohttp_{tag}_added_p{q}_ms'), '+.2f')} "
@@ -59,7 +59,7 @@ def stack_table(fig: Figures) -> str:
 
 def _per_process(fig: Figures) -> list[str]:
     out = ["", "CPU ms per 1,000 events by process, 50 callers at full speed:", "",
-           "| process | tokenwire full stack | LiteLLM side |", "| --- | ---: | ---: |"]  # fmt: skip  # noqa: E501
+           "| process | tokenwire full stack | LiteLLM side |", "| --- | ---: | ---: |"]  # fmt: skip
     names = ("gateway", "assembler", "telemetry", "nats", "scripted-provider", "scripted",
              "litellm", "load")  # fmt: skip
     for n in names:
@@ -83,7 +83,7 @@ def targets_table(fig: Figures) -> str:
                 g("peer", f"litellm_{tag}_added_p{q}_ms"),
             )
             met = "—" if math.isnan(peer) else ("yes" if ours <= peer / 10 else "no")
-            rows.append(f"| added TTFB <= 1/10 of the peer's, {label}, p{q} | {_f(ours, '+.2f')} ms "  # noqa: E501
+            rows.append(f"| added TTFB <= 1/10 of the peer's, {label}, p{q} | {_f(ours, '+.2f')} ms "
                         f"| {_f(peer, '+.2f')} ms | {_ratio(ours, peer)} | {met} |")  # fmt: skip
     ours_cpu, peer_cpu = (
         g("stack", "full_cmany_cpu_ms_per_1k_total"),
@@ -92,7 +92,7 @@ def targets_table(fig: Figures) -> str:
     gain = peer_cpu / ours_cpu if ours_cpu and not math.isnan(peer_cpu) else float("nan")
     met = "—" if math.isnan(gain) else ("yes" if gain >= 10 else "no")
     rows.append(f"| >= 10x the peer's chunks per CPU second (all processes, 50 callers) "
-                f"| {_f(ours_cpu, '.0f')} ms/1k | {_f(peer_cpu, '.0f')} ms/1k | {_f(gain, '.1f')}x | {met} |")  # fmt: skip  # noqa: E501
+                f"| {_f(ours_cpu, '.0f')} ms/1k | {_f(peer_cpu, '.0f')} ms/1k | {_f(gain, '.1f')}x | {met} |")  # fmt: skip
     return "\n".join(rows)
 
 
@@ -100,7 +100,7 @@ def ratios_table(fig: Figures) -> str:
     g = fig.get
     lim = "limits"
     rows = [
-        ("gateway durable chunks/s, bench_gateway (b), 100 fragments", g("gateway", "b_chunks_per_s"),  # noqa: E501
+        ("gateway durable chunks/s, bench_gateway (b), 100 fragments", g("gateway", "b_chunks_per_s"),
          "pipelined publish with acks", g(lim, "publish_per_s"), g("gateway", "b_limit_per_s")),
         ("gateway on the full stack, 50 callers, events/s", g("stack", "full_cmany_events_per_s"),
          "pipelined publish with acks", g(lim, "publish_per_s"), float("nan")),
@@ -114,14 +114,14 @@ def ratios_table(fig: Figures) -> str:
          "ordered-consumer read", g(lim, "ordered_read_per_s"), g("replay", "raw_per_s")),
     ]  # fmt: skip
     out = ["| tokenwire | figure | its limit | limit (limits phase) | ratio | same limit measured "
-           "beside it in its own phase | ratio |", "| --- | ---: | --- | ---: | ---: | ---: | ---: |"]  # fmt: skip  # noqa: E501
+           "beside it in its own phase | ratio |", "| --- | ---: | --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
     out += [f"| {a} | {_f(x)} | {b} | {_f(y)} | {_ratio(x, y)} | {_f(z)} | {_ratio(x, z)} |"
             for a, x, b, y, z in rows]  # fmt: skip
     e2e = [g("stack", f"e2e_provider_to_commit_p{q}_ms") for q in (50, 90, 99)]
     out.append(f"| provider byte -> store commit, full stack, p50 / p90 / p99 ms "
                f"| {' / '.join(_f(x, '.1f') for x in e2e)} | | | | | |")  # fmt: skip
     out.append(f"| telemetry deliveries per step (full stack) "
-               f"| {_f(g('stack', 'telemetry_deliveries_per_step'), '.2f')} | one per step | 1 | | | |")  # fmt: skip  # noqa: E501
+               f"| {_f(g('stack', 'telemetry_deliveries_per_step'), '.2f')} | one per step | 1 | | | |")  # fmt: skip
     return "\n".join(out)
 
 
@@ -146,7 +146,7 @@ def breakdown_table(fig: Figures) -> str:
         rows.append(f"| {labels[p]} | {_f(v, '.3f')} |")
     rows.append(f"| sum of the p50s | {total:.3f} |")
     rows.append(
-        f"| direct call to the provider, first byte p50 | {_f(fig.get('stack', 'full_lone_direct_p50_ms'), '.3f')} |"  # noqa: E501
+        f"| direct call to the provider, first byte p50 | {_f(fig.get('stack', 'full_lone_direct_p50_ms'), '.3f')} |"
     )
     return "\n".join(rows)
 

@@ -141,7 +141,7 @@ def table(fig: Figures) -> str:
             "| --- | ---: |",
             f"| (1) pipelined JetStream publish with acks, msgs/s ({g('envelope_bytes'):.0f} B "
             f"envelopes) | {g('publish_per_s'):,.0f} |",
-            f"| (1) its CPU per message in the publishing process, us | {g('publish_cpu_us'):.1f} |",  # noqa: E501
+            f"| (1) its CPU per message in the publishing process, us | {g('publish_cpu_us'):.1f} |",
             f"| (2) push consumer, callback acking every message, msgs/s "
             f"| {g('consume_ack_per_s'):,.0f} |",
             f"| (3) ordered consumer read, msgs/s | {g('ordered_read_per_s'):,.0f} |",

@@ -79,9 +79,9 @@ def render(fig: Figures, preliminary: bool = True) -> str:
         "",
         "| input | value | from |",
         "| --- | ---: | --- |",
-        f"| gateway CPU per chunk | {x['gateway_us']:.1f} us | full stack, 50 callers at full speed |",  # noqa: E501
+        f"| gateway CPU per chunk | {x['gateway_us']:.1f} us | full stack, 50 callers at full speed |",
         f"| assembler CPU per chunk (SQLite) | {x['assembler_us']:.1f} us | same run |",
-        f"| telemetry CPU per chunk | {x['telemetry_us']:.2f} us | same run (it reads first chunks only) |",  # noqa: E501
+        f"| telemetry CPU per chunk | {x['telemetry_us']:.2f} us | same run (it reads first chunks only) |",
         f"| nats-server CPU per chunk (R1) | {x['nats_us']:.1f} us | same run |",
         f"| envelope bytes per chunk on the stream | {x['envelope_bytes']:.0f} B | limits phase |",
         f"| SSE bytes per event to the caller | {x['sse_bytes']:.0f} B | limits phase |",
@@ -106,7 +106,7 @@ def render(fig: Figures, preliminary: bool = True) -> str:
         lines.append(f"| {label} | {per_core[k]:,.0f} | {sessions_per[k]:,.0f} "
                      f"| {sessions_per[k] * 5:,.0f} |")  # fmt: skip
     lines.append(f"| one three-node cluster ({NODE_CORES} cores/node, R{REPLICAS}) "
-                 f"| {cluster_chunks:,.0f} | {cluster_sessions:,.0f} | {cluster_sessions * 5:,.0f} |")  # fmt: skip  # noqa: E501
+                 f"| {cluster_chunks:,.0f} | {cluster_sessions:,.0f} | {cluster_sessions * 5:,.0f} |")  # fmt: skip
     lines += [
         "",
         f"## {SESSIONS:,} concurrent sessions at {TOKENS_PER_S:g} tokens/s "
@@ -121,7 +121,7 @@ def render(fig: Figures, preliminary: bool = True) -> str:
         f"| three-node clusters of {NODE_CORES}-core nodes | {clusters:,} |",
         f"| partitions | {partitions:,} |",
         f"| broker disk write (R{REPLICAS}) | {disk_per_s / 1e6:,.0f} MB/s |",
-        f"| broker disk held ({RETENTION_H:g} h retention, R{REPLICAS}) | {disk_total / 1e12:,.1f} TB |",  # noqa: E501
+        f"| broker disk held ({RETENTION_H:g} h retention, R{REPLICAS}) | {disk_total / 1e12:,.1f} TB |",
         f"| broker network (in, replication, to assemblers) | {net_broker * 8 / 1e9:,.1f} Gbit/s |",
         f"| gateway network (provider in + caller out) | {net_callers * 8 / 1e9:,.1f} Gbit/s |",
         f"| total cores, gateway + assembler + broker | {gw_cores + asm_cores + broker_cores:,} |",
