@@ -17,7 +17,7 @@ import pytest
 from tests.gateway._helpers import GATEWAY_KEY, make_rig, recording
 from tokenwire.broker._publisher import _Window
 from tokenwire.services.gateway import GatewayServer, GatewaySettings
-from tokenwire.services.gateway._output import frame
+from tokenwire.services.gateway._dialects import frame
 from tokenwire.sse import SseEvent, SseParser
 
 USER = [{"role": "user", "content": "hi"}]

@@ -15,7 +15,7 @@ from tests.gateway._helpers import GATEWAY_KEY, provider_env
 from tokenwire.fold import fold
 from tokenwire.providers import normalise_body
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
-from tokenwire.services.gateway._encode_responses import ResponsesStreamEncoder
+from tokenwire.services.gateway._dialects.openai_responses import ResponsesStreamEncoder
 from tokenwire.services.scripted_provider import ScriptedServer, ScriptedSettings, expected_outcome
 
 SCRIPTED = ScriptedSettings(seed=9, length=6)

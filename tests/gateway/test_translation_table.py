@@ -19,18 +19,19 @@ import pytest
 
 from tests.gateway._helpers import GATEWAY_KEY, provider_env
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
-from tokenwire.services.gateway._caller_responses import ResponsesRequest
-from tokenwire.services.gateway._dialect_anthropic import AnthropicRequest, validate_anthropic
-from tokenwire.services.gateway._dialect_openai import OpenAIChatRequest, validate_openai
-from tokenwire.services.gateway._endpoints import (
-    AnthropicEndpoint,
-    OpenAIEndpoint,
-    ResponsesEndpoint,
-    provider_call,
+from tokenwire.services.gateway._dialects import (
+    ANTHROPIC_MESSAGES,
+    OPENAI_CHAT,
+    OPENAI_RESPONSES,
+    CallerCodec,
 )
-from tokenwire.services.gateway._errors import InvalidRequestError
-from tokenwire.services.gateway._routing import resolve
-from tokenwire.services.gateway._translation import (
+from tokenwire.services.gateway._dialects.anthropic_messages import (
+    AnthropicRequest,
+    validate_anthropic,
+)
+from tokenwire.services.gateway._dialects.openai_chat import OpenAIChatRequest, validate_openai
+from tokenwire.services.gateway._dialects.openai_responses import ResponsesRequest
+from tokenwire.services.gateway._dialects.translation import (
     DROPPED_HEADER,
     TABLE,
     UntranslatableFieldError,
@@ -38,6 +39,9 @@ from tokenwire.services.gateway._translation import (
     render_markdown,
     replace_section,
 )
+from tokenwire.services.gateway._errors import InvalidRequestError
+from tokenwire.services.gateway._provider_call import CallerInput, provider_call
+from tokenwire.services.gateway._routing import resolve
 from tokenwire.services.scripted_provider import ScriptedServer, ScriptedSettings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "providers.md"
@@ -67,7 +71,7 @@ PIXEL = (
 def test_docs_table_is_generated_from_the_table() -> None:
     doc = DOCS.read_text()
     assert replace_section(doc) == doc, (
-        "docs/providers.md drifted: python -m tokenwire.services.gateway._translation "
+        "docs/providers.md drifted: python -m tokenwire.services.gateway._dialects.translation "
         "docs/providers.md"
     )
     assert render_markdown() in doc
@@ -94,15 +98,15 @@ def test_the_counts() -> None:
 
 
 def _translated(caller: str, model: str, body: dict[str, Any], **headers: str) -> Any:
-    ep = {
-        "openai-chat": OpenAIEndpoint(),
-        "anthropic-messages": AnthropicEndpoint(),
-        "openai-responses": ResponsesEndpoint(),
+    ep: CallerCodec[Any] = {
+        "openai-chat": OPENAI_CHAT,
+        "anthropic-messages": ANTHROPIC_MESSAGES,
+        "openai-responses": OPENAI_RESPONSES,
     }[caller]
     env = provider_env(GEMINI_API_KEY="g-key")
     route = resolve(model, ep.dialect, env)
     req = ep.parse(body)
-    call = provider_call(ep, body, req, route, headers, env, 4096)
+    call = provider_call(ep, req, route, CallerInput(body, headers, env, 4096))
     return msgspec.json.decode(call.body), call
 
 
@@ -614,7 +618,7 @@ def test_every_entry_is_seen_translated_or_refused(pair: tuple[str, str], field:
 
 def test_the_drop_settings_reach_the_gateway_from_the_environment() -> None:
     from tokenwire.services.gateway import GatewaySettings
-    from tokenwire.services.gateway._translation import wants_drop
+    from tokenwire.services.gateway._dialects.translation import wants_drop
 
     env = GatewaySettings.from_env(
         {"TOKENWIRE_GEMINI_DROP_PARAMS": "true", "TOKENWIRE_NATS_URL": "nats://127.0.0.1:1"}

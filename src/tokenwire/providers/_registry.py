@@ -1,9 +1,10 @@
 """The provider table: name -> wire dialect, normaliser, default base URL, env vars, auth.
 
-Adding a provider is one row in ``_SPECS`` below, e.g. (for the Anthropic/Gemini work)::
+Adding a provider is one row in ``_SPECS`` below, e.g.::
 
-    ProviderSpec("anthropic", "anthropic-messages", AnthropicNormaliser,
-                 "https://api.anthropic.com", "ANTHROPIC_API_KEY", "x-api-key", "/v1/messages"),
+    ProviderSpec("anthropic", Dialect.ANTHROPIC_MESSAGES, AnthropicNormaliser,
+                 "https://api.anthropic.com", "ANTHROPIC_API_KEY", "x-api-key", "/v1/messages",
+                 headers=ANTHROPIC_VERSION, caller_headers=ANTHROPIC_CALLER_HEADERS),
 
 ``name`` is the routing / ``fold --provider`` name; the base-URL variable is derived from it
 (``TOKENWIRE_<NAME>_BASE_URL``, dashes as underscores). Each base URL follows its provider
@@ -13,9 +14,10 @@ SDK's convention (OpenAI's and DeepSeek's include ``/v1``, Anthropic's does not)
 
 from __future__ import annotations
 
+import enum
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from tokenwire.providers._anthropic import AnthropicNormaliser
@@ -25,8 +27,22 @@ from tokenwire.providers._gemini import GeminiNormaliser
 from tokenwire.providers._openai_chat import OpenAIChatNormaliser
 from tokenwire.providers._openai_responses import OpenAIResponsesNormaliser
 
-Dialect = Literal["openai-chat", "openai-responses", "anthropic-messages", "gemini", "scripted"]
-"""The wire formats tokenwire speaks; several providers share ``openai-chat``."""
+
+class Dialect(enum.StrEnum):
+    """The wire formats tokenwire speaks; several providers share ``openai-chat``.
+
+    The one dialect type of the code base: a provider's (:attr:`ProviderSpec.dialect`), a
+    route's and a gateway endpoint's (the gateway's ``CallerDialect`` is the subset its
+    endpoints speak). A ``StrEnum``: each member equals its wire name (``"openai-chat"``).
+    Adding a member makes the type checker list every ``match`` that must handle it (each ends
+    in ``assert_never``): the gateway's dialect layer (``services/gateway/_dialects/``).
+    """
+
+    OPENAI_CHAT = "openai-chat"
+    OPENAI_RESPONSES = "openai-responses"
+    ANTHROPIC_MESSAGES = "anthropic-messages"
+    GEMINI = "gemini"
+
 
 AuthStyle = Literal["bearer", "x-api-key", "api-key", "x-goog-api-key", "none"]
 """How the credential is sent: ``Authorization: Bearer``, or the named header."""
@@ -34,7 +50,13 @@ AuthStyle = Literal["bearer", "x-api-key", "api-key", "x-goog-api-key", "none"]
 
 @dataclass(frozen=True, slots=True)
 class ProviderSpec:
-    """One provider: how to reach it and how to read its stream."""
+    """One provider: how to reach it, how to read its stream, and its quirks.
+
+    The quirks: ``headers`` go on every request to it (Anthropic refuses requests without
+    ``anthropic-version``); ``caller_headers`` are the caller's headers passed on to it (lower
+    case: its beta and organisation headers); ``legacy_max_tokens``: an OpenAI-compatible
+    server that reads ``max_tokens`` rather than OpenAI's ``max_completion_tokens``.
+    """
 
     name: str
     dialect: Dialect
@@ -43,6 +65,9 @@ class ProviderSpec:
     api_key_env: str | None
     auth: AuthStyle
     stream_path: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    caller_headers: tuple[str, ...] = ()
+    legacy_max_tokens: bool = True
 
     @property
     def base_url_env(self) -> str:
@@ -79,28 +104,36 @@ class ProviderSpec:
 
 
 _CHAT = "/chat/completions"
+_CHAT_DIALECT = Dialect.OPENAI_CHAT
+ANTHROPIC_VERSION = {"anthropic-version": "2023-06-01"}
+"""Anthropic's API refuses requests without a version header: the SDK's current value."""
+ANTHROPIC_CALLER_HEADERS = ("anthropic-beta",)
+OPENAI_CALLER_HEADERS = ("openai-beta", "openai-organization", "openai-project")
 _SPECS: tuple[ProviderSpec, ...] = (
     # name, dialect, normaliser, default base URL, credential env, auth style, stream path
-    ProviderSpec("openai", "openai-chat", OpenAIChatNormaliser, "https://api.openai.com/v1",
-                 "OPENAI_API_KEY", "bearer", _CHAT),
-    ProviderSpec("openai-responses", "openai-responses", OpenAIResponsesNormaliser,
-                 "https://api.openai.com/v1", "OPENAI_API_KEY", "bearer", "/responses"),
-    ProviderSpec("deepseek", "openai-chat", OpenAIChatNormaliser, "https://api.deepseek.com/v1",
+    ProviderSpec("openai", _CHAT_DIALECT, OpenAIChatNormaliser, "https://api.openai.com/v1",
+                 "OPENAI_API_KEY", "bearer", _CHAT, caller_headers=OPENAI_CALLER_HEADERS,
+                 legacy_max_tokens=False),
+    ProviderSpec("openai-responses", Dialect.OPENAI_RESPONSES, OpenAIResponsesNormaliser,
+                 "https://api.openai.com/v1", "OPENAI_API_KEY", "bearer", "/responses",
+                 caller_headers=OPENAI_CALLER_HEADERS),
+    ProviderSpec("deepseek", _CHAT_DIALECT, OpenAIChatNormaliser, "https://api.deepseek.com/v1",
                  "DEEPSEEK_API_KEY", "bearer", _CHAT),
-    ProviderSpec("openrouter", "openai-chat", OpenAIChatNormaliser,
+    ProviderSpec("openrouter", _CHAT_DIALECT, OpenAIChatNormaliser,
                  "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY", "bearer", _CHAT),
-    ProviderSpec("groq", "openai-chat", OpenAIChatNormaliser, "https://api.groq.com/openai/v1",
+    ProviderSpec("groq", _CHAT_DIALECT, OpenAIChatNormaliser, "https://api.groq.com/openai/v1",
                  "GROQ_API_KEY", "bearer", _CHAT),
     # vLLM is self-hosted: the default is its `vllm serve` address; it needs no key by default.
-    ProviderSpec("vllm", "openai-chat", OpenAIChatNormaliser, "http://127.0.0.1:8000/v1",
+    ProviderSpec("vllm", _CHAT_DIALECT, OpenAIChatNormaliser, "http://127.0.0.1:8000/v1",
                  "VLLM_API_KEY", "bearer", _CHAT),
     # Azure's base URL names the resource (https://RESOURCE.openai.azure.com/openai/v1): there
     # is no usable default, so TOKENWIRE_AZURE_BASE_URL must be set ("" = required).
-    ProviderSpec("azure", "openai-chat", OpenAIChatNormaliser, "", "AZURE_OPENAI_API_KEY",
+    ProviderSpec("azure", _CHAT_DIALECT, OpenAIChatNormaliser, "", "AZURE_OPENAI_API_KEY",
                  "api-key", _CHAT),
-    ProviderSpec("anthropic", "anthropic-messages", AnthropicNormaliser,
-                 "https://api.anthropic.com", "ANTHROPIC_API_KEY", "x-api-key", "/v1/messages"),
-    ProviderSpec("gemini", "gemini", GeminiNormaliser, "https://generativelanguage.googleapis.com",
+    ProviderSpec("anthropic", Dialect.ANTHROPIC_MESSAGES, AnthropicNormaliser,
+                 "https://api.anthropic.com", "ANTHROPIC_API_KEY", "x-api-key", "/v1/messages",
+                 headers=ANTHROPIC_VERSION, caller_headers=ANTHROPIC_CALLER_HEADERS),
+    ProviderSpec("gemini", Dialect.GEMINI, GeminiNormaliser, "https://generativelanguage.googleapis.com",
                  "GEMINI_API_KEY", "x-goog-api-key",
                  "/v1beta/models/{model}:streamGenerateContent?alt=sse"),
 )  # fmt: skip

@@ -26,15 +26,16 @@ from starlette.types import Receive, Scope, Send
 from tokenwire.broker import BrokerError
 from tokenwire.schemas import RecordedError
 from tokenwire.scrub import register, scrub
+from tokenwire.services.gateway._caller import FoldingOutput, stream_output
 from tokenwire.services.gateway._catalog import ModelCatalog
 from tokenwire.services.gateway._count_tokens import CountTokens
-from tokenwire.services.gateway._endpoints import (
-    AnthropicEndpoint,
-    Endpoint,
-    OpenAIEndpoint,
+from tokenwire.services.gateway._dialects import (
+    ANTHROPIC_MESSAGES,
+    OPENAI_CHAT,
+    OPENAI_RESPONSES,
+    CallerCodec,
+    R,
     Reply,
-    ResponsesEndpoint,
-    provider_call,
     provider_reply,
 )
 from tokenwire.services.gateway._errors import (
@@ -56,9 +57,7 @@ from tokenwire.services.gateway._identity import (
 )
 from tokenwire.services.gateway._metrics import GatewayMetrics
 from tokenwire.services.gateway._openapi import openapi_document
-from tokenwire.services.gateway._outbox import Outbox
-from tokenwire.services.gateway._output import FoldingOutput
-from tokenwire.services.gateway._response import StepStream
+from tokenwire.services.gateway._provider_call import CallerInput, ProviderCall, provider_call
 from tokenwire.services.gateway._routing import resolve, with_identity
 from tokenwire.services.gateway._scrubbed import scrubbed
 from tokenwire.services.gateway._seams import GatewayDeps
@@ -69,9 +68,6 @@ from tokenwire.services.gateway._validate import decode_object
 
 log = logging.getLogger("tokenwire.gateway")
 _READY_TIMEOUT_S = 2.0
-_OPENAI = OpenAIEndpoint()
-_ANTHROPIC = AnthropicEndpoint()
-_RESPONSES = ResponsesEndpoint()
 
 
 class Gateway:
@@ -91,15 +87,15 @@ class Gateway:
 
     async def chat_completions(self, request: Request) -> Response:
         """``POST /v1/chat/completions``."""
-        return await self._handle(request, _OPENAI)
+        return await self._handle(request, OPENAI_CHAT)
 
     async def messages(self, request: Request) -> Response:
         """``POST /v1/messages``."""
-        return await self._handle(request, _ANTHROPIC)
+        return await self._handle(request, ANTHROPIC_MESSAGES)
 
     async def responses(self, request: Request) -> Response:
         """``POST /v1/responses``."""
-        return await self._handle(request, _RESPONSES)
+        return await self._handle(request, OPENAI_RESPONSES)
 
     async def healthz(self, request: Request) -> Response:
         """The process is up and can serve: 503 once the broker connection is closed for good
@@ -125,26 +121,46 @@ class Gateway:
 
     # -- a model call ---------------------------------------------------------------------
 
-    async def _handle(self, request: Request, ep: Endpoint) -> Response:
+    async def _handle(self, request: Request, codec: CallerCodec[R]) -> Response:
         received_ns = self.deps.clock_ns()
         try:
-            response = await self._serve(request, ep, received_ns)
+            response = await self._serve(request, codec, received_ns)
         except GatewayError as exc:
-            response = self._error(ep, exc, None)
+            response = self._error(codec, exc, None)
         return self._count(request, response)
 
-    async def _serve(self, request: Request, ep: Endpoint, received_ns: int) -> Response:
+    async def _serve(self, request: Request, codec: CallerCodec[R], received_ns: int) -> Response:
+        """Check the request, plan the step, start it, and return its answer."""
         self.authenticate(request.headers)
         raw = decode_object(await self._read_body(request))
-        req = ep.parse(raw)
+        req = codec.parse(raw)
         wanted = read_identity(request.headers)
-        route = resolve(req.model, ep.dialect, self.settings.provider_env)
-        env, max_tokens = self.settings.provider_env, self.settings.default_max_tokens
-        call = provider_call(ep, raw, req, route, request.headers, env, max_tokens)
-        route, body = call.route, call.body
+        route = resolve(req.model, codec.dialect, self.settings.provider_env)
+        sent = CallerInput(
+            raw, request.headers, self.settings.provider_env, self.settings.default_max_tokens
+        )
+        call = provider_call(codec, req, route, sent)
         session = wanted.session or self.deps.new_id()
         claim = await self._claim(wanted, session, req.ends_with_tool_result)
-        reply = Reply(ep.reply_id(self.deps.new_id()), req.model, received_ns // 1_000_000_000)
+        reply = Reply(codec.reply_id(self.deps.new_id()), req.model, received_ns // 1_000_000_000)
+        run = self._step_run(request, call, session, claim, received_ns)
+        if req.stream:
+            same = call.route.dialect == codec.dialect
+            run.output = scrubbed(stream_output(codec, req, same, reply), self._secrets)
+        try:
+            await run.start()
+        except GatewayError as exc:
+            return _with(call.response_headers, self._error(codec, exc, run.identity))
+        if not req.stream:
+            return _with(call.response_headers, await self._folded(run, codec, reply))
+        return _with(call.response_headers, run.response())
+
+    def _step_run(
+        self, request: Request, call: ProviderCall, session: str, claim: StepClaim,
+        received_ns: int,
+    ) -> StepRun:  # fmt: skip
+        """The planned step, with its call span started (its trace headers go on every chunk)."""
+        route, settings = call.route, self.settings
         call_start_ns = self.deps.clock_ns()
         span, trace_headers = start_step_span(
             request.headers, self._rng, self.calls.tracer, self.calls.recording,
@@ -154,30 +170,14 @@ class Gateway:
         )  # fmt: skip
         observer = self.calls.observe(route, session, span, call_start_ns)
         route = with_identity(route, {SESSION_HEADER: session})
-        plan = StepPlan(session, claim, route, body, received_ns, trace_headers, self._secrets)
-        output = (
-            scrubbed(ep.stream_output(req, route, reply), self._secrets)
-            if req.stream
-            else FoldingOutput()
-        )
-        outbox = Outbox(self.settings.caller_buffer_bytes)
-        run = StepRun(
-            plan,
-            output,
-            outbox,
-            self.deps,
-            self.metrics,
-            self.settings.ack_timeout_s,
-            self.settings.step_bounds,
-            call=observer,
-        )
-        try:
-            await self._begin(run)
-        except GatewayError as exc:
-            return _with(call.response_headers, self._error(ep, exc, run.identity))
-        if isinstance(output, FoldingOutput):
-            return _with(call.response_headers, await self._complete(run, output, ep, reply))
-        return _with(call.response_headers, self._stream(run))
+        plan = StepPlan(
+            session, claim, route, call.body, received_ns, trace_headers, self._secrets,
+            settings.continue_on_disconnect,
+        )  # fmt: skip
+        return StepRun(
+            plan, FoldingOutput(), settings.caller_buffer_bytes, self.deps, self.metrics,
+            settings.ack_timeout_s, settings.step_bounds, call=observer, running=self._tasks,
+        )  # fmt: skip
 
     def authenticate(self, headers: Mapping[str, str]) -> None:
         """Raise AuthenticationError unless the headers carry a gateway key (when keys are set)."""
@@ -216,51 +216,28 @@ class Gateway:
             )
         return await assign_next(session, self.deps.steps, new_turn=not tool_result)
 
-    async def _begin(self, run: StepRun) -> None:
-        """Call the provider and take the first chunk in this task (no task switch before the
-        first chunk), then go on with the step in a task of its own (the call's span ends with
-        the step, see ``_genai.py``)."""
-        await run.begin()
-        task = asyncio.create_task(run.finish_rest(), name=f"step of session {run.plan.session}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        run.task = task
-
-    def _stream(self, run: StepRun) -> Response:
-        assert run.identity is not None  # a begun step is claimed
-        headers = {**run.identity.headers(), "cache-control": "no-cache"}
-        return StepStream(run.outbox, headers, lambda: self._caller_left(run))
-
-    def _caller_left(self, run: StepRun) -> None:
-        run.outbox.detach()
-        if not self.settings.continue_on_disconnect and run.task is not None:
-            run.task.cancel()
-
-    async def _complete(
-        self, run: StepRun, output: FoldingOutput, ep: Endpoint, reply: Reply
-    ) -> Response:
-        assert run.task is not None  # continued
+    async def _folded(self, run: StepRun, codec: CallerCodec[R], reply: Reply) -> Response:
+        """A non-streaming caller's answer: the folded message once the step ended."""
         assert run.identity is not None  # begun
-        try:
-            await asyncio.shield(run.task)
-        except asyncio.CancelledError:
-            self._caller_left(run)
-            raise
+        await run.settled()
+        assert isinstance(run.output, FoldingOutput)  # a non-streaming caller's output
         if run.error is not None:
-            return self._error(ep, run.error, run.identity)
-        result = output.result()
+            return self._error(codec, run.error, run.identity)
+        result = run.output.result()
         if isinstance(result, RecordedError):
             error = UpstreamError(result.message, upstream_status=None, retryable=result.retryable)
-            return self._error(ep, error, run.identity)
-        reply = provider_reply(reply, output.provider_id, output.provider_model)
+            return self._error(codec, error, run.identity)
+        reply = provider_reply(reply, run.output.provider_id, run.output.provider_model)
         return Response(
-            ep.message_body(result, reply), media_type="application/json",
+            codec.message_body(result, reply), media_type="application/json",
             headers=run.identity.headers(),
         )  # fmt: skip
 
     # -- responses ------------------------------------------------------------------------
 
-    def _error(self, ep: Endpoint, exc: GatewayError, identity: StepIdentity | None) -> Response:
+    def _error(
+        self, codec: CallerCodec[R], exc: GatewayError, identity: StepIdentity | None
+    ) -> Response:
         if exc.status >= 500:
             log.warning("step failed: %s", scrub(exc.message, self._secrets))
         headers = identity.headers() if identity is not None else {}
@@ -270,7 +247,7 @@ class Gateway:
             headers.update(exc.relay_headers)
         if exc.status in _NOT_RETRYABLE:
             headers["x-should-retry"] = "false"  # the SDKs retry 409 (and more) by default
-        body = scrub(ep.error_body(exc).decode(), self._secrets).encode()  # no credentials out
+        body = scrub(codec.error_body(exc).decode(), self._secrets).encode()  # no credentials out
         return Response(body, exc.status, headers, media_type="application/json")
 
     def _count(self, request: Request, response: Response) -> Response:

@@ -17,23 +17,30 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 import httpx
 
-from tokenwire.providers import ProviderConfigError, get_provider, provider_names
+from tokenwire.providers import Dialect, ProviderConfigError, get_provider, provider_names
 from tokenwire.services.gateway._routing import SCRIPTED
 
 log = logging.getLogger("tokenwire.gateway")
 TTL_S = 300.0
 FAILURE_TTL_S = 30.0
 TIMEOUT_S = 5.0
-_LIST_PATHS = {
-    "openai-chat": "/models",
-    "openai-responses": "/models",
-    "anthropic-messages": "/v1/models",
-    "gemini": "/v1beta/models",
-}
+
+
+def _list_path(dialect: Dialect) -> str:
+    """Where a provider of ``dialect`` lists its models (below its base URL)."""
+    match dialect:
+        case Dialect.OPENAI_CHAT | Dialect.OPENAI_RESPONSES:
+            return "/models"
+        case Dialect.ANTHROPIC_MESSAGES:
+            return "/v1/models"
+        case Dialect.GEMINI:
+            return "/v1beta/models"
+        case _:
+            assert_never(dialect)
 
 
 @dataclass(frozen=True)
@@ -65,10 +72,8 @@ def configured_sources(env: Mapping[str, str]) -> list[_Source]:
             base = spec.base_url(env)
         except ProviderConfigError:
             continue
-        headers = dict(spec.auth_headers(key))
-        if spec.dialect == "anthropic-messages":
-            headers["anthropic-version"] = "2023-06-01"
-        out.append(_Source(name, base + _LIST_PATHS[spec.dialect], headers))
+        headers = dict(spec.auth_headers(key)) | dict(spec.headers)
+        out.append(_Source(name, base + _list_path(spec.dialect), headers))
     return out
 
 

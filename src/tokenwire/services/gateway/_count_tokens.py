@@ -17,8 +17,8 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tokenwire.providers import relayed_headers
-from tokenwire.services.gateway._encode_anthropic import anthropic_error_body
+from tokenwire.providers import Dialect, relayed_headers
+from tokenwire.services.gateway._dialects.anthropic_messages import anthropic_error_body
 from tokenwire.services.gateway._errors import GatewayError, InvalidRequestError, UpstreamError
 from tokenwire.services.gateway._forward import forwarded_headers
 from tokenwire.services.gateway._routing import resolve
@@ -58,8 +58,8 @@ class CountTokens:
         model = raw.get("model")
         if not isinstance(model, str):
             raise InvalidRequestError("model: a string 'provider/model' is required", param="model")
-        route = resolve(model, "anthropic-messages", self._env)
-        if route.dialect != "anthropic-messages":
+        route = resolve(model, Dialect.ANTHROPIC_MESSAGES, self._env)
+        if route.dialect != Dialect.ANTHROPIC_MESSAGES:
             raise InvalidRequestError(
                 f"count_tokens is served only for Anthropic routes: {model} is a {route.dialect} "
                 "route, which has no token-count endpoint",

@@ -23,8 +23,8 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from tokenwire.services.gateway._encode_anthropic import anthropic_error_body
-from tokenwire.services.gateway._encode_openai import openai_error_body
+from tokenwire.services.gateway._dialects.anthropic_messages import anthropic_error_body
+from tokenwire.services.gateway._dialects.openai_chat import openai_error_body
 
 KEEP_ALIVE_S = 75
 """How long an idle keep-alive connection stays open (uvicorn's default is 5 s). Longer than

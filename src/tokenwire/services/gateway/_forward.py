@@ -1,11 +1,12 @@
-"""Caller headers forwarded to the provider: an allowlist per provider dialect.
+"""Caller headers forwarded to the provider: an allowlist per provider.
 
 Only headers that change what the provider does for this request, and that mean the same
 thing at the provider, are passed on; everything else the caller sends (its gateway key,
-tokenwire's own headers, cookies...) stays at the gateway.
+tokenwire's own headers, cookies...) stays at the gateway. The allowlist is the provider's
+(``ProviderSpec.caller_headers``, carried by the route):
 
-- Anthropic-dialect routes: ``anthropic-beta``;
-- providers ``openai`` and ``openai-responses``: ``openai-beta``, ``openai-organization``,
+- ``anthropic``: ``anthropic-beta``;
+- ``openai`` and ``openai-responses``: ``openai-beta``, ``openai-organization``,
   ``openai-project``;
 - the scripted provider: all of the above (it stands in for both).
 """
@@ -14,27 +15,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tokenwire.services.gateway._routing import SCRIPTED, Route
-
-ANTHROPIC_HEADERS = ("anthropic-beta",)
-OPENAI_HEADERS = ("openai-beta", "openai-organization", "openai-project")
-_OPENAI_PROVIDERS = frozenset({"openai", "openai-responses"})
-
-
-def allowed_headers(route: Route) -> tuple[str, ...]:
-    """The caller headers (lower case) passed on to ``route``'s provider."""
-    if route.provider == SCRIPTED:
-        return ANTHROPIC_HEADERS + OPENAI_HEADERS
-    if route.dialect == "anthropic-messages":
-        return ANTHROPIC_HEADERS
-    if route.provider in _OPENAI_PROVIDERS:
-        return OPENAI_HEADERS
-    return ()
+from tokenwire.services.gateway._routing import Route
 
 
 def forwarded_headers(caller: Mapping[str, str], route: Route) -> dict[str, str]:
     """The allowlisted headers the caller sent, as sent (lower-case names)."""
-    return {name: caller[name] for name in allowed_headers(route) if caller.get(name)}
+    return {name: caller[name] for name in route.caller_headers if caller.get(name)}
+
+
+def merged(headers: Mapping[str, str], needs: Mapping[str, str]) -> dict[str, str]:
+    """``headers`` with what a translation needs added; ``anthropic-beta`` values are merged
+    with what the caller sent (comma-separated)."""
+    out = dict(headers)
+    for name, value in needs.items():
+        out[name] = merge_beta(out.get(name), value) if name == "anthropic-beta" else value
+    return out
 
 
 def merge_beta(sent: str | None, needed: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokenwire.services.gateway._translation import DROP_HEADER, DROPPED_HEADER
+from tokenwire.services.gateway._dialects.translation import DROP_HEADER, DROPPED_HEADER
 
 _OBJECT = {"type": "object", "additionalProperties": True}
 

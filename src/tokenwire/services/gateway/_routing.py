@@ -9,28 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import assert_never
 
 from tokenwire.providers import (
+    Dialect,
     Normaliser,
     OpenAIChatNormaliser,
     ProviderConfigError,
     UnknownProviderError,
     get_provider,
 )
+from tokenwire.services.gateway._dialects.base import CallerDialect
 from tokenwire.services.gateway._errors import UnknownModelError
 
-CallerDialect = Literal["openai-chat", "anthropic-messages", "openai-responses"]
-"""The dialects the gateway's endpoints speak."""
-
 SCRIPTED = "scripted"
-_SCRIPTED_PATHS: dict[CallerDialect, str] = {
-    "openai-chat": "/v1/chat/completions",
-    "anthropic-messages": "/v1/messages",
-    "openai-responses": "/v1/chat/completions",  # it has no Responses API: Chat, translated
-}
-# Anthropic's API refuses requests without a version header; the SDK's current value.
-_ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01"}
 
 
 @dataclass(frozen=True)
@@ -39,15 +31,14 @@ class Route:
 
     provider: str
     model: str
-    dialect: str
+    dialect: Dialect
     url: str
     normaliser: Callable[[], Normaliser]
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
-
-    @property
-    def legacy_max_tokens(self) -> bool:
-        """OpenAI-compatible servers other than OpenAI read ``max_tokens``."""
-        return self.provider != "openai"
+    caller_headers: tuple[str, ...] = ()
+    """The caller's headers (lower case) passed on to the provider (its spec's)."""
+    legacy_max_tokens: bool = True
+    """An OpenAI-compatible server other than OpenAI: it reads ``max_tokens``."""
 
 
 def split_model(value: str) -> tuple[str, str]:
@@ -73,10 +64,11 @@ def resolve(value: str, caller: CallerDialect, env: Mapping[str, str]) -> Route:
     except ProviderConfigError as exc:
         message = f"provider {provider!r} is not configured: {exc}"
         raise UnknownModelError(message, model=value) from exc
-    headers = dict(spec.auth_headers(spec.api_key(env)))
-    if spec.dialect == "anthropic-messages":
-        headers |= _ANTHROPIC_HEADERS
-    return Route(provider, model, spec.dialect, url, spec.normaliser, headers)
+    headers = dict(spec.auth_headers(spec.api_key(env))) | dict(spec.headers)
+    return Route(
+        provider, model, spec.dialect, url, spec.normaliser, headers,
+        spec.caller_headers, spec.legacy_max_tokens,
+    )  # fmt: skip
 
 
 def _scripted(model: str, caller: CallerDialect, env: Mapping[str, str]) -> Route:
@@ -86,14 +78,36 @@ def _scripted(model: str, caller: CallerDialect, env: Mapping[str, str]) -> Rout
             "provider 'scripted' is not configured (TOKENWIRE_SCRIPTED_BASE_URL)",
             model=f"{SCRIPTED}/{model}",
         )
-    url = base + _SCRIPTED_PATHS[caller]
-    dialect = "openai-chat" if caller == "openai-responses" else caller
-    return Route(SCRIPTED, model, dialect, url, _scripted_normaliser(caller, model))
+    dialect, path = _scripted_dialect(caller)
+    every = _SCRIPTED_CALLER_HEADERS
+    normaliser = _scripted_normaliser(dialect, model)
+    return Route(SCRIPTED, model, dialect, base + path, normaliser, caller_headers=every)
 
 
-def _scripted_normaliser(caller: CallerDialect, model: str) -> Callable[[], Normaliser]:
-    """The scripted provider speaks the caller's dialect: read it with that dialect's reader."""
-    if caller != "anthropic-messages":
+_SCRIPTED_CALLER_HEADERS = (
+    "anthropic-beta",
+    "openai-beta",
+    "openai-organization",
+    "openai-project",
+)
+"""The scripted provider receives every header a real provider would (tests read them)."""
+
+
+def _scripted_dialect(caller: CallerDialect) -> tuple[Dialect, str]:
+    """The scripted provider speaks the caller's dialect, at that dialect's path; it has no
+    Responses API: a Responses caller reaches its Chat endpoint, translated."""
+    match caller:
+        case Dialect.OPENAI_CHAT | Dialect.OPENAI_RESPONSES:
+            return Dialect.OPENAI_CHAT, "/v1/chat/completions"
+        case Dialect.ANTHROPIC_MESSAGES:
+            return Dialect.ANTHROPIC_MESSAGES, "/v1/messages"
+        case _:
+            assert_never(caller)
+
+
+def _scripted_normaliser(dialect: Dialect, model: str) -> Callable[[], Normaliser]:
+    """The scripted provider's stream, read with its dialect's reader."""
+    if dialect != Dialect.ANTHROPIC_MESSAGES:
         return OpenAIChatNormaliser
     try:
         return get_provider("anthropic").normaliser

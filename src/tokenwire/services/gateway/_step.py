@@ -15,6 +15,12 @@ Semantics (docs/gateway.md, "Publishing"):
 - when the caller leaves, the step keeps reading the provider to the end (default) or, with
   ``continue_on_disconnect=False``, publishes ``finish {aborted}`` and stops.
 
+:class:`StepRun` owns the step's whole lifecycle: the claim (:meth:`StepRun._claimed`), the
+provider call, publishing, the caller's output (its outbox and response, ``_caller.py``), the
+caller leaving (:meth:`StepRun.caller_left`) and cancellation. The app plans the step
+(:class:`StepPlan`), calls :meth:`StepRun.start`, and returns :meth:`StepRun.response` (a
+streaming caller) or, after :meth:`StepRun.settled`, the folded answer.
+
 Two halves, so that nothing between the request and its first chunk waits for another task
 (each task switch waits behind every other ready callback of a busy gateway):
 :meth:`StepRun.begin` runs in the caller's request task, calls the provider, takes the chunks
@@ -46,6 +52,7 @@ from tokenwire.schemas import (
 )
 from tokenwire.scrub import scrub as scrub_text
 from tokenwire.services.gateway._bounds import StepBounds, StepMeter
+from tokenwire.services.gateway._caller import CallerOutput, Outbox, StepStream
 from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     GatewayError,
@@ -56,8 +63,6 @@ from tokenwire.services.gateway._fit import ChunkTooLarge, DeltaLedger, fitted
 from tokenwire.services.gateway._genai import CallObserver
 from tokenwire.services.gateway._identity import StepClaim, StepIdentity
 from tokenwire.services.gateway._metrics import GatewayMetrics
-from tokenwire.services.gateway._outbox import Outbox
-from tokenwire.services.gateway._output import CallerOutput
 from tokenwire.services.gateway._routing import Route
 from tokenwire.services.gateway._seams import GatewayDeps
 from tokenwire.services.gateway._watchdog import Watchdog
@@ -87,6 +92,8 @@ class StepPlan:
     request_time_ns: int
     trace_headers: dict[str, str]
     secrets: tuple[str, ...] = ()
+    continue_on_disconnect: bool = True
+    """Whether the step reads the provider to the end when its caller leaves."""
 
 
 def scrub(text: str, secrets: tuple[str, ...]) -> str:
@@ -101,19 +108,21 @@ class StepRun:
         self,
         plan: StepPlan,
         output: CallerOutput,
-        outbox: Outbox,
+        caller_buffer_bytes: int,
         deps: GatewayDeps,
         metrics: GatewayMetrics,
         ack_timeout_s: float,
         bounds: StepBounds = DEFAULT_BOUNDS,
         call: CallObserver | None = None,
+        running: set[asyncio.Task[None]] | None = None,
     ) -> None:
         self.plan = plan
         self.output = output
-        self.outbox = outbox
+        self.outbox = Outbox(caller_buffer_bytes)  # what the caller's response sends
         self.error: GatewayError | None = None
         self.finish: Finish | None = None
-        self.task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._running = running if running is not None else set()  # the app's running steps
         self._deps = deps
         self._metrics = metrics
         self._ack_timeout = ack_timeout_s
@@ -128,6 +137,40 @@ class StepRun:
         self._bounds = bounds
         self._meter = StepMeter(bounds)
         self._watchdog: Watchdog | None = None
+
+    async def start(self) -> None:
+        """Call the provider and take the first chunk in this task (no task switch before the
+        first chunk: :meth:`begin`), then go on with the step in a task of its own
+        (:meth:`finish_rest`, kept in the app's set of running steps until it ends; the call's
+        span ends with the step, see ``_genai.py``)."""
+        await self.begin()
+        task = asyncio.create_task(self.finish_rest(), name=f"step of session {self.plan.session}")
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        self._task = task
+
+    def response(self) -> StepStream:
+        """The streaming caller's response over the step's outbox (a started step)."""
+        assert self.identity is not None  # a begun step is claimed
+        headers = {**self.identity.headers(), "cache-control": "no-cache"}
+        return StepStream(self.outbox, headers, self.caller_left)
+
+    async def settled(self) -> None:
+        """Wait for the started step to end (a non-streaming caller); if the caller's request
+        is cancelled meanwhile (it left), that is the caller leaving."""
+        assert self._task is not None  # started
+        try:
+            await asyncio.shield(self._task)
+        except asyncio.CancelledError:
+            self.caller_left()
+            raise
+
+    def caller_left(self) -> None:
+        """The caller is gone: nothing more is sent to it; the step reads on to the end, or,
+        without ``continue_on_disconnect``, is cancelled (it records ``finish {aborted}``)."""
+        self.outbox.detach()
+        if not self.plan.continue_on_disconnect and self._task is not None:
+            self._task.cancel()
 
     async def begin(self) -> None:
         """Call the provider and take the chunks of its first read: published, and the caller's

@@ -35,14 +35,14 @@ from tokenwire.schemas import (
     ToolCallBlock,
     ToolResultBlock,
 )
-from tokenwire.services.gateway._errors import InvalidRequestError
-from tokenwire.services.gateway._neutral import (
+from tokenwire.services.gateway._dialects.neutral import (
     NeutralMessage,
     NeutralRequest,
     NeutralTool,
     ToolChoice,
     arguments_object,
 )
+from tokenwire.services.gateway._errors import InvalidRequestError
 
 SKIP_SIGNATURE = "skip_thought_signature_validator"
 """The thought signature Google accepts in place of one a client could not keep."""

@@ -1,0 +1,58 @@
+"""The provider request for a caller's request: forwarded (same dialect) or translated.
+
+Same dialect as the provider: the body is forwarded with only ``model`` replaced (plus
+``stream: true``, and for OpenAI ``stream_options.include_usage: true`` so usage is captured):
+the codec's ``forwarded_body``. Another dialect: every field is screened against the
+translation table first (a 400 naming the field and the route, or dropped and listed with the
+opt-in), then the request goes through the neutral request to the provider's dialect
+(``_dialects.translated``). Non-streaming callers are served from a streamed provider call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tokenwire.services.gateway._dialects import CallerCodec, R, translated
+from tokenwire.services.gateway._dialects.translation import DROPPED_HEADER, screen, wants_drop
+from tokenwire.services.gateway._forward import forwarded_headers, merged
+from tokenwire.services.gateway._routing import Route
+
+
+@dataclass(frozen=True)
+class ProviderCall:
+    """What goes to the provider (the route with the caller's forwarded headers, the body)
+    and the headers the caller's answer carries (the dropped fields)."""
+
+    route: Route
+    body: bytes
+    response_headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CallerInput:
+    """A caller's request as the gateway received it: its raw body, its headers, and the
+    environment with the drop opt-in."""
+
+    body: dict[str, Any]
+    headers: Mapping[str, str]
+    env: Mapping[str, str]
+    default_max_tokens: int
+
+
+def provider_call(codec: CallerCodec[R], req: R, route: Route, sent: CallerInput) -> ProviderCall:
+    """The provider request for the parsed caller request ``req`` (see the module docstring)."""
+    headers = forwarded_headers(sent.headers, route)
+    if route.dialect == codec.dialect:
+        routed = replace(route, headers={**route.headers, **headers})
+        return ProviderCall(routed, codec.forwarded_body(sent.body, route.model))
+    name = f"{route.provider}/{route.model}"
+    drop = wants_drop(sent.headers, sent.env, route.provider)
+    screened = screen(sent.body, codec.dialect, route.dialect, name, drop=drop)
+    if screened.dropped:
+        req = codec.parse(screened.body)
+    body, needs = translated(codec.to_neutral(req), route, sent.default_max_tokens)
+    routed = replace(route, headers={**route.headers, **merged(headers, needs)})
+    answer = {DROPPED_HEADER: ",".join(screened.dropped)} if screened.dropped else {}
+    return ProviderCall(routed, body, answer)
