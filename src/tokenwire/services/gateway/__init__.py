@@ -8,7 +8,31 @@ streamed chunk published, in order and deduplicated, to the broker.
 - the in-memory seams (:class:`MemorySink`, :class:`MemorySteps`, :class:`CannedUpstream`) serve
   unit tests.
 
-Endpoints, routing, headers, dialects, errors and publishing semantics: docs/gateway.md.
+The request path: the modules one model call passes through, in order (``_dialects/X`` is the
+caller's dialect module, ``_dialects/Y`` the provider's when it differs)::
+
+    _run, _edge          the socket, bounded HTTP parsing (uvicorn)
+    _app                 the route -> the caller's CallerCodec; key, body size
+    _validate            the body is a JSON object
+    _dialects/X          validated into the dialect's request
+    _identity            the tokenwire identity headers
+    _routing             provider/model -> Route (providers' ProviderSpec: URL, quirks)
+    _provider_call       forwarded (same dialect) or translated:
+      _forward             the caller headers the provider may see
+      _dialects/translation  each field's fate for the pair
+      _dialects/X -> neutral -> _dialects/Y   the neutral request, the provider's body
+    _identity            the step claimed (explicit) or its claim sent (assigned)
+    _trace, _genai       the call's span and figures
+    _caller              the caller's output: forwarded (X's Forwarder) or encoded (X's
+                         StreamEncoder), or folded for a non-streaming caller; _scrubbed
+    _step                StepRun.start: the provider called (_seams Upstream), each chunk
+                         bounded (_bounds, _watchdog, _fit) and published (_seams ChunkSink),
+                         the caller's bytes into its outbox; the rest in its own task
+    _caller              StepRun.response: the outbox streamed to the caller (StepStream);
+                         the caller leaving goes back to StepRun.caller_left
+
+Control goes back to ``_app`` only to return the response. Endpoints, routing, headers,
+dialects, errors and publishing semantics: docs/gateway.md; the layout: docs/adr/0019.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from starlette.types import Receive, Scope, Send
 from tokenwire.broker import BrokerError
 from tokenwire.schemas import RecordedError
 from tokenwire.scrub import register, scrub
-from tokenwire.services.gateway._caller import FoldingOutput, stream_output
+from tokenwire.services.gateway._caller import CallerOutput, FoldingOutput, stream_output
 from tokenwire.services.gateway._catalog import ModelCatalog
 from tokenwire.services.gateway._count_tokens import CountTokens
 from tokenwire.services.gateway._dialects import (
@@ -143,10 +143,14 @@ class Gateway:
         session = wanted.session or self.deps.new_id()
         claim = await self._claim(wanted, session, req.ends_with_tool_result)
         reply = Reply(codec.reply_id(self.deps.new_id()), req.model, received_ns // 1_000_000_000)
-        run = self._step_run(request, call, session, claim, received_ns)
-        if req.stream:
-            same = call.route.dialect == codec.dialect
-            run.output = scrubbed(stream_output(codec, req, same, reply), self._secrets)
+        output = (
+            scrubbed(
+                stream_output(codec, req, route.dialect == codec.dialect, reply), self._secrets
+            )
+            if req.stream
+            else FoldingOutput()
+        )
+        run = self._step_run(request, call, output, session, claim, received_ns)
         try:
             await run.start()
         except GatewayError as exc:
@@ -156,8 +160,8 @@ class Gateway:
         return _with(call.response_headers, run.response())
 
     def _step_run(
-        self, request: Request, call: ProviderCall, session: str, claim: StepClaim,
-        received_ns: int,
+        self, request: Request, call: ProviderCall, output: CallerOutput, session: str,
+        claim: StepClaim, received_ns: int,
     ) -> StepRun:  # fmt: skip
         """The planned step, with its call span started (its trace headers go on every chunk)."""
         route, settings = call.route, self.settings
@@ -175,7 +179,7 @@ class Gateway:
             settings.continue_on_disconnect,
         )  # fmt: skip
         return StepRun(
-            plan, FoldingOutput(), settings.caller_buffer_bytes, self.deps, self.metrics,
+            plan, output, settings.caller_buffer_bytes, self.deps, self.metrics,
             settings.ack_timeout_s, settings.step_bounds, call=observer, running=self._tasks,
         )  # fmt: skip
 
