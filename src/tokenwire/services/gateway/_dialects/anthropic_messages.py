@@ -1,9 +1,15 @@
-"""Anthropic Messages requests: validate, translate to and from the neutral request.
+"""The Anthropic Messages dialect (``POST /v1/messages``), caller and provider.
+
+In order: the request (validated, translated to and from the neutral request), the stream
+encoder and the message and error bodies, then the :class:`AnthropicMessages` codec and its
+forwarder.
+
+Requests: validate, translate to and from the neutral request.
 
 Content blocks stay dicts for validation (so block types the gateway does not know are still
 forwarded to Anthropic) and are converted strictly only when the request is translated.
 
-Normalised chunks to Anthropic Messages: the streamed events, the message, the error.
+Answers: normalised chunks to the streamed events, the message, the error.
 
 Anthropic numbers content blocks 0, 1, 2... in the order they open and needs a tool call's id
 and name when its block opens, so the encoder maps each normalised ``index`` to the next

@@ -1,10 +1,16 @@
-"""OpenAI Chat Completions requests: validate, translate to and from the neutral request.
+"""The OpenAI Chat Completions dialect (``POST /v1/chat/completions``), caller and provider.
+
+In order: the request (validated, translated to and from the neutral request), the stream
+encoder and the completion and error bodies, then the :class:`OpenAIChat` codec and its
+forwarder.
+
+Requests: validate, translate to and from the neutral request.
 
 Validation is lenient where forwarding needs it (content parts stay dicts, unknown fields are
 kept in the forwarded body) and strict where translation needs it (a part that has no neutral
 meaning is refused with a 400 naming it).
 
-Normalised chunks to OpenAI Chat Completions: the streamed chunks, the completion, the error.
+Answers: normalised chunks to the streamed chunks, the completion, the error.
 
 The stream encoder is fed chunks in ordinal order and returns SSE bytes to send (often empty).
 Delta-less protocols are covered: a block whose content arrives only in ``block-end`` is sent

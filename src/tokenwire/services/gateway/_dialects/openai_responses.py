@@ -1,18 +1,23 @@
-"""OpenAI Responses API *callers* (``POST /v1/responses``): validate, and translate the request
-to the neutral one when the route speaks another dialect.
+"""The OpenAI Responses dialect (``POST /v1/responses``, what the Agents SDK speaks), caller
+and provider.
+
+In order: the caller's request (validated, translated to the neutral request), the provider's
+request (translated from the neutral request), the stream encoder and the response and error
+bodies, then the :class:`OpenAIResponses` codec and its forwarder.
+
+Callers: validate, and translate the request to the neutral one when the route speaks another
+dialect.
 
 A Responses provider gets the body as sent (``model`` replaced, ``stream: true``). Any other
 provider gets it through the neutral request, screened first by the translation table
-(``_translation.py``): ``input`` items (messages with ``input_text`` / ``output_text`` /
+(``translation.py``): ``input`` items (messages with ``input_text`` / ``output_text`` /
 ``input_image`` parts, ``function_call`` and ``function_call_output`` items, ``reasoning``
 items, whose summary becomes unsigned reasoning), ``instructions``, function tools,
 ``tool_choice``, ``max_output_tokens``, ``temperature``, ``top_p``, ``parallel_tool_calls``,
 ``reasoning.effort``, ``text.format``, ``user``, ``safety_identifier``, ``metadata``.
 
-OpenAI Responses API requests, translated from the neutral request.
-
-Only this direction: callers reach the ``openai-responses`` provider through the OpenAI Chat
-or Anthropic endpoint and get the stream back in their dialect.
+Providers: requests translated from the neutral request (for a Chat or Anthropic caller,
+which gets the stream back in its dialect).
 
 What changes on the way (docs/gateway.md, "Translation"):
 

@@ -2,7 +2,7 @@
 
 A request crossing dialects is screened against its pair's table before it is translated:
 
-- a field marked ``translated`` is carried over by the dialect's translator (``_dialect_*``);
+- a field marked ``translated`` is carried over by the dialect modules' translators;
 - a field marked ``refused``, or one the table does not know, gets a 400 in the caller's
   dialect naming the field and the route, unless the caller opted in to dropping (the
   ``x-tokenwire-drop-params: true`` request header, or ``TOKENWIRE_GATEWAY_DROP_PARAMS`` /
