@@ -90,6 +90,14 @@ def _recorded_usage(name: str) -> dict[str, int]:
     }
 
 
+def _recorded_head(name: str) -> tuple[str, str]:
+    """The response id and model a recording names its answer with (read with json)."""
+    lines = (recordings_dir() / name).read_text().splitlines()
+    first = json.loads(next(line[5:] for line in lines if line.startswith("data:")))
+    head = first["message"] if name.startswith("anthropic") else first
+    return head["id"], head["model"]
+
+
 def _traceparents(n: int) -> list[tuple[str, str]]:
     rng = random.Random(17)
     return [(f"{rng.getrandbits(128):032x}", f"{rng.getrandbits(64):016x}") for _ in range(n)]
@@ -231,6 +239,12 @@ def _check_client_span(call: Call, span: Any) -> None:
             if k in expected
         }  # fmt: skip
         assert got == expected
+        # streamed calls: the provider's own id and model, as the recording names them
+        response_id, response_model = _recorded_head(recording)
+        assert (attrs["gen_ai.response.id"], attrs["gen_ai.response.model"]) == (
+            response_id,
+            response_model,
+        )
 
 
 def _check_consumer_spans(

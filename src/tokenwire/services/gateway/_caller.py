@@ -221,7 +221,7 @@ _SNIFFED_EVENTS = 4
 """Events read for the provider's response id and model (they come in the first one)."""
 
 
-class _HeadTap:
+class HeadTap:
     """A normaliser that also reads the provider's own response id and model."""
 
     def __init__(self, inner: Normaliser) -> None:
@@ -259,10 +259,10 @@ class FoldingOutput:
 
     def __init__(self) -> None:
         self._fold = StepFold()
-        self._tap: _HeadTap | None = None
+        self._tap: HeadTap | None = None
 
     def normaliser(self, inner: Normaliser) -> Normaliser:
-        self._tap = _HeadTap(inner)
+        self._tap = HeadTap(inner)
         return self._tap
 
     @property

@@ -131,6 +131,8 @@ class CallObserver:
     http_status: int | None = None
     raised: BaseException | None = None
     usage: TokenUsage | None = None
+    response_id: str | None = None  # the provider's own names for its answer, where it sent
+    response_model: str | None = None  # them (read off its first events, _caller.HeadTap)
     _ended: bool = field(default=False, repr=False)
 
     def first_chunk(self, time_ns: int, request_time_ns: int) -> None:
@@ -258,6 +260,10 @@ class CallObserver:
             span.set_attributes({"tokenwire.turn": identity[0], "tokenwire.step": identity[1]})
         if finish is not None:
             span.set_attribute("gen_ai.response.finish_reasons", [finish.reason])
+        if self.response_id is not None:
+            span.set_attribute("gen_ai.response.id", self.response_id)
+        if self.response_model is not None:
+            span.set_attribute("gen_ai.response.model", self.response_model)
         counts = _convention_counts(_token_counts(self.usage))
         for name, n in zip(_SPAN_USAGE, counts, strict=True):
             if n is not None:

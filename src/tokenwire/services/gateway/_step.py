@@ -40,7 +40,7 @@ from typing import NoReturn
 import msgspec
 
 from tokenwire.broker import BrokerError, PayloadTooLarge
-from tokenwire.providers import ProviderHTTPError
+from tokenwire.providers import Normaliser, ProviderHTTPError
 from tokenwire.schemas import (
     LIMIT_ERROR_CODE,
     ChunkEnvelope,
@@ -52,7 +52,7 @@ from tokenwire.schemas import (
 )
 from tokenwire.scrub import scrub as scrub_text
 from tokenwire.services.gateway._bounds import StepBounds, StepMeter
-from tokenwire.services.gateway._caller import CallerOutput, Outbox, StepStream
+from tokenwire.services.gateway._caller import CallerOutput, HeadTap, Outbox, StepStream
 from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     GatewayError,
@@ -137,6 +137,7 @@ class StepRun:
         self._bounds = bounds
         self._meter = StepMeter(bounds)
         self._watchdog: Watchdog | None = None
+        self._head: HeadTap | None = None  # the provider's names for the span, when recorded
 
     async def start(self) -> None:
         """Call the provider and take the first chunk in this task (no task switch before the
@@ -178,7 +179,7 @@ class StepRun:
         the start, once it is recorded; the step is then over."""
         self._metrics.in_flight.inc()
         route = self.plan.route
-        normaliser = self.output.normaliser(route.normaliser())
+        normaliser = self._head_read(self.output.normaliser(route.normaliser()))
         self._chunks = self._deps.upstream.stream(route, self.plan.body, normaliser)
         try:
             await self._take(await self._bounded_first_batch(self._chunks))
@@ -285,6 +286,14 @@ class StepRun:
             "the provider stream ended without a chunk", upstream_status=None, retryable=True
         )
 
+    def _head_read(self, normaliser: Normaliser) -> Normaliser:
+        """``normaliser``, reading the provider's response id and model off its first events
+        for the call's span when spans are recorded (the non-streaming answer reads its own)."""
+        if self._call is None or not self._call.calls.recording:
+            return normaliser
+        self._head = HeadTap(normaliser)
+        return self._head
+
     async def _end(self) -> None:
         """Whatever way the step ended: counters, the caller's outbox, the provider stream."""
         self._chunk_counter.inc(self._ordinal % _COUNT_EVERY)  # the rest of the count
@@ -293,6 +302,9 @@ class StepRun:
         if self.finish is not None:
             self._metrics.steps.labels(self.finish.reason).inc()
         if self._call is not None:
+            if self._head is not None:
+                self._call.response_id = self._head.response_id
+                self._call.response_model = self._head.model
             turn_step = self._key[1:] if self.identity is not None else None
             self._call.end(self.finish, self.error, self._ordinal, self._deps.clock_ns(), turn_step)
         self.plan.claim.drop()
