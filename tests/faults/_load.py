@@ -13,6 +13,7 @@ once and in order; ``replay --verify`` (tokenwire.replay.verify) finds no differ
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -29,6 +30,26 @@ from tokenwire.schemas import ErrorEvent, MessageEvent, envelope_decoder
 from tokenwire.services.scripted_provider import ScriptedSettings, expected_outcome
 from tokenwire.store import Store
 
+
+def _size(name: str, default: float, least: float) -> float:
+    """A fault-tier size from the environment (``make faults`` sets the full ones)."""
+    text = os.environ.get(name, "")
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r}: expected a number") from None
+    if value < least:
+        raise ValueError(f"{name}={text!r}: expected at least {least}")
+    return value
+
+
+SESSIONS = int(_size("TOKENWIRE_FAULTS_SESSIONS", 30, 1))
+"""Concurrent sessions of each case (CI: 30; ``make faults``: 100, the issue's manual run)."""
+STORE_OUTAGE_S = _size("TOKENWIRE_FAULTS_STORE_OUTAGE_S", 0.0, 0.0)
+"""How long the store faults keep the store down at least (0, CI: as long as the load's
+remaining turns, ~5 s; ``make faults``: 10 s, with as many more turns as that needs)."""
 SCRIPTED = ScriptedSettings(seed=15, length=24, fragment_size=3, token_rate=40.0,
                             sentinel="FAULTS")  # fmt: skip
 STEP_TIMEOUT_S = 90.0

@@ -6,6 +6,7 @@ every stored message equals the scripted ground truth."""
 from __future__ import annotations
 
 import asyncio
+import math
 import sqlite3
 import time
 from pathlib import Path
@@ -14,7 +15,15 @@ import pytest
 
 from tests.deploy._nats import close, connect_as
 from tests.faults import _services as svc
-from tests.faults._load import SCRIPTED, Load, check, percentiles, wait_drained
+from tests.faults._load import (
+    SCRIPTED,
+    SESSIONS,
+    STORE_OUTAGE_S,
+    Load,
+    check,
+    percentiles,
+    wait_drained,
+)
 from tests.faults._postgres import own_postgres
 from tests.faults._report import record
 from tests.faults._scan import files, leaks
@@ -23,9 +32,11 @@ from tokenwire.broker import free_port
 from tokenwire.services.scripted_provider import ScriptedServer
 from tokenwire.store import open_store
 
-SESSIONS = 30
-TURNS = 8  # the outage starts after the first turn and lasts the remaining seven
-CASE_BOUND_S = 150.0
+STEP_S = SCRIPTED.length / SCRIPTED.token_rate  # one paced step, unloaded (0.6 s)
+# the outage starts after the first turn and lasts the remaining ones: seven, or as many as
+# a longer STORE_OUTAGE_S needs to stay under load
+TURNS = 1 + max(7, math.ceil(STORE_OUTAGE_S / STEP_S))
+CASE_BOUND_S = 150.0 + 4 * STORE_OUTAGE_S
 
 
 async def _run(tmp_path: Path, store_url: str, case: str, down, up) -> None:  # type: ignore[no-untyped-def]
@@ -44,7 +55,9 @@ async def _run(tmp_path: Path, store_url: str, case: str, down, up) -> None:  # 
                 await load.first_turn_done.wait()
                 await asyncio.to_thread(down)
                 started = time.monotonic()
-                await running  # the second half of the load meets the outage
+                # the rest of the load meets the outage; it lasts STORE_OUTAGE_S at least
+                # (a deliberate hold, the fault's length, not a wait for a condition)
+                await asyncio.gather(running, asyncio.sleep(STORE_OUTAGE_S))
                 outage_s = time.monotonic() - started
                 backlog = await asyncio.to_thread(up)  # steps waiting when the store came back
             store = open_store(store_url)
