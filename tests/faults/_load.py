@@ -18,14 +18,16 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import httpx
 from nats.aio.client import Client
 
 from tests.faults._services import GATEWAY_KEY
-from tokenwire.broker import BrokerUnavailable, SessionReader, Topology
+from tokenwire.broker import BrokerUnavailable, Topology
 from tokenwire.replay import verify
+from tokenwire.replay._source import stored_chunks
 from tokenwire.schemas import ErrorEvent, MessageEvent, envelope_decoder
 from tokenwire.services.scripted_provider import ScriptedSettings, expected_outcome
 from tokenwire.store import Store
@@ -220,11 +222,12 @@ async def check(store: Store, load: Load, operator: Client, topology: Topology) 
 
 
 async def _check_chunks(operator: Client, topology: Topology, session: str, tally: Tally) -> None:
-    reader = SessionReader(operator, topology, session, idle_timeout_s=20.0)
     ordinals: Counter[tuple[int, int, int]] = Counter()
-    async for chunk in _retrying(reader.replay):
-        env = envelope_decoder.decode(chunk.payload)
-        ordinals[(env.turn, env.step, env.ordinal)] += 1
+    read = partial(stored_chunks, operator, topology, session, idle_timeout_s=20.0)
+    async for batch in _retrying(read):
+        for _, payload in batch:
+            env = envelope_decoder.decode(payload)
+            ordinals[(env.turn, env.step, env.ordinal)] += 1
     tally.chunks += len(ordinals)
     tally.duplicated += sum(n - 1 for n in ordinals.values())
     steps = {(t, s) for t, s, _ in ordinals}

@@ -105,7 +105,6 @@ async def _case(rig: Rig, target: Target) -> None:
             victim.start()
             victim.wait_accepting()
             await rig.cluster.wait_healthy()
-            await rig.cluster.wait_caught_up(TOPOLOGY.stream)
         await wait_drained(store, load)
         tally = await check(store, load, operator, TOPOLOGY)
         found = leaks(
