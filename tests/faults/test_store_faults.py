@@ -36,7 +36,8 @@ STEP_S = SCRIPTED.length / SCRIPTED.token_rate  # one paced step, unloaded (0.6 
 # the outage starts after the first turn and lasts the remaining ones: seven, or as many as
 # a longer STORE_OUTAGE_S needs to stay under load
 TURNS = 1 + max(7, math.ceil(STORE_OUTAGE_S / STEP_S))
-CASE_BOUND_S = 150.0 + 4 * STORE_OUTAGE_S
+# every turn of every session is a paced step (steps wait for each other on two cores)
+CASE_BOUND_S = 150.0 + TURNS * (2.0 + SESSIONS / 10)
 
 
 async def _run(tmp_path: Path, store_url: str, case: str, down, up) -> None:  # type: ignore[no-untyped-def]
