@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="tokenwire-soak-") as tmp:
         result = asyncio.run(soak(Path(tmp), args.minutes, args.seed, args.sessions))
-    summary = {"case": "soak", "seed": args.seed, "minutes": args.minutes, **result.summary()}
+    summary = {"case": "soak", "promise": "lost 0, duplicated 0, refused 0",
+               "seed": args.seed, "minutes": args.minutes, **result.summary()}  # fmt: skip
     print(json.dumps(summary, indent=2))
     if args.report:
         with args.report.open("a", encoding="utf-8") as out:
