@@ -62,10 +62,16 @@ FUZZ_EXAMPLES ?= 100000
 fuzz: install
 	TOKENWIRE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VENV)/bin/pytest tests/fuzz -q -p no:randomly
 
-# The fault tier alone, its measured rows regenerating docs/reliability.md's table.
+# The fault tier alone at full size (FAULTS_SESSIONS concurrent sessions per case, the store
+# down FAULTS_OUTAGE_S at least; CI runs 30 and the load's length), its measured rows
+# regenerating docs/reliability.md's table.
+FAULTS_SESSIONS ?= 100
+FAULTS_OUTAGE_S ?= 10
 faults: install
 	rm -f .faults.jsonl
-	TOKENWIRE_FAULTS_REPORT=$(abspath .faults.jsonl) $(VENV)/bin/pytest tests/faults tests/telemetry/test_crash_between_publish_and_ack.py -q -p no:randomly
+	TOKENWIRE_FAULTS_REPORT=$(abspath .faults.jsonl) TOKENWIRE_FAULTS_SESSIONS=$(FAULTS_SESSIONS) \
+	  TOKENWIRE_FAULTS_STORE_OUTAGE_S=$(FAULTS_OUTAGE_S) $(VENV)/bin/pytest tests/faults \
+	  tests/telemetry/test_crash_between_publish_and_ack.py -q -p no:randomly -o timeout=1200
 	$(VENV)/bin/python -m tests.faults.table .faults.jsonl docs/reliability.md
 
 # Minutes of steady load with random faults (SOAK_MINUTES, SOAK_SEED); its row joins the table.

@@ -88,6 +88,13 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TOKENWIRE_GATEWAY_MAX_STEP_IDLE_SECONDS", "max-step-idle-seconds", "`60`",
              "Seconds one step may go without a chunk; past it a recorded `limit` error.",
              ("gateway",)),
+    Variable("TOKENWIRE_GATEWAY_STEP_RETRIES", "step-retries", "`16`",
+             "Retries of one step assignment while the step bucket has no leader (a KV leader "
+             "election); past them, or past `TOKENWIRE_GATEWAY_STEP_RETRY_S`, the step gets "
+             "503 with `retry-after` (0: no retry).", ("gateway",)),
+    Variable("TOKENWIRE_GATEWAY_STEP_RETRY_S", "step-retry-s", "`30`",
+             "Seconds one step assignment may spend on those retries (the caller waits for its "
+             "first chunk meanwhile).", ("gateway",)),
     Variable("TOKENWIRE_GATEWAY_MAX_HEADER_BYTES", "max-header-bytes", "`65536`",
              "Request line and headers of one request; past it 431.", ("gateway",)),
     Variable("TOKENWIRE_GATEWAY_MAX_HEADERS", "max-headers", "`100`",

@@ -12,6 +12,7 @@ from nats.aio.msg import Msg
 
 from tests.fixtures.broker import close_client
 from tokenwire.broker import StepClaimConflict, StepRegistry, Topology, connect
+from tokenwire.broker._kvwrite import KvWriter
 
 
 async def test_claim_then_conflict(nc: Client, topology: Topology) -> None:
@@ -125,7 +126,6 @@ async def test_a_write_nobody_acknowledges_fails_within_the_bound(
     """A subscriber that swallows the KV writes (a responder that never answers): the claim
     and the assignment end with StepRegistryError after ``timeout_s``, not never."""
     from tokenwire.broker import StepRegistryError
-    from tokenwire.broker._kvwrite import KvWriter
 
     swallowed: list[str] = []
 
@@ -134,10 +134,54 @@ async def test_a_write_nobody_acknowledges_fails_within_the_bound(
 
     await nc.subscribe("$KV.silent.>", cb=swallow)
     kv = await nc.jetstream().key_value(topology.steps_bucket)
-    steps = StepRegistry(kv, await KvWriter(nc, "silent").start(), timeout_s=0.3)
-    with pytest.raises(StepRegistryError, match=r"no KV ack within 0\.3 s"):
+    writer = await KvWriter(nc, "silent").start()
+    steps = StepRegistry(kv, writer, timeout_s=0.3, retries=2, retry_s=5.0)
+    bounded = r"no KV ack within 0\.3 s \(after 2 retries within 5\.0 s\)"
+    with pytest.raises(StepRegistryError, match=bounded):
         await steps.claim("quiet", 0, 0)
-    with pytest.raises(StepRegistryError, match=r"no KV ack within 0\.3 s"):
+    assert swallowed.count("$KV.silent.quiet.0.0") == 3  # sent, then resent twice
+    with pytest.raises(StepRegistryError, match=bounded):
         await steps.next_step("quiet", new_turn=True)
-    assert "$KV.silent.quiet.0.0" in swallowed
+    # the total time bounds the retries too: a budget of 0.5 s ends after two 0.25 s waits
+    short = StepRegistry(kv, writer, timeout_s=0.25, retries=100, retry_s=0.5)
+    with pytest.raises(StepRegistryError, match=r"within 0\.5 s"):
+        await short.claim("quieter", 0, 0)
+    assert swallowed.count("$KV.silent.quieter.0.0") <= 3
+    await steps.close()
+
+
+class _LosesAcks(KvWriter):
+    """Sends every write, but the acks of the first ``lost`` never reach the registry: the
+    writes landed, their answers did not (a bucket leader killed after it stored them)."""
+
+    def __init__(self, nc: Client, bucket: str, lost: int) -> None:
+        super().__init__(nc, bucket)
+        self.lost = lost
+
+    async def put_if(self, key: str, value: bytes, last: int) -> asyncio.Future[int | None]:
+        real = await super().put_if(key, value, last)
+        if self.lost <= 0:
+            return real
+        self.lost -= 1
+        real.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return asyncio.get_running_loop().create_future()  # never answered
+
+
+async def test_writes_that_landed_unacknowledged_are_resent_and_found_ours(
+    nc: Client, topology: Topology
+) -> None:
+    """The retry inside the registry (a KV leader election): the first assignment's two
+    writes land but their acks are lost; the registry resends the same writes, finds the
+    claim key holding its own token, and assigns that triple: no 503, no skipped step."""
+    kv = await nc.jetstream().key_value(topology.steps_bucket)
+    writer = await _LosesAcks(nc, topology.steps_bucket, lost=2).start()
+    steps = StepRegistry(kv, writer, timeout_s=0.3, retries=4, retry_s=10.0, js=nc.jetstream())
+    assert await steps.next_step("lossy", new_turn=True) == (0, 0)
+    assert writer.lost == 0
+    assert await steps.next_step("lossy", new_turn=False) == (0, 1)
+    writer.lost = 1  # an explicit claim whose ack is lost is ours too
+    await steps.claim("lossy", 0, 2)
+    with pytest.raises(StepClaimConflict):  # and still nobody else's
+        await steps.claim("lossy", 0, 2)
+    assert await steps.next_step("lossy", new_turn=False) == (0, 3)
     await steps.close()

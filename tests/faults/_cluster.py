@@ -62,15 +62,6 @@ class Cluster:
             assert time.monotonic() < deadline, "cluster not healthy:\n" + self.logs()[-3000:]
             await asyncio.sleep(0.2)
 
-    async def wait_caught_up(self, stream: str) -> None:
-        """Every node's replica of ``stream`` holds the same last sequence (its /jsz). A
-        replay right after a restart can otherwise be served from a replica still catching
-        up, and end short (docs/reliability.md, "Known limits")."""
-        deadline = time.monotonic() + HEALTH_BOUND_S
-        while len(seqs := {_last_seq(n, stream) for n in self.nodes}) != 1 or None in seqs:
-            assert time.monotonic() < deadline, f"{stream} replicas differ: {seqs}"
-            await asyncio.sleep(0.2)
-
     def gateway_node(self) -> str:
         """The node the gateway process is connected to (its /connz, by client name)."""
         for node in self.nodes:
@@ -114,17 +105,3 @@ def _healthy(node: Node) -> bool:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False
-
-
-def _last_seq(node: Node, stream: str) -> int | None:
-    url = f"http://127.0.0.1:{node.ports.http}/jsz?accounts=true&streams=true"
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            data = json.load(response)
-    except (urllib.error.URLError, OSError):
-        return None
-    for account in data.get("account_details") or []:
-        for detail in account.get("stream_detail") or []:
-            if detail.get("name") == stream:
-                return int(detail.get("state", {}).get("last_seq", 0))
-    return None

@@ -13,22 +13,45 @@ once and in order; ``replay --verify`` (tokenwire.replay.verify) finds no differ
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import httpx
 from nats.aio.client import Client
 
 from tests.faults._services import GATEWAY_KEY
-from tokenwire.broker import BrokerUnavailable, SessionReader, Topology
+from tokenwire.broker import BrokerUnavailable, Topology
 from tokenwire.replay import verify
+from tokenwire.replay._source import stored_chunks
 from tokenwire.schemas import ErrorEvent, MessageEvent, envelope_decoder
 from tokenwire.services.scripted_provider import ScriptedSettings, expected_outcome
 from tokenwire.store import Store
 
+
+def _size(name: str, default: float, least: float) -> float:
+    """A fault-tier size from the environment (``make faults`` sets the full ones)."""
+    text = os.environ.get(name, "")
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r}: expected a number") from None
+    if value < least:
+        raise ValueError(f"{name}={text!r}: expected at least {least}")
+    return value
+
+
+SESSIONS = int(_size("TOKENWIRE_FAULTS_SESSIONS", 30, 1))
+"""Concurrent sessions of each case (CI: 30; ``make faults``: 100, the issue's manual run)."""
+STORE_OUTAGE_S = _size("TOKENWIRE_FAULTS_STORE_OUTAGE_S", 0.0, 0.0)
+"""How long the store faults keep the store down at least (0, CI: as long as the load's
+remaining turns, ~5 s; ``make faults``: 10 s, with as many more turns as that needs)."""
 SCRIPTED = ScriptedSettings(seed=15, length=24, fragment_size=3, token_rate=40.0,
                             sentinel="FAULTS")  # fmt: skip
 STEP_TIMEOUT_S = 90.0
@@ -199,11 +222,12 @@ async def check(store: Store, load: Load, operator: Client, topology: Topology) 
 
 
 async def _check_chunks(operator: Client, topology: Topology, session: str, tally: Tally) -> None:
-    reader = SessionReader(operator, topology, session, idle_timeout_s=20.0)
     ordinals: Counter[tuple[int, int, int]] = Counter()
-    async for chunk in _retrying(reader.replay):
-        env = envelope_decoder.decode(chunk.payload)
-        ordinals[(env.turn, env.step, env.ordinal)] += 1
+    read = partial(stored_chunks, operator, topology, session, idle_timeout_s=20.0)
+    async for batch in _retrying(read):
+        for _, payload in batch:
+            env = envelope_decoder.decode(payload)
+            ordinals[(env.turn, env.step, env.ordinal)] += 1
     tally.chunks += len(ordinals)
     tally.duplicated += sum(n - 1 for n in ordinals.values())
     steps = {(t, s) for t, s, _ in ordinals}

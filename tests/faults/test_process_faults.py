@@ -17,7 +17,15 @@ from nats.aio.client import Client
 
 from tests.deploy._nats import close, connect_as
 from tests.faults import _services as svc
-from tests.faults._load import SCRIPTED, Load, check, expected_message, percentiles, wait_drained
+from tests.faults._load import (
+    SCRIPTED,
+    SESSIONS,
+    Load,
+    check,
+    expected_message,
+    percentiles,
+    wait_drained,
+)
 from tests.faults._report import record
 from tests.faults._scan import broker_messages, files, leaks
 from tests.faults._single import TOPOLOGY, single_node
@@ -26,9 +34,8 @@ from tokenwire.schemas import ErrorEvent, MessageEvent, envelope_decoder
 from tokenwire.services.scripted_provider import ScriptedServer
 from tokenwire.store import Store, open_store
 
-SESSIONS = 30
 ABANDON_S = 3.0
-CASE_BOUND_S = 150.0
+CASE_BOUND_S = 150.0 + 2 * SESSIONS
 DRAIN_BOUND_S = 60.0
 SLOW = msgspec.structs.replace(SCRIPTED, token_rate=8.0)
 """The same content (seed, length, fragment size) streamed over ~3 s, so a step read halfway

@@ -6,6 +6,7 @@ every stored message equals the scripted ground truth."""
 from __future__ import annotations
 
 import asyncio
+import math
 import sqlite3
 import time
 from pathlib import Path
@@ -14,7 +15,15 @@ import pytest
 
 from tests.deploy._nats import close, connect_as
 from tests.faults import _services as svc
-from tests.faults._load import SCRIPTED, Load, check, percentiles, wait_drained
+from tests.faults._load import (
+    SCRIPTED,
+    SESSIONS,
+    STORE_OUTAGE_S,
+    Load,
+    check,
+    percentiles,
+    wait_drained,
+)
 from tests.faults._postgres import own_postgres
 from tests.faults._report import record
 from tests.faults._scan import files, leaks
@@ -23,9 +32,25 @@ from tokenwire.broker import free_port
 from tokenwire.services.scripted_provider import ScriptedServer
 from tokenwire.store import open_store
 
-SESSIONS = 30
-TURNS = 8  # the outage starts after the first turn and lasts the remaining seven
-CASE_BOUND_S = 150.0
+STEP_S = SCRIPTED.length / SCRIPTED.token_rate  # one paced step, unloaded (0.6 s)
+# the outage starts after the first turn and lasts the remaining ones: seven, or as many as
+# a longer STORE_OUTAGE_S needs to stay under load
+TURNS = 1 + max(7, math.ceil(STORE_OUTAGE_S / STEP_S))
+# every turn of every session is a paced step (steps wait for each other on two cores)
+CASE_BOUND_S = 150.0 + TURNS * (2.0 + SESSIONS / 10)
+
+
+async def _outage(running: asyncio.Task[None]) -> None:
+    """The store stays down for the rest of the load (STORE_OUTAGE_S 0, CI) or for
+    STORE_OUTAGE_S while the load goes on (its turns outlast it; a load done sooner keeps
+    the store down for the rest). A deliberate hold, the fault's length, not a wait for a
+    condition."""
+    if not STORE_OUTAGE_S:
+        await running
+        return
+    started = time.monotonic()
+    await asyncio.wait({running}, timeout=STORE_OUTAGE_S)
+    await asyncio.sleep(max(0.0, STORE_OUTAGE_S - (time.monotonic() - started)))
 
 
 async def _run(tmp_path: Path, store_url: str, case: str, down, up) -> None:  # type: ignore[no-untyped-def]
@@ -44,9 +69,12 @@ async def _run(tmp_path: Path, store_url: str, case: str, down, up) -> None:  # 
                 await load.first_turn_done.wait()
                 await asyncio.to_thread(down)
                 started = time.monotonic()
-                await running  # the second half of the load meets the outage
+                await _outage(running)
                 outage_s = time.monotonic() - started
-                backlog = await asyncio.to_thread(up)  # steps waiting when the store came back
+                completed = load.counts()["ok"]
+                # steps waiting when the store came back
+                backlog = await asyncio.to_thread(up, completed)
+                await running
             store = open_store(store_url)
             try:
                 await wait_drained(store, load)
@@ -74,7 +102,7 @@ async def _run(tmp_path: Path, store_url: str, case: str, down, up) -> None:  # 
 async def test_a_postgres_outage_under_load_loses_nothing(tmp_path: Path) -> None:
     with own_postgres() as pg:
 
-        def start() -> int:
+        def start(completed: int) -> int:
             pg.start()
             return -1  # not measured: the failed commits prove the outage
 
@@ -92,12 +120,12 @@ async def test_an_unwritable_sqlite_file_under_load_loses_nothing(tmp_path: Path
         db.execute("BEGIN EXCLUSIVE")  # no other writer until released
         holder.append(db)
 
-    def unlock() -> int:
+    def unlock(completed: int) -> int:
         """Release the lock; how many completed steps were not stored yet (the backlog)."""
         db = holder.pop()
         stored = db.execute("SELECT count(*) FROM steps").fetchone()[0]  # inside the lock
         db.execute("ROLLBACK")
-        return SESSIONS * TURNS - int(stored)  # every step completed (asserted below)
+        return completed - int(stored)
 
     await asyncio.wait_for(_run(tmp_path, f"sqlite:///{path}", "sqlite-locked", lock, unlock),
                            CASE_BOUND_S)  # fmt: skip

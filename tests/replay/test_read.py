@@ -23,6 +23,7 @@ from tokenwire.broker import Topology
 from tokenwire.replay import (
     InvalidSessionId,
     ReplayEvent,
+    ReplayStalled,
     ShownError,
     ShownFinish,
     paced,
@@ -178,3 +179,69 @@ async def test_an_undecodable_payload_stops_the_read_at_its_seq_and_can_be_skipp
     rest = await collect(nc, topology, session, from_seq=ack.seq + 1)
     assert [e.envelope for e in rest] == sent[5:]
     assert dict(seen(rest).text) == EXPECTED_TEXT  # the earlier chunks rendered silently
+
+
+class _LaggingReplica:
+    """The read's consumer placed on a replica ``behind`` messages behind the stream's leader
+    (a node just restarted, catching up): its count misses them and, with ``never``, it never
+    delivers them either. Everything else is the real consumer on the real server."""
+
+    def __init__(self, behind: int, never: bool = False) -> None:
+        self.behind, self.never = behind, never
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import tokenwire.replay._source as source
+
+        real = source.ordered_subscribe
+
+        async def placed(js, subject, *, cb, **kwargs):  # type: ignore[no-untyped-def]
+            delivered: list[object] = []
+
+            async def lagging_cb(msg):  # type: ignore[no-untyped-def]
+                delivered.append(msg)
+                if not (self.never and msg.metadata.num_pending < self.behind):
+                    await cb(msg)
+
+            sub = await real(js, subject, cb=lagging_cb, **kwargs)
+            info = sub.consumer_info
+
+            async def replica_info():  # type: ignore[no-untyped-def]
+                got = await info()  # the replica holds ``behind`` fewer of the session
+                held = max(0, got.num_pending + got.delivered.consumer_seq - self.behind)
+                got.delivered.consumer_seq = min(got.delivered.consumer_seq, held)
+                got.num_pending = held - got.delivered.consumer_seq
+                return got
+
+            sub.consumer_info = replica_info
+            return sub
+
+        monkeypatch.setattr(source, "ordered_subscribe", placed)
+
+
+async def test_a_read_on_a_lagging_replica_waits_for_what_the_leader_holds(
+    nc, topology, monkeypatch
+):
+    """docs/reliability.md: a replay right after a node restart counted what its replica held
+    and ended short. What is due now comes from the stream's leader."""
+    session = new_session()
+    sent = envelopes(session)
+    await publish(nc, topology, sent)
+    _LaggingReplica(behind=5).install(monkeypatch)
+
+    events = await collect(nc, topology, session)
+
+    assert [e.envelope for e in events] == sent
+
+
+async def test_a_replica_that_never_catches_up_ends_the_read_with_a_typed_error(
+    nc, topology, monkeypatch
+):
+    session = new_session()
+    sent = envelopes(session)
+    await publish(nc, topology, sent)
+    _LaggingReplica(behind=3, never=True).install(monkeypatch)
+
+    events = read_session(nc, topology, session, idle_timeout_s=0.5)
+    with pytest.raises(ReplayStalled) as caught:
+        [e async for e in events]
+    assert caught.value.session == session

@@ -42,6 +42,7 @@ class KvWriter:
 
     def __init__(self, nc: Client, bucket: str) -> None:
         self._nc = nc
+        self.bucket = bucket
         self._subject = f"$KV.{bucket}."
         self._prefix = ""
         self._serial = 0

@@ -5,18 +5,35 @@ the key exists); ``<session>`` holds the latest assigned ``{"turn": t, "step": s
 by compare-and-set (update with the revision read). The claim key decides who owns a triple;
 the pointer only says where the next assignment starts. Writes go through :class:`KvWriter`
 (sent at once, acked by callback); reads through nats-py's ``KeyValue``.
+
+Riding out a leader election: while the bucket has no leader (its node killed, an election
+under load) a write gets no ack (or a "no leader" / 503 answer). Every such failure is retried,
+at most ``retries`` times and within ``retry_s`` seconds of the assignment's start, with a
+pause doubling from 0.25 s to 2 s; the same writes are sent again (the same candidate from the
+same base), so a write that had landed unacknowledged is found, not doubled: each claim key
+holds a token of the assignment that wrote it, and a claim that "already exists" after a resend
+is read back from the bucket's leader to see whose it is. Past the bound the last failure is
+raised (the gateway answers 503 with ``retry-after``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
+import uuid
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 import msgspec
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
 from nats.js.errors import Error as JsError
-from nats.js.errors import KeyNotFoundError
+from nats.js.errors import KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
 from tokenwire.broker._errors import (
@@ -27,6 +44,49 @@ from tokenwire.broker._errors import (
 )
 from tokenwire.broker._kvwrite import KvWriter
 from tokenwire.broker._topology import Topology
+
+DEFAULT_RETRIES = 16
+DEFAULT_RETRY_S = 30.0
+"""The bound of the retries that ride out a leader election (the count and the total time of
+one assignment or claim); a stream leader election under load took 8-14 s in the fault tier."""
+_FIRST_PAUSE_S, _MAX_PAUSE_S = 0.25, 2.0
+_T = TypeVar("_T")
+
+
+class _Budget:
+    """What one assignment or claim may still spend on retries (count and deadline)."""
+
+    def __init__(self, retries: int, retry_s: float) -> None:
+        self._left = retries
+        self._retries = retries
+        self._retry_s = retry_s
+        self._deadline = time.monotonic() + retry_s
+        self._pause = _FIRST_PAUSE_S
+
+    def wait_s(self, timeout_s: float) -> float:
+        """One wait for the broker, cut at the deadline (never below 50 ms)."""
+        return max(0.05, min(timeout_s, self._deadline - time.monotonic()))
+
+    async def spend(self, exc: StepRegistryError) -> None:
+        """Pause before the next try; ``exc`` (with the bound spent) once none is left."""
+        if isinstance(exc, (StepClaimConflict, StepAssignmentContention)):
+            raise exc  # answers, not failures
+        left_s = self._deadline - time.monotonic()
+        if self._left <= 0 or left_s <= 0:
+            raise StepRegistryError(
+                f"{exc} (after {self._retries - self._left} retries within {self._retry_s} s)"
+            ) from exc
+        self._left -= 1
+        await asyncio.sleep(min(self._pause, left_s))
+        self._pause = min(self._pause * 2, _MAX_PAUSE_S)
+
+    async def run(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        """``call()`` until it does not fail with StepRegistryError, within the bound."""
+        while True:
+            try:
+                return await call()
+            except StepRegistryError as exc:
+                await self.spend(exc)
 
 
 class _Latest(msgspec.Struct, frozen=True, order=True):
@@ -53,6 +113,9 @@ class _Attempt:
     candidate: _Latest
     moved: asyncio.Future[int | None]  # the pointer's new revision, None if it had moved
     claimed: asyncio.Future[int | None]  # the claim key's revision, None if it existed
+    base: _Known  # the pointer it was computed from
+    token: bytes  # the claim key's value: whose claim it is
+    resent: bool = False  # sent again after a failure: "it existed" may mean "it is ours"
 
     async def outcome(self, timeout_s: float) -> tuple[int | None, bool]:
         """(the pointer's new revision or None, whether the claim key was ours)."""
@@ -126,23 +189,44 @@ class StepRegistry:
         max_attempts: int = 64,
         remembered: int = 65536,
         timeout_s: float = 5.0,
+        *,
+        retries: int = DEFAULT_RETRIES,
+        retry_s: float = DEFAULT_RETRY_S,
+        js: JetStreamContext | None = None,
     ) -> None:
         self._kv = kv
         self._writer = writer
         self._max_attempts = max_attempts
         self._remembered = remembered
         self._timeout = timeout_s
+        self._retries = retries
+        self._retry_s = retry_s
+        self._js = js  # reads from the bucket's leader (None: the KV's own reads)
+        self._bucket = f"KV_{writer.bucket}"
+        self._tokens = (f"{uuid.uuid4().hex[:12]}.{n}".encode() for n in itertools.count())
         self._known: OrderedDict[str, tuple[int, _Latest]] = OrderedDict()
 
     @classmethod
-    async def open(cls, nc: Client, topology: Topology, max_attempts: int = 64) -> StepRegistry:
-        """Bind to the bucket ``ensure_topology`` created."""
+    async def open(
+        cls,
+        nc: Client,
+        topology: Topology,
+        max_attempts: int = 64,
+        *,
+        retries: int = DEFAULT_RETRIES,
+        retry_s: float = DEFAULT_RETRY_S,
+    ) -> StepRegistry:
+        """Bind to the bucket ``ensure_topology`` created; ``retries`` and ``retry_s`` bound
+        the retries of one assignment or claim (see the module)."""
         try:
             kv = await nc.jetstream().key_value(topology.steps_bucket)
         except JsError as exc:
             raise TopologyError(f"bucket {topology.steps_bucket}", str(exc)) from exc
         writer = await KvWriter(nc, topology.steps_bucket).start()
-        return cls(kv, writer, max_attempts)
+        return cls(kv, writer, max_attempts, retries=retries, retry_s=retry_s, js=nc.jetstream())
+
+    def _budget(self) -> _Budget:
+        return _Budget(self._retries, self._retry_s)
 
     async def close(self) -> None:
         """Stop listening for acks (writes still waiting fail)."""
@@ -150,7 +234,19 @@ class StepRegistry:
 
     async def claim(self, session: str, turn: int, step: int) -> None:
         """Claim the triple for this caller; StepClaimConflict if anyone claimed it before."""
-        if await self._settled(await self._create_claim(session, _Latest(turn, step))) is None:
+        budget, triple, token = self._budget(), _Latest(turn, step), next(self._tokens)
+        resent = False
+        while True:
+            try:
+                created = await self._settled(await self._create_claim(session, triple, token),
+                                              budget.wait_s(self._timeout))  # fmt: skip
+                break
+            except StepRegistryError as exc:
+                await budget.spend(exc)
+                resent = True
+        if created is None and not (resent and await budget.run(
+            lambda: self._ours(session, triple, token)
+        )):  # fmt: skip
             raise StepClaimConflict(session, turn, step)
 
     async def next_step(self, session: str, new_turn: bool) -> tuple[int, int]:
@@ -169,17 +265,20 @@ class StepRegistry:
         return PendingStep(self, session, new_turn, first)
 
     async def assign(self, session: str, new_turn: bool, first: _Attempt | None) -> tuple[int, int]:
-        """Run attempts (``first`` already sent, if any) until one triple is ours."""
-        attempt, known = first, None
+        """Run attempts (``first`` already sent, if any) until one triple is ours; failures
+        of the broker are retried within the bound (see the module)."""
+        attempt, known, budget = first, None, self._budget()
         for _ in range(self._max_attempts):
             if attempt is None:
-                known = known if known is not None else await self._read(session)
+                known = known if known is not None else await budget.run(
+                    lambda: self._read(session)
+                )  # fmt: skip
                 attempt = await self._attempt(session, known, new_turn)
             candidate = attempt.candidate
-            moved, claimed = await attempt.outcome(self._timeout)
+            moved, claimed = await self._outcome(session, attempt, budget)
             attempt = None
             if claimed and moved is None:  # another assignment moved the pointer meanwhile
-                moved = await self._adopt(session, candidate)
+                moved = await budget.run(partial(self._adopt, session, candidate))
                 if moved is None:
                     known = None  # the claim is stale (an older turn): left unused
                     continue
@@ -194,15 +293,53 @@ class StepRegistry:
         raise StepAssignmentContention(session, self._max_attempts)
 
     async def _attempt(self, session: str, known: _Known, new_turn: bool) -> _Attempt:
-        revision, latest = known
-        candidate = _following(latest, new_turn)
-        moved = await self._move(session, candidate, revision)
+        candidate = _following(known[1], new_turn)
+        return await self._send(session, candidate, known, next(self._tokens))
+
+    async def _send(self, session: str, candidate: _Latest, base: _Known, token: bytes) -> _Attempt:
+        moved = await self._move(session, candidate, base[0])
         try:
-            claimed = await self._create_claim(session, candidate)
+            claimed = await self._create_claim(session, candidate, token)
         except BaseException:
             moved.cancel()
             raise
-        return _Attempt(candidate, moved, claimed)
+        return _Attempt(candidate, moved, claimed, base, token)
+
+    async def _outcome(
+        self, session: str, attempt: _Attempt, budget: _Budget
+    ) -> tuple[int | None, bool]:
+        """The attempt's outcome; on a failure the same writes are sent again (bounded). A
+        resent claim that existed is ours if it holds our token (the first send had landed)."""
+        while True:
+            try:
+                moved, claimed = await attempt.outcome(budget.wait_s(self._timeout))
+                break
+            except StepRegistryError as exc:
+                await budget.spend(exc)
+                attempt = await budget.run(
+                    partial(self._send, session, attempt.candidate, attempt.base, attempt.token)
+                )
+                attempt.resent = True
+        if not claimed and attempt.resent:
+            token = attempt.token
+            claimed = await budget.run(lambda: self._ours(session, attempt.candidate, token))
+        return moved, claimed
+
+    async def _ours(self, session: str, triple: _Latest, token: bytes) -> bool:
+        """Whether the triple's claim key holds ``token``, read from the bucket's leader."""
+        key = f"{session}.{triple.turn}.{triple.step}"
+        try:
+            if self._js is None:
+                value = (await self._kv.get(key)).value
+            else:
+                value = (
+                    await self._js.get_last_msg(self._bucket, f"$KV.{self._writer.bucket}.{key}")
+                ).data
+        except NotFoundError:  # KeyNotFoundError too
+            return False
+        except (JsError, NatsError, TimeoutError) as exc:
+            raise StepRegistryError(f"read {key}: {exc!r}") from exc
+        return value == token
 
     def _remember(self, session: str, revision: int, latest: _Latest) -> None:
         self._known[session] = (revision, latest)
@@ -214,8 +351,8 @@ class StepRegistry:
             entry = await self._kv.get(session)
         except KeyNotFoundError:
             return None, None
-        except JsError as exc:
-            raise StepRegistryError(f"read {session}: {exc}") from exc
+        except (JsError, NatsError, TimeoutError) as exc:  # a read timeout is not a JsError
+            raise StepRegistryError(f"read {session}: {exc!r}") from exc
         return entry.revision, _latest_decoder.decode(entry.value or b"")
 
     async def _adopt(self, session: str, candidate: _Latest) -> int | None:
@@ -236,9 +373,12 @@ class StepRegistry:
                 return moved
         raise StepAssignmentContention(session, self._max_attempts)
 
-    async def _create_claim(self, session: str, triple: _Latest) -> asyncio.Future[int | None]:
-        """Send the triple's claim key create (resolves to None if the key existed)."""
-        return await self._writer.put_if(f"{session}.{triple.turn}.{triple.step}", b"1", last=0)
+    async def _create_claim(
+        self, session: str, triple: _Latest, token: bytes
+    ) -> asyncio.Future[int | None]:
+        """Send the triple's claim key create, holding ``token`` (resolves to None if the key
+        existed)."""
+        return await self._writer.put_if(f"{session}.{triple.turn}.{triple.step}", token, last=0)
 
     async def _move(
         self, session: str, value: _Latest, revision: int | None
@@ -247,9 +387,12 @@ class StepRegistry:
         its new revision, or None when someone moved it first."""
         return await self._writer.put_if(session, msgspec.json.encode(value), last=revision or 0)
 
-    async def _settled(self, write: asyncio.Future[int | None]) -> int | None:
+    async def _settled(
+        self, write: asyncio.Future[int | None], timeout_s: float | None = None
+    ) -> int | None:
+        timeout_s = self._timeout if timeout_s is None else timeout_s
         try:
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(timeout_s):
                 return await write
         except TimeoutError:
-            raise StepRegistryError(f"no KV ack within {self._timeout} s") from None
+            raise StepRegistryError(f"no KV ack within {round(timeout_s, 2)} s") from None

@@ -11,6 +11,14 @@ Bounds: the batch holds at most ``max_batch`` messages; when it is full the call
 which stalls only this reader's own ephemeral consumer (the server's flow control then pauses
 it), never the pipeline's durable consumers. A replay waiting ``idle_timeout_s`` for a message
 it knows is due raises :class:`ReplayStalled`.
+
+What is due comes from the stream's leader: the ephemeral consumer lives on one replica of the
+stream, any of them, and counts only what that replica holds. Right after a node restart its
+replica may still be catching up, and a count taken there ended a replay short ("retained 23
+of 28 chunks"). A read from the start therefore asks the leader (stream info with the session's
+filter, answered by the leader only) how many of the session's chunks it holds, and waits for
+the consumer to deliver that many: a lagging replica delivers the rest as it catches up, and
+one that does not within ``idle_timeout_s`` ends the read with :class:`ReplayStalled`.
 """
 
 from __future__ import annotations
@@ -94,7 +102,7 @@ async def stored_chunks(
     try:
         # What is due is counted when the consumer exists: the first `due` messages it
         # delivers are exactly those (an ordered consumer never repeats one).
-        remaining = None if follow else await _due(sub)
+        remaining = None if follow else await _due(nc, topology, session, sub, from_seq)
         last = (from_seq or 1) - 1
         while remaining is None or remaining > 0:
             if not batch.items:
@@ -153,10 +161,27 @@ async def _subscribe(
         raise BrokerUnavailable(_url(nc), f"cannot read {session}: {exc}") from exc
 
 
-async def _due(sub: object) -> int:
-    """How many messages the consumer had to deliver when it was created."""
-    info = await sub.consumer_info()  # type: ignore[attr-defined]
-    return int(info.num_pending) + int(info.delivered.consumer_seq)
+async def _due(
+    nc: Client, topology: Topology, session: str, sub: object, from_seq: int | None
+) -> int:
+    """How many messages the read must deliver: what the consumer had to deliver when it was
+    created and, for a read from the start, at least what the stream's leader holds of the
+    session then (see the module; a read from a later seq keeps the consumer's count)."""
+    try:
+        info = await sub.consumer_info()  # type: ignore[attr-defined]
+        local = int(info.num_pending) + int(info.delivered.consumer_seq)
+        if from_seq is not None and from_seq > 1:
+            return local
+        return max(local, await _leader_count(nc, topology, session))
+    except (TimeoutError, JsError, NatsError) as exc:
+        raise BrokerUnavailable(_url(nc), f"cannot count {session}: {exc}") from exc
+
+
+async def _leader_count(nc: Client, topology: Topology, session: str) -> int:
+    """The session's chunks in the stream, as its leader holds them (stream info is answered
+    by the leader, never by a follower)."""
+    stream = await nc.jetstream().stream_info(topology.stream, topology.session_filter(session))
+    return sum((stream.state.subjects or {}).values())
 
 
 async def _close(nc: Client, topology: Topology, sub: object) -> None:

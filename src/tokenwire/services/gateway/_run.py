@@ -92,11 +92,13 @@ async def broker_deps(
     *,
     publish_window: int = PUBLISH_WINDOW,
     otel: OtelProviders | None = None,
+    step_retry: tuple[int, float] = (16, 30.0),
 ) -> BrokerDeps:
     """Publisher, step registry and readiness probe on an open connection; ``otel``: where the
     model calls' spans and metrics go (nothing by default)."""
     publisher = await ChunkPublisher(nc, topology, window=publish_window).start()
-    steps = await StepRegistry.open(nc, topology)
+    retries, retry_s = step_retry
+    steps = await StepRegistry.open(nc, topology, retries=retries, retry_s=retry_s)
     upstream = HttpUpstream()
 
     async def ready() -> bool:
@@ -212,7 +214,9 @@ async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> N
     check_bind(settings)
     otel = otel_from_env("tokenwire-gateway")  # OTLP export only when an endpoint is set
     async with _connected(settings, stop) as (nc, topology), _store(settings) as store:
-        real = await broker_deps(nc, topology, otel=otel)
+        real = await broker_deps(
+            nc, topology, otel=otel, step_retry=(settings.step_retries, settings.step_retry_s)
+        )
         routes = events_router(lambda: nc, topology, lambda: store).routes
         real.deps = dataclasses.replace(real.deps, extra_routes=routes)
         try:

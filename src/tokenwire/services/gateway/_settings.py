@@ -54,6 +54,8 @@ class GatewaySettings:
     - ``partitions``, ``replicas``: the broker topology (session partitions, stream replicas);
       ``provision``: create/update it at start (off when a provisioner owns it).
     - ``store_url``: the store the session and message routes read (``TOKENWIRE_STORE``).
+    - ``step_retries``, ``step_retry_s``: the bound of the step registry's retries while its
+      KV bucket elects a leader (count, total seconds of one assignment); past it 503.
 
     Secrets (``keys``, ``provider_env``) are left out of ``repr``.
     """
@@ -77,6 +79,8 @@ class GatewaySettings:
     replicas: int = 1
     provision: bool = True
     store_url: str | None = None
+    step_retries: int = 16  # tokenwire.broker.StepRegistry's defaults
+    step_retry_s: float = 30.0
 
     @property
     def loopback_only(self) -> bool:
@@ -124,7 +128,10 @@ class GatewaySettings:
             replicas=parse_int("TOKENWIRE_REPLICAS", env.get("TOKENWIRE_REPLICAS", "1"), 1, 5),
             provision=_flag(env, "TOKENWIRE_PROVISION", True),
             store_url=config.load(env).store_url,
-        )
+            step_retries=parse_int("TOKENWIRE_GATEWAY_STEP_RETRIES",
+                                   env.get("TOKENWIRE_GATEWAY_STEP_RETRIES", "16"), 0),
+            step_retry_s=_seconds(env, "TOKENWIRE_GATEWAY_STEP_RETRY_S", 30.0),
+        )  # fmt: skip
 
 
 def _step_bounds(env: Mapping[str, str]) -> StepBounds:
