@@ -1,14 +1,14 @@
-"""The gateway's CPU per chunk, this tree against another checkout, in the same run (issue 19).
+"""The gateway's CPU per chunk, this tree against other checkouts, in the same run (issue 19).
 
-``python -m bench.bench_gateway_cpu --baseline DIR`` starts, for this tree and for the checkout
-at ``DIR`` (each with its own ``.venv``), one embedded nats-server and one gateway process (as
-bench_gateway (b) starts it), both in front of one scripted provider; then runs bench_gateway's
-(b) load (200 concurrent sessions x 100 and x 500 fragments, full speed) against each gateway
-in turn, alternating which goes first, ``--rounds`` times. A round's figure is the gateway
-process's own CPU seconds (psutil user + system) over the chunks it published (the broker's
-message count), so it is a CPU-time figure, robust to a busy machine in a way wall-clock rates
-are not. The raw pipelined publish loop (bench_gateway (a), the limit) runs between rounds in
-this process, so each side's ratio to it comes from the same run.
+``python -m bench.bench_gateway_cpu --baseline DIR`` (repeatable) starts, for this tree and
+each checkout at ``DIR`` (each with its own ``.venv``), one embedded nats-server and one gateway
+process (as bench_gateway (b) starts it), all in front of one scripted provider; then runs
+bench_gateway's (b) load (200 concurrent sessions x 100 and x 500 fragments, full speed)
+against each gateway in turn, rotating which goes first, ``--rounds`` times. A round's figure
+is the gateway process's own CPU seconds (psutil user + system) over the chunks it published
+(the broker's message count), so it is a CPU-time figure, robust to a busy machine in a way
+wall-clock rates are not. The raw pipelined publish loop (bench_gateway (a), the limit) runs
+before each round's sides in this process, so each side's ratio to it comes from the same run.
 
 ``--py-spy PATH`` also records a py-spy profile (``--format raw``, collapsed stacks, native
 frames off) of each gateway during one extra round per size, after the CPU rounds (sampling
@@ -134,7 +134,7 @@ async def _profile(sides: list[Side], py_spy: str, out: Path) -> None:
 
 async def _run(args: argparse.Namespace) -> tuple[list[Side], list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
-        trees = [("new", REPO)] + ([("base", Path(args.baseline))] if args.baseline else [])
+        trees = [("new", REPO)] + [(Path(b).name, Path(b)) for b in args.baseline]
         sides = []
         for name, tree in trees:
             server = EmbeddedServer(Path(tmp) / name)
@@ -152,7 +152,7 @@ async def _run(args: argparse.Namespace) -> tuple[list[Side], list[float]]:
                 await _round(side, f"warm-{side.name}", gw.FRAGMENTS_B)
             for r in range(args.rounds):
                 limits.append(await _limit(sides[0].server.url))
-                order = sides if r % 2 == 0 else sides[::-1]
+                order = sides[r % len(sides) :] + sides[: r % len(sides)]  # rotated
                 for fragments in (gw.FRAGMENTS_B, gw.FRAGMENTS_LONG):
                     for side in order:
                         us = await _round(side, f"{side.name}-{r}-{fragments}", fragments)
@@ -183,10 +183,10 @@ def _table(sides: list[Side], limits: list[float]) -> str:
                 f"| {side.name} | {fragments} | {statistics.median(us):.1f} "
                 f"({min(us):.1f}-{max(us):.1f}) | {statistics.median(us) / limit:.2f}x |"
             )
-    if len(sides) == 2:
+    for other in sides[1:]:
         for fragments in (gw.FRAGMENTS_B, gw.FRAGMENTS_LONG):
-            new, base = (statistics.median(s.us[fragments]) for s in sides)
-            rows.append(f"| new / base | {fragments} | {new / base:.3f} | |")
+            new, base = (statistics.median(s.us[fragments]) for s in (sides[0], other))
+            rows.append(f"| new / {other.name} | {fragments} | {new / base:.3f} | |")
     rows.append(
         f"| raw pipelined publish loop (limit) | | {limit:.1f} "
         f"({min(limits):.1f}-{max(limits):.1f}), {len(limits)} runs | 1.00x |"
@@ -197,7 +197,9 @@ def _table(sides: list[Side], limits: list[float]) -> str:
 def main() -> None:
     """Parse the options, run, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--baseline", help="another checkout with its own .venv")
+    parser.add_argument(
+        "--baseline", action="append", default=[], help="another checkout with its own .venv"
+    )
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--py-spy", help="path of a py-spy binary: also record profiles")
     parser.add_argument("--cprofile", action="store_true", help="gateways under cProfile")
