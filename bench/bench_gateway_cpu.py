@@ -82,7 +82,11 @@ class Side:
                 while not stats.exists() and time.monotonic() < deadline:
                     time.sleep(0.1)
             self.proc.terminate()
-            self.proc.wait(10)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
 
 
 async def _count(url: str) -> int:
@@ -90,7 +94,18 @@ async def _count(url: str) -> int:
 
 
 async def _round(side: Side, tag: str, fragments: int) -> float:
-    """One round of the (b) load on ``side``; its gateway's CPU us per chunk published."""
+    """One round of the (b) load on ``side``; its gateway's CPU us per chunk published. A round
+    a gateway refused (a 503 when the overloaded machine delayed a KV ack past its bound) is
+    run again, at most twice, and said so."""
+    for attempt in range(3):
+        try:
+            return await _one_round(side, f"{tag}-{attempt}", fragments)
+        except RuntimeError as exc:
+            print(f"round {tag} on {side.name} failed, run again: {str(exc)[:160]}")
+    raise RuntimeError(f"round {tag} on {side.name} failed three times")
+
+
+async def _one_round(side: Side, tag: str, fragments: int) -> float:
     assert side.proc is not None
     proc = psutil.Process(side.proc.pid)
     before = await _count(side.server.url)
