@@ -46,7 +46,7 @@ from tokenwire.broker._errors import (
     PublishRejected,
     PublishTimeout,
 )
-from tokenwire.broker._frames import FrameWriter, header_size
+from tokenwire.broker._frames import FrameWriter, header_block
 from tokenwire.broker._puback import puback_decoder
 from tokenwire.broker._replies import ReplyInbox
 from tokenwire.broker._topology import Topology, chunk_subject, msg_id
@@ -73,6 +73,7 @@ class _Pending:
     subject: str
     payload: bytes
     headers: dict[str, str]
+    header: bytes  # header_block(headers): built once, for the size check and every frame
     msg_id: str
     step: StepKey
     first_sent: float
@@ -219,11 +220,12 @@ class ChunkPublisher:
         subject = chunk_subject(self._topology, session, first)
         mid = msg_id(session, turn, step, ordinal)
         all_headers = {**(headers or {}), "Nats-Msg-Id": mid}
-        self._check_size(subject, all_headers, len(envelope_bytes))
+        header = header_block(all_headers)
+        self._check_size(subject, len(header), len(envelope_bytes))
         await self._acquire_slot(subject, mid)
         now = self._clock()
         entry = _Pending(
-            subject, envelope_bytes, all_headers, mid, (session, turn, step), now,
+            subject, envelope_bytes, all_headers, header, mid, (session, turn, step), now,
             now + self._ack_timeout,
         )  # fmt: skip
         self._serial += 1
@@ -235,9 +237,8 @@ class ChunkPublisher:
         self._published += 1
         await self._send(token, entry)
 
-    def _check_size(self, subject: str, headers: dict[str, str], payload_size: int) -> None:
+    def _check_size(self, subject: str, head: int, payload_size: int) -> None:
         limit = self._nc.max_payload
-        head = header_size(headers)
         if head + payload_size > limit:
             raise PayloadTooLarge(subject, head + payload_size, limit, max(limit - head, 0))
 
@@ -260,7 +261,7 @@ class ChunkPublisher:
         reply = self._prefix + token
         try:
             if self._frames.usable(len(entry.payload)):
-                await self._frames.publish(entry.subject, reply, entry.headers, entry.payload)
+                await self._frames.publish(entry.subject, reply, entry.header, entry.payload)
             else:  # reconnecting, draining, oversized: nats-py's own buffering and errors
                 await self._nc.publish(
                     entry.subject, entry.payload, reply=reply, headers=entry.headers

@@ -71,17 +71,23 @@ class StepMeter:
 
         Never raises; a finish is always let through (it ends the step anyway).
         """
+        bounds = self._bounds
         if isinstance(chunk, Finish):
             return None
-        if ordinal >= self._bounds.max_chunks - 1:  # room for the finish that ends it
-            return f"the step exceeded max_step_chunks ({self._bounds.max_chunks})"
-        self._bytes += self._size(chunk)
-        if self._bytes > self._bounds.max_bytes:
-            return f"the step exceeded max_step_bytes ({self._bounds.max_bytes} bytes)"
-        if len(self._streamed) > self._bounds.max_open_blocks:
-            return f"the step exceeded max_open_blocks ({self._bounds.max_open_blocks})"
-        if len(self._streamed) + len(self._ended) > self._bounds.max_blocks:
-            return f"the step exceeded max_blocks ({self._bounds.max_blocks})"
+        if ordinal >= bounds.max_chunks - 1:  # room for the finish that ends it
+            return f"the step exceeded max_step_chunks ({bounds.max_chunks})"
+        if isinstance(chunk, TextDelta | ReasoningDelta):  # most chunks: no match statement
+            text = chunk.text
+            self._bytes += self._stream(chunk.index, len(text) if text.isascii() else _utf8(text))
+        else:
+            self._bytes += self._size(chunk)
+        if self._bytes > bounds.max_bytes:
+            return f"the step exceeded max_step_bytes ({bounds.max_bytes} bytes)"
+        opened = len(self._streamed)
+        if opened > bounds.max_open_blocks:
+            return f"the step exceeded max_open_blocks ({bounds.max_open_blocks})"
+        if opened + len(self._ended) > bounds.max_blocks:
+            return f"the step exceeded max_blocks ({bounds.max_blocks})"
         return None
 
     def _size(self, chunk: StreamChunk) -> int:
