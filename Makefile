@@ -57,10 +57,14 @@ bench-smoke: install
 	$(VENV)/bin/python -m bench --profile smoke --no-peer --no-docs --out .bench-smoke $(BENCH)
 
 # The adapters' long fuzz run (docs/providers.md, "Fuzzing"): FUZZ_EXAMPLES cases per adapter
-# and strategy (mutated recordings, random SSE); the default suite runs 30 of each.
+# and strategy (mutated recordings, random SSE); the default suite runs 30 of each. FUZZ=<-k
+# expression> runs a part (e.g. FUZZ=mutated); FUZZ_TIMEOUT bounds each test (seconds), and
+# each test prints its cases, rate and the peak RSS so far.
 FUZZ_EXAMPLES ?= 100000
+FUZZ_TIMEOUT ?= 36000
 fuzz: install
-	TOKENWIRE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VENV)/bin/pytest tests/fuzz -q -p no:randomly
+	TOKENWIRE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VENV)/bin/pytest tests/fuzz -q -p no:randomly \
+	  --timeout=$(FUZZ_TIMEOUT) $(if $(FUZZ),-k "$(FUZZ)")
 
 # The fault tier alone, its measured rows regenerating docs/reliability.md's table.
 faults: install
