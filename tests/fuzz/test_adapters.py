@@ -61,13 +61,15 @@ def reported(capsys: pytest.CaptureFixture[str], name: str) -> Iterator[list[int
     them with their rate and the process's peak RSS so far, the long run's figures."""
     cases = [0]
     start = time.perf_counter()
-    yield cases
-    if "TOKENWIRE_FUZZ_EXAMPLES" in os.environ:
-        took = time.perf_counter() - start
-        peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        with capsys.disabled():
-            print(f"\nfuzz {name}: {cases[0]} cases in {took:.0f} s "
-                  f"({cases[0] / took:.1f}/s), peak RSS {peak_mib:.0f} MiB")  # fmt: skip
+    try:
+        yield cases
+    finally:  # also when the run is interrupted (a bounded long run ends with SIGINT)
+        if "TOKENWIRE_FUZZ_EXAMPLES" in os.environ:
+            took = time.perf_counter() - start
+            peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            with capsys.disabled():
+                print(f"\nfuzz {name}: {cases[0]} cases in {took:.0f} s "
+                      f"({cases[0] / took:.1f}/s), peak RSS {peak_mib:.0f} MiB")  # fmt: skip
 
 
 def recordings(folders: tuple[str, ...]) -> list[bytes]:
