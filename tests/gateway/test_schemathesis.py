@@ -272,3 +272,13 @@ def test_unknown_routes_and_methods_answer_in_the_paths_dialect(
     assert dialect_error(path, status, response.json()) is None
     if status == 405:
         assert "POST" in response.headers["allow"]
+
+
+@pytest.mark.parametrize("offset", [str(2**63), "1" + "0" * 30])
+def test_an_offset_beyond_the_stores_integers_is_a_400(live_gateway: str, offset: str) -> None:
+    """Found by schemathesis at 100 examples: the store's driver raised OverflowError (a 500)."""
+    response = httpx.get(
+        live_gateway + "/v1/sessions", params={"offset": offset}, headers=AUTH, timeout=30
+    )
+    assert response.status_code == 400
+    assert dialect_error("/v1/sessions", 400, response.json()) is None
