@@ -57,10 +57,18 @@ bench-smoke: install
 	$(VENV)/bin/python -m bench --profile smoke --no-peer --no-docs --out .bench-smoke $(BENCH)
 
 # The adapters' long fuzz run (docs/providers.md, "Fuzzing"): FUZZ_EXAMPLES cases per adapter
-# and strategy (mutated recordings, random SSE); the default suite runs 30 of each.
+# and strategy (mutated recordings, random SSE); the default suite runs 30 of each. FUZZ=<-k
+# expression> runs a part (e.g. FUZZ=mutated); FUZZ_TIMEOUT bounds each test (seconds), and
+# each test prints its cases, rate and the peak RSS so far. Then schemathesis against the real
+# gateway's /openapi.json, SCHEMATHESIS_EXAMPLES per operation and mode (the suite runs 10).
 FUZZ_EXAMPLES ?= 100000
+FUZZ_TIMEOUT ?= 36000
+SCHEMATHESIS_EXAMPLES ?= 1000
 fuzz: install
-	TOKENWIRE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VENV)/bin/pytest tests/fuzz -q -p no:randomly
+	TOKENWIRE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VENV)/bin/pytest tests/fuzz -q -p no:randomly \
+	  --timeout=$(FUZZ_TIMEOUT) $(if $(FUZZ),-k "$(FUZZ)")
+	SCHEMATHESIS_EXAMPLES=$(SCHEMATHESIS_EXAMPLES) $(VENV)/bin/pytest tests/gateway/test_schemathesis.py \
+	  -q -p no:randomly --timeout=$(FUZZ_TIMEOUT)
 
 # The fault tier alone at full size (FAULTS_SESSIONS concurrent sessions per case, the store
 # down FAULTS_OUTAGE_S at least; CI runs 30 and the load's length), its measured rows

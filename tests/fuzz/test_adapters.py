@@ -11,7 +11,10 @@ derandomized); ``make fuzz`` runs 100,000 per adapter and strategy.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import resource
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -50,6 +53,23 @@ ADAPTERS: dict[str, tuple[Callable[[], Normaliser], tuple[str, ...], tuple[str, 
                           "response.function_call_arguments.delta", "response.completed",
                           "response.failed", "error")),
 }  # fmt: skip
+
+
+@contextmanager
+def reported(capsys: pytest.CaptureFixture[str], name: str) -> Iterator[list[int]]:
+    """Counts the cases a test ran; under ``make fuzz`` (``TOKENWIRE_FUZZ_EXAMPLES`` set) prints
+    them with their rate and the process's peak RSS so far, the long run's figures."""
+    cases = [0]
+    start = time.perf_counter()
+    try:
+        yield cases
+    finally:  # also when the run is interrupted (a bounded long run ends with SIGINT)
+        if "TOKENWIRE_FUZZ_EXAMPLES" in os.environ:
+            took = time.perf_counter() - start
+            peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            with capsys.disabled():
+                print(f"\nfuzz {name}: {cases[0]} cases in {took:.0f} s "
+                      f"({cases[0] / took:.1f}/s), peak RSS {peak_mib:.0f} MiB")  # fmt: skip
 
 
 def recordings(folders: tuple[str, ...]) -> list[bytes]:
@@ -129,7 +149,9 @@ def check(body: bytes, make: Callable[[], Normaliser], cuts: list[int]) -> None:
 
 
 @pytest.mark.parametrize("adapter", sorted(ADAPTERS))
-def test_mutated_recordings_never_break_an_adapter(adapter: str) -> None:
+def test_mutated_recordings_never_break_an_adapter(
+    adapter: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     make, folders, _ = ADAPTERS[adapter]
     bodies = recordings(folders)
     if not bodies:
@@ -140,18 +162,24 @@ def test_mutated_recordings_never_break_an_adapter(adapter: str) -> None:
     @FUZZ
     @given(body=mutated(bodies), cuts=st.lists(st.integers(0, 1 << 20), max_size=8))
     def run(body: bytes, cuts: list[int]) -> None:
+        cases[0] += 1
         check(body, make, cuts)
 
-    run()
+    with reported(capsys, f"mutated {adapter}") as cases:
+        run()
 
 
 @pytest.mark.parametrize("adapter", sorted(ADAPTERS))
-def test_random_sse_never_breaks_an_adapter(adapter: str) -> None:
+def test_random_sse_never_breaks_an_adapter(
+    adapter: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     make, _, names = ADAPTERS[adapter]
 
     @FUZZ
     @given(body=random_sse(names), cuts=st.lists(st.integers(0, 1 << 16), max_size=8))
     def run(body: bytes, cuts: list[int]) -> None:
+        cases[0] += 1
         check(body, make, cuts)
 
-    run()
+    with reported(capsys, f"random-sse {adapter}") as cases:
+        run()

@@ -32,6 +32,9 @@ StoreProvider = Callable[[], Store]
 """Returns the store the routes read (raise if there is none yet)."""
 
 MAX_SESSIONS_PAGE = 1000
+MAX_OFFSET = 2**63 - 1
+"""The stores' integer range (SQLite and PostgreSQL bigint): a larger offset is a 400, not the
+driver's OverflowError (a 500, found by schemathesis)."""
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -98,7 +101,7 @@ class _Routes:
     async def sessions(self, request: Request) -> Response:
         try:
             limit = _int_param(request, "limit", 100, 1, MAX_SESSIONS_PAGE)
-            offset = _int_param(request, "offset", 0, 0, None)
+            offset = _int_param(request, "offset", 0, 0, MAX_OFFSET)
         except _BadRequestError as exc:
             return _error(400, "invalid_request_error", exc.message)
         try:

@@ -281,12 +281,18 @@ def _with(headers: Mapping[str, str], response: Response) -> Response:
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
+    """Starlette's 404 and 405 in the path's dialect (Anthropic's under ``/v1/messages``),
+    keeping the headers it set (a 405's ``allow``)."""
     status = exc.status_code if isinstance(exc, HTTPException) else 404
     message = exc.detail if isinstance(exc, HTTPException) else "not found"
-    body = {
-        "error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}
-    }
-    return JSONResponse(body, status_code=status)
+    headers = exc.headers if isinstance(exc, HTTPException) else None
+    if request.scope["path"].startswith("/v1/messages"):
+        kind = "not_found_error" if status == 404 else "invalid_request_error"
+        body: dict[str, object] = {"type": "error", "error": {"type": kind, "message": message}}
+    else:
+        body = {"error": {"message": message, "type": "invalid_request_error", "param": None,
+                          "code": None}}  # fmt: skip
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _require_key(gw: Gateway, route: BaseRoute) -> BaseRoute:

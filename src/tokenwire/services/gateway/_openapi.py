@@ -41,6 +41,14 @@ _ANSWER_HEADERS = {
 }
 
 
+def _error_answer(error: str) -> dict[str, Any]:
+    """Every answer but the documented success: an error body in ``error``'s shape."""
+    return {
+        "description": f"an error in {error}'s shape",
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{error}Error"}}},
+    }
+
+
 def _model_call(summary: str, api: str, error: str) -> dict[str, Any]:
     return {
         "post": {
@@ -57,26 +65,59 @@ def _model_call(summary: str, api: str, error: str) -> dict[str, Any]:
                     "headers": _ANSWER_HEADERS,
                     "content": {"application/json": {"schema": _OBJECT}, "text/event-stream": {}},
                 },
-                "default": {
-                    "description": f"an error in {error}'s shape",
-                    "content": {
-                        "application/json": {
-                            "schema": {"$ref": f"#/components/schemas/{error}Error"}
-                        }
-                    },
-                },
+                "default": _error_answer(error),
             },
         }
     }
 
 
-def _get(summary: str, content: str = "application/json") -> dict[str, Any]:
-    return {
-        "get": {
-            "summary": summary,
-            "responses": {"200": {"description": summary, "content": {content: {}}}},
-        }
+_SESSION = {
+    "name": "session",
+    "in": "path",
+    "required": True,
+    "description": "session id (letters, digits, - and _; 1-128); others answer 400",
+    "schema": {"type": "string"},
+}
+
+
+def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": description,
+            "schema": schema}  # fmt: skip
+
+
+_PAGE = [
+    _query("limit", "sessions per page (1-1000, default 100)", {"type": "integer"}),
+    _query("offset", "sessions to skip (default 0)", {"type": "integer"}),
+]
+_EVENTS = [
+    _query("from_seq", "first stream sequence (else `Last-Event-ID` + 1)", {"type": "integer"}),
+    _query("follow", "false: end once caught up (default true)", {"type": "boolean"}),
+]
+
+
+def _get(
+    summary: str,
+    content: str = "application/json",
+    *,
+    public: bool = False,
+    session: bool = False,
+    query: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A ``GET`` route; ``public``: served without a gateway key; ``session``: under
+    ``/v1/sessions/{session}``. Its errors have OpenAI's shape (the gateway's default)."""
+    get: dict[str, Any] = {
+        "summary": summary,
+        "responses": {
+            "200": {"description": summary, "content": {content: {}}},
+            "default": _error_answer("OpenAI"),
+        },
     }
+    if public:
+        get["security"] = []
+    parameters = ([_SESSION] if session else []) + (query or [])
+    if parameters:
+        get["parameters"] = parameters
+    return {"get": get}
 
 
 def openapi_document(version: str) -> dict[str, Any]:
@@ -129,6 +170,7 @@ def openapi_document(version: str) -> dict[str, Any]:
             "/v1/chat/completions": _model_call(
                 "OpenAI Chat Completions", "OpenAI's Chat Completions API", "OpenAI"
             ),
+            "/v1/responses": _model_call("OpenAI Responses", "OpenAI's Responses API", "OpenAI"),
             "/v1/messages": _model_call(
                 "Anthropic Messages", "Anthropic's Messages API", "Anthropic"
             ),
@@ -143,20 +185,30 @@ def openapi_document(version: str) -> dict[str, Any]:
                         "200": {
                             "description": "`{input_tokens}`",
                             "content": {"application/json": {}},
-                        }
+                        },
+                        "default": _error_answer("Anthropic"),
                     },
                 }
             },
             "/v1/models": _get(
                 "the configured providers' models as `provider/model` (OpenAI list)"
             ),
-            "/openapi.json": _get("this document"),
-            "/healthz": _get("200 while the process runs"),
-            "/readyz": _get("200 when the broker is connected and the stream exists, else 503"),
-            "/metrics": _get("Prometheus text exposition", "text/plain"),
-            "/v1/sessions": _get("recorded sessions (docs/replay.md)"),
-            "/v1/sessions/{session}/events": _get("a session's recorded events (docs/replay.md)"),
-            "/v1/sessions/{session}/messages": _get("a session's messages (docs/replay.md)"),
-            "/viewer": _get("the session viewer page", "text/html"),
+            "/openapi.json": _get("this document", public=True),
+            "/healthz": _get("200 while the process runs", public=True),
+            "/readyz": _get(
+                "200 when the broker is connected and the stream exists, else 503", public=True
+            ),
+            "/metrics": _get("Prometheus text exposition", "text/plain", public=True),
+            "/v1/sessions": _get("recorded sessions (docs/replay.md)", query=_PAGE),
+            "/v1/sessions/{session}/events": _get(
+                "a session's recorded events (docs/replay.md)",
+                "text/event-stream",
+                session=True,
+                query=_EVENTS,
+            ),
+            "/v1/sessions/{session}/messages": _get(
+                "a session's messages (docs/replay.md)", session=True
+            ),
+            "/viewer": _get("the session viewer page", "text/html", public=True),
         },
     }
