@@ -60,6 +60,9 @@ class DeltaLedger:
 
     def note(self, chunk: StreamChunk) -> None:
         """Account a chunk just published (deltas add content, a block-end closes its index)."""
+        if type(chunk) is TextDelta or type(chunk) is ReasoningDelta:  # the common case, unmatched
+            self._add(chunk.index, chunk.text)  # (0.45 against 0.75 us: docs/benchmarks.md)
+            return
         match chunk:
             case TextDelta(index=index, text=text) | ReasoningDelta(index=index, text=text):
                 self._add(index, text)
