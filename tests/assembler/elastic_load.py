@@ -27,10 +27,11 @@ from tokenwire.broker import (
 PARTITIONS = 16
 SESSIONS = 100
 TURNS = 4  # one per phase: turn k is published after membership change k
-BALANCE_BOUND_S = 40.0
-"""The wait bound on a busy machine; ADR 0016 derives the expected time (a few heartbeats
-plus the hand-over wait after a join; the member TTL or the priority timeout after a crash)
-and the benchmark measures it."""
+BALANCE_BOUND_S = 90.0
+"""The wait bound on a busy machine: 40 s was hit under ../shared/tools/under-load, where
+heartbeats miss their beat and hand-overs repeat; a quiet machine balances in 1-4 s. ADR 0016
+derives the expected time (a few heartbeats plus the hand-over wait after a join; the member
+TTL or the priority timeout after a crash) and the benchmark measures it."""
 
 
 def filler_plan(seed: int, turns: int) -> Plan:
