@@ -43,7 +43,7 @@ class GatewaySettings:
     - ``continue_on_disconnect``: keep reading the provider to the end after the caller left,
       so the durable log is complete (else the step ends ``finish {aborted}``).
     - ``caller_buffer_bytes``: output held for a slow caller before the provider read waits
-      (at most; see ``_outbox.py``).
+      (at most; see ``_caller.py``).
     - ``default_max_tokens``: sent to Anthropic when a translated request named none.
     - ``ack_timeout_s``: how long the end of a step waits for the broker's acks.
     - ``edge``: the HTTP edge's bounds (header size and count, header and body read
