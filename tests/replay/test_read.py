@@ -194,10 +194,10 @@ class _LaggingReplica:
 
         real = source.ordered_subscribe
 
-        async def placed(js, subject, *, cb, **kwargs):  # type: ignore[no-untyped-def]
+        async def placed(js, subject, *, cb, **kwargs):  # type: ignore[no-untyped-def]  # a stand-in for nats-py's untyped callbacks
             delivered: list[object] = []
 
-            async def lagging_cb(msg):  # type: ignore[no-untyped-def]
+            async def lagging_cb(msg):  # type: ignore[no-untyped-def]  # a stand-in for nats-py's untyped callbacks
                 delivered.append(msg)
                 if not (self.never and msg.metadata.num_pending < self.behind):
                     await cb(msg)
@@ -205,7 +205,7 @@ class _LaggingReplica:
             sub = await real(js, subject, cb=lagging_cb, **kwargs)
             info = sub.consumer_info
 
-            async def replica_info():  # type: ignore[no-untyped-def]
+            async def replica_info():  # type: ignore[no-untyped-def]  # a stand-in for nats-py's untyped callbacks
                 got = await info()  # the replica holds ``behind`` fewer of the session
                 held = max(0, got.num_pending + got.delivered.consumer_seq - self.behind)
                 got.delivered.consumer_seq = min(got.delivered.consumer_seq, held)

@@ -100,7 +100,7 @@ class SessionReader:
         """
         sub = await self._subscribe()
         try:
-            info = await sub.consumer_info()  # type: ignore[attr-defined]
+            info = await sub.consumer_info()  # type: ignore[attr-defined]  # a PushSubscription
             due = int(info.num_pending) + int(info.delivered.consumer_seq)
             seen = 0
             last_seq = (self._from_seq or 1) - 1

@@ -168,7 +168,7 @@ async def _due(
     created and, for a read from the start, at least what the stream's leader holds of the
     session then (see the module; a read from a later seq keeps the consumer's count)."""
     try:
-        info = await sub.consumer_info()  # type: ignore[attr-defined]
+        info = await sub.consumer_info()  # type: ignore[attr-defined]  # sub: ordered_subscribe's PushSubscription
         local = int(info.num_pending) + int(info.delivered.consumer_seq)
         if from_seq is not None and from_seq > 1:
             return local

@@ -207,7 +207,7 @@ class _Opening(msgspec.Struct):
     message: _Head | None = None
     response: _Head | None = None
     responseId: str | None = None  # noqa: N815 (Gemini's name)
-    modelVersion: str | None = None  # noqa: N815
+    modelVersion: str | None = None  # noqa: N815 (Gemini's name)
 
     def head(self) -> tuple[str | None, str | None]:
         for inner in (self.message, self.response):
