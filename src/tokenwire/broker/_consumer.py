@@ -98,7 +98,7 @@ class ConsumedMessage:
         self.pin_id = pin_id
         self._reply: str = msg.reply
         self._nc = nc
-        self._meta: tuple[int, int] | None = None
+        self._meta: tuple[int, int, int] | None = None
         self._settled = False
 
     @property
@@ -111,13 +111,13 @@ class ConsumedMessage:
 
     @property
     def consumer_seq(self) -> int:
-        """This delivery's consumer sequence (counts deliveries of this consumer)."""
-        tokens = self._reply.split(".")
-        return int(tokens[6] if len(tokens) == 9 else tokens[8])
+        """This delivery's consumer sequence (counts deliveries of this consumer: a pinned
+        client receives every one of them, so a jump means deliveries lost on the way)."""
+        return self._fields()[2]
 
-    def _fields(self) -> tuple[int, int]:
+    def _fields(self) -> tuple[int, int, int]:
         if self._meta is None:
-            self._meta = ack_fields(self._reply)
+            self._meta = _ack_meta(self._reply)
         return self._meta
 
     @property
@@ -162,12 +162,17 @@ def ack_fields(reply: str) -> tuple[int, int]:
     here because nats-py's ``Msg.metadata`` builds a datetime and two dataclasses per message
     (~7% of the assembler's time, bench/bench_assembler.py). Raises NotJSMessageError.
     """
+    return _ack_meta(reply)[:2]
+
+
+def _ack_meta(reply: str) -> tuple[int, int, int]:
+    """``(stream_seq, num_delivered, consumer_seq)``, in one split (see ack_fields)."""
     tokens = reply.split(".")
     if tokens[:2] == ["$JS", "ACK"]:
         if len(tokens) == 9:
-            return int(tokens[5]), int(tokens[4])
+            return int(tokens[5]), int(tokens[4]), int(tokens[6])
         if len(tokens) >= 11:
-            return int(tokens[7]), int(tokens[6])
+            return int(tokens[7]), int(tokens[6]), int(tokens[8])
     raise NotJSMessageError
 
 
@@ -306,6 +311,9 @@ class PullConsumer:
     """While unpinned, keep a standby pull open (False: stay out until set again)."""
     _paused: bool = field(default=False, init=False)
     _void_pin: str | None = field(default=None, init=False)
+    last_delivery: ConsumedMessage | None = field(default=None, init=False)
+    """The latest message that arrived (its ``consumer_seq`` against the server's delivered
+    count tells whether deliveries were lost on the way)."""
 
     def __post_init__(self) -> None:
         if (self.handler is None) == (self.batch_handler is None):
@@ -517,7 +525,8 @@ class PullConsumer:
             if pull.remaining <= 0:
                 del self._pulls[oldest]
         self.stats.delivered += 1
-        self._inbox.append(ConsumedMessage(msg, pin, self.nc))
+        self.last_delivery = ConsumedMessage(msg, pin, self.nc)
+        self._inbox.append(self.last_delivery)
         self._ready.set()
 
     def _lose_pin(self) -> None:

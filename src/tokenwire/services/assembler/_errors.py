@@ -4,7 +4,8 @@
 
     AssemblerError
     ├── AssemblyFullError(open_steps, limit)   feed() would open a step beyond max_open_steps
-    └── AssemblerStartError(what, reason) the service could not start (broker, store, metrics)
+    ├── AssemblerStartError(what, reason) the service could not start (broker, store, metrics)
+    └── ReadBackError(reason)              a read-back from the stream did not complete
 
 Store and broker errors are not re-wrapped while running: ``StoreUnavailable`` is retried
 with back-off (docs/assembler.md), everything else that is permanent for one step sends that
@@ -37,4 +38,14 @@ class AssemblerStartError(AssemblerError):
     def __init__(self, what: str, reason: str) -> None:
         super().__init__(f"assembler cannot start: {what}: {reason}")
         self.what = what
+        self.reason = reason
+
+
+class ReadBackError(AssemblerError):
+    """A read-back of a partition from the stream did not complete: the consumer's info went
+    unanswered, the ordered read failed, or no message came for its idle bound before the
+    last one asked for. Retried (bounded); see ``Assembler._take_over``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"read-back incomplete: {reason}")
         self.reason = reason

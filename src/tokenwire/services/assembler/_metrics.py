@@ -99,6 +99,12 @@ class AssemblerMetrics:
             buckets=(0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120),
             registry=r,
         )
+        self.read_backs = Counter(
+            f"{_NS}_read_backs",
+            "Partition read-backs from the stream, by cause (pin, lost, tail) and outcome.",
+            ["cause", "outcome"],
+            registry=r,
+        )
         self.handovers = Counter(
             f"{_NS}_handovers", "Partitions this instance handed over (UNPIN).", registry=r
         )

@@ -46,11 +46,17 @@ from tokenwire.services.assembler._assembly import (
 )
 from tokenwire.services.assembler._committer import CommitPolicy, Committer
 from tokenwire.services.assembler._consume import Delivery, PartitionSet, nak_tokens
+from tokenwire.services.assembler._errors import ReadBackError
 from tokenwire.services.assembler._members import MemberBoard, member_name
 from tokenwire.services.assembler._metrics import AssemblerMetrics
 from tokenwire.services.assembler._rebalance import Rebalancer
 from tokenwire.services.assembler._settings import AssemblerSettings
-from tokenwire.services.assembler._takeover import consumer_state, read_range
+from tokenwire.services.assembler._takeover import (
+    ConsumerState,
+    ReadBackCause,
+    consumer_state,
+    read_range,
+)
 from tokenwire.services.assembler._trace import StepTraces
 from tokenwire.store import CommittedStep, Store, StoreUnavailable
 
@@ -58,6 +64,10 @@ log = logging.getLogger(__name__)
 
 DLQ_CONSUMER = "assembler"
 """Poison goes to ``<prefix>.dlq.assembler``."""
+
+READ_BACK_ATTEMPTS = 5
+"""Tries at one read-back (consumer info, then the range) before giving up on it: a take-over
+then hands its batch back (redelivered after ``backoff_max_s``, and tried again)."""
 
 
 class Assembler:
@@ -113,7 +123,10 @@ class Assembler:
             hand_over=self.hand_over,
             hold_s=settings.member_ttl_s,
         )
-        self._pins: dict[int, str] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._seen: dict[int, tuple[str, int]] = {}  # partition -> (pin, consumer seq) handled
+        self._suspect: dict[int, int] = {}  # partition -> delivered count not arrived, last poll
+        self._read_to: dict[int, int] = {}  # partition -> delivered count read back to
         self._tasks: list[asyncio.Task[None]] = []
         self._balancing: asyncio.Task[None] | None = None
         self._beating: asyncio.Task[None] | None = None
@@ -176,19 +189,30 @@ class Assembler:
         batch goes on); the redelivered copy is deduplicated by its stream sequence.
         """
         self.metrics.chunks.inc(len(batch))
+        async with self._lock(partition):  # a tail read-back (poll_lag) never interleaves
+            await self._handle(batch, partition)
+        self.metrics.open_steps.set(self.assembly.open_steps)
+
+    async def _handle(self, batch: list[ConsumedMessage], partition: int) -> None:
         for i, cm in enumerate(batch):
             if self._closing:  # shutting down: let the next owner have the rest
                 await nak_many(batch[i:], 0.5)
                 break
-            if cm.pin_id is not None and self._pins.get(partition) != cm.pin_id:
-                self._pins[partition] = cm.pin_id
-                await self._take_over(partition, cm, untaken=len(batch) - i)
+            cause = self._missed_before(partition, cm)
+            if cause is not None and not await self._take_over(
+                partition, cm, cause, untaken=len(batch) - i
+            ):
+                await nak_many(batch[i:], self.settings.backoff_max_s)
+                self._seen.pop(partition, None)  # the next delivery tries again
+                break
             try:
                 await self._take_message(cm, partition)
             except Exception:
                 log.exception("assembler failed on seq %s; naking it", cm.stream_seq)
                 await nak_many([cm], self.settings.backoff_initial_s)
-        self.metrics.open_steps.set(self.assembly.open_steps)
+
+    def _lock(self, partition: int) -> asyncio.Lock:
+        return self._locks.setdefault(partition, asyncio.Lock())
 
     async def _take_message(self, cm: ConsumedMessage, partition: int) -> None:
         token = Delivery(cm.stream_seq, cm, partition)
@@ -270,36 +294,111 @@ class Assembler:
 
     # -- taking over a partition -----------------------------------------------------------
 
-    async def _take_over(self, partition: int, first: ConsumedMessage, *, untaken: int) -> None:
-        """Before the first message of a newly pinned partition: read back what another
-        instance may hold. ``untaken``: messages of the current batch not fed yet."""
+    def _missed_before(self, partition: int, cm: ConsumedMessage) -> ReadBackCause | None:
+        """Whether messages before ``cm`` may have been delivered that this instance never
+        handled: the partition is newly pinned here (a previous owner may hold some), or the
+        consumer sequence jumped under our pin (a pinned client receives every delivery, so
+        the ones in between were lost on the way, e.g. from a broker node that died)."""
+        if cm.pin_id is None:
+            return None
+        seen = self._seen.get(partition)
+        self._seen[partition] = (cm.pin_id, cm.consumer_seq)
+        if seen is None or seen[0] != cm.pin_id:
+            return "pin"
+        return "lost" if cm.consumer_seq > seen[1] + 1 else None
+
+    async def _take_over(
+        self, partition: int, first: ConsumedMessage, cause: ReadBackCause, *, untaken: int
+    ) -> bool:
+        """Before ``first``: read back what another owner, or the way here, may hold
+        (``untaken``: messages of the current batch not fed yet). False when every attempt
+        failed (bounded: READ_BACK_ATTEMPTS, with back-off)."""
+        return await self._bounded(
+            partition, cause, lambda: self._read_back_before(partition, first, untaken)
+        )
+
+    async def _bounded(
+        self, partition: int, cause: ReadBackCause, attempt: Callable[[], Awaitable[None]]
+    ) -> bool:
+        delay = self.settings.backoff_initial_s
+        for n in range(1, READ_BACK_ATTEMPTS + 1):
+            try:
+                await attempt()
+            except ReadBackError as exc:
+                log.warning("partition %d: read-back %d of %d failed: %s",
+                            partition, n, READ_BACK_ATTEMPTS, exc)  # fmt: skip
+            else:
+                self.metrics.read_backs.labels(cause, "ok").inc()
+                return True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.settings.backoff_max_s)
+        self.metrics.read_backs.labels(cause, "failed").inc()
+        return False
+
+    async def _read_back_before(self, partition: int, first: ConsumedMessage, untaken: int) -> None:
         first_seq, pin = first.stream_seq, first.pin_id or ""
         t = self.settings.topology
         # Counted before asking: what arrives meanwhile is in the server's count, not in ours,
         # so a race errs towards reading back (harmless), never towards skipping it.
         held = self._held_in(partition, pin, untaken)
         state = await consumer_state(self._nc, t.stream, t.assembler_consumer(partition))
-        if state is None or state.num_ack_pending <= held:
+        if state is None:
+            raise ReadBackError("the consumer's info went unanswered")
+        if state.num_ack_pending <= held:
             return  # no one else (not even an earlier pin of ours) holds unacked messages
         if first.num_delivered == 1 and first.consumer_seq == state.ack_floor.consumer_seq + 1:
             return  # a fresh delivery right above the ack floor: nothing before it is held
-        start = state.ack_floor.stream_seq + 1
         # The server hands out fresh messages in stream order, so when our first message is a
         # fresh one, everything the previous owner could hold lies below it; when it is a
         # redelivery, read up to the last message delivered to anyone (the previous owner's
         # unacknowledged messages come back only after ack_wait, interleaved with new ones).
         fresh = first.num_delivered == 1
         last = first_seq - 1 if fresh else max(first_seq - 1, state.delivered.stream_seq)
+        await self._feed_range(partition, state.ack_floor.stream_seq + 1, last)
+
+    async def _feed_range(self, partition: int, start: int, last: int) -> None:
+        """Feed copies of the partition's messages ``start..last`` read from the stream."""
         if start > last:
             return
         log.info("partition %d: reading back seqs %d..%d", partition, start, last)
+        t = self.settings.topology
         subject = t.partition_filter(partition)
-        async for seq, data in read_range(self._nc, t.stream, subject, start, last=last):
-            try:
-                envelope = envelope_decoder.decode(data)
-            except msgspec.DecodeError:
-                continue  # its redelivery is dead-lettered
-            await self._take(envelope, Delivery(-seq, None, partition), lookup=True)
+        try:
+            async for seq, data in read_range(self._nc, t.stream, subject, start, last=last):
+                try:
+                    envelope = envelope_decoder.decode(data)
+                except msgspec.DecodeError:
+                    continue  # its redelivery is dead-lettered
+                await self._take(envelope, Delivery(-seq, None, partition), lookup=True)
+        except (NatsError, TimeoutError) as exc:
+            raise ReadBackError(f"reading seqs {start}..{last}: {exc!r}") from exc
+
+    async def _check_tail(self, partition: int, state: ConsumerState) -> None:
+        """Deliveries the server made under our pin after the last one that arrived, with
+        no later delivery to reveal the jump (the last chunks before a broker node died).
+        Seen on two polls in a row (what was on the way had a poll period to arrive), they
+        are read back from the ack floor to the last delivered message; once per count."""
+        consumer = self.partitions.consumers.get(partition)
+        last = consumer.last_delivery if consumer is not None else None
+        sent = state.delivered.consumer_seq
+        if (
+            consumer is None
+            or last is None
+            or last.pin_id is None
+            or last.pin_id != consumer.pin_id
+            or sent <= max(last.consumer_seq, self._read_to.get(partition, 0))
+            or consumer.waiting
+            or self._lock(partition).locked()
+        ):
+            self._suspect.pop(partition, None)
+            return
+        if self._suspect.pop(partition, None) != sent:
+            self._suspect[partition] = sent
+            return
+        start, end = state.ack_floor.stream_seq + 1, state.delivered.stream_seq
+        async with self._lock(partition):
+            await self._bounded(partition, "tail", lambda: self._feed_range(partition, start, end))
+        self._read_to[partition] = sent
 
     def _held_in(self, partition: int, pin: str, untaken: int) -> int:
         """Delivered messages of ``partition`` this instance holds unacknowledged under ``pin``:
@@ -360,7 +459,8 @@ class Assembler:
         n = self.settings.topology.partitions
         open_tokens = self.assembly.drop_open(lambda s: partition_of(s, n) == partition)
         await nak_tokens(open_tokens)
-        self._pins.pop(partition, None)
+        for memo in (self._seen, self._suspect, self._read_to):
+            memo.pop(partition, None)
         log.info(
             "partition %d handed over (pin %s, %d open-step messages handed back)",
             partition, released, len(open_tokens),
@@ -462,6 +562,7 @@ class Assembler:
             if state is not None:
                 self.metrics.lag.labels(str(p)).set(state.num_pending)
                 self.metrics.ack_pending.labels(str(p)).set(state.num_ack_pending)
+                await self._check_tail(p, state)
         if any(state is None for state in states):
             return None
         return (

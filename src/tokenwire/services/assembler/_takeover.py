@@ -9,6 +9,12 @@ the highest message delivered to anyone, straight from the stream, and feeds tha
 Those copies carry no ack handle; the redeliveries that follow are recognised as chunks of
 known steps and acknowledged. Skipped only when the consumer's unacknowledged messages are
 all ones delivered to this instance under its new pin (see ``Assembler._held_in``).
+
+The same read-back covers deliveries lost on the way to this instance while it keeps its pin
+(a broker node that died with them in its buffers): the server counts them delivered and
+redelivers them only after ``ack_wait``. A jump in the consumer sequence under one pin reveals
+them before the next message; when nothing follows, the consumer's delivered count standing
+above the last arrival for two lag polls does (``Assembler._check_tail``).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Literal, TypeAlias
 
 import msgspec
 from nats.aio.client import Client
@@ -23,8 +30,13 @@ from nats.errors import Error as NatsError
 from nats.js import api
 
 from tokenwire.broker import ordered_subscribe
+from tokenwire.services.assembler._errors import ReadBackError
 
 log = logging.getLogger(__name__)
+
+ReadBackCause: TypeAlias = Literal["pin", "lost", "tail"]
+"""Why a partition is read back: newly pinned here, a jump in the consumer sequence under
+our pin, or the server's delivered count above the last arrival with nothing following."""
 
 
 class _Floor(msgspec.Struct):
@@ -66,8 +78,9 @@ async def read_range(
 ) -> AsyncIterator[tuple[int, bytes]]:
     """``(stream_seq, payload)`` of the messages on ``subject`` with ``first <= seq <= last``.
 
-    An ordered consumer from ``first``; stops at ``last``, at the end of the stream, or after
-    ``idle_s`` without a message (bounded: a missing tail ends the read, it never hangs).
+    An ordered consumer from ``first``; stops at ``last`` or at the end of the stream.
+    Raises ReadBackError after ``idle_s`` without a message (bounded: a slow or failing
+    stream ends the read with an error, never silently short, and it never hangs).
     """
     js = nc.jetstream()
     config = api.ConsumerConfig(
@@ -79,7 +92,7 @@ async def read_range(
             try:
                 msg = await sub.next_msg(timeout=idle_s)
             except TimeoutError:
-                return
+                raise ReadBackError(f"no message within {idle_s} s before seq {last}") from None
             seq = msg.metadata.sequence.stream
             if seq > last:
                 return

@@ -1,0 +1,138 @@
+"""A delivery the broker made that never reached the assembler is read back, not waited for.
+
+When a broker node dies (the consumer's leader, or the node the assembler is connected to),
+messages the server already counted as delivered to the pinned assembler can be lost on the
+way. The pin may survive, so no take-over runs, and the server redelivers them only after
+``ack_wait`` (300 s by default), long after the step's gap timeout. These tests lose one
+delivery on purpose (a seam in the real consumer: the message is dropped on arrival, the
+server saw it delivered) against a real nats-server whose ``ack_wait`` is far beyond the
+test's bound, and check the store ends up exactly as published: the gap is noticed (a jump
+in the consumer sequence, or the server having delivered more than arrived) and the missing
+chunks are read back from the stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from tests.assembler.harness import Plan, check_store, eventually, publish_one, settings_for
+from tests.assembler.scripts import text_step
+from tests.fixtures.broker import drop_topology, fresh_topology
+from tokenwire.broker import ChunkPublisher, Topology, connect, ensure_topology
+from tokenwire.schemas import ChunkEnvelope, envelope_decoder
+from tokenwire.services.assembler import Assembler, AssemblyConfig
+from tokenwire.store import Store, open_store
+
+BOUND_S = 30.0
+"""How long the store may take to hold every step: far below ack_wait and the gap timeout."""
+
+
+@pytest.fixture
+async def slow_redelivery(nc: Client) -> AsyncIterator[Topology]:
+    """A topology whose consumers redeliver only after 300 s (the production default)."""
+    t = fresh_topology(partitions=2)
+    await ensure_topology(nc, t, ack_wait_s=300.0, priority_timeout_s=2.0)
+    try:
+        yield t
+    finally:
+        if nc.is_connected:
+            await drop_topology(nc, t)
+
+
+@pytest.fixture
+async def db(db_url: str) -> AsyncIterator[Store]:
+    store = open_store(db_url)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def lose_first_delivery(assembler: Assembler, lost: Callable[[ChunkEnvelope], bool]) -> list[int]:
+    """Drop, on arrival, the first delivery of every message ``lost`` selects; returns the
+    stream sequences dropped (filled in as they happen)."""
+    dropped: list[int] = []
+    for consumer in assembler.partitions.consumers.values():
+        deliver = consumer._on_delivery
+
+        async def maybe_drop(msg: Msg, deliver: Callable[[Msg], object] = deliver) -> None:
+            meta = msg.metadata
+            if meta.num_delivered == 1 and lost(envelope_decoder.decode(msg.data)):
+                dropped.append(meta.sequence.stream)
+                return
+            await deliver(msg)  # type: ignore[misc]
+
+        consumer._on_delivery = maybe_drop  # type: ignore[method-assign]
+    return dropped
+
+
+async def publish_in_order(nc: Client, topology: Topology, plan: Plan) -> None:
+    publisher = await ChunkPublisher(nc, topology).start()
+    try:
+        for steps in plan.steps.values():
+            for *_, envs in steps:
+                for env in envs:
+                    await publish_one(publisher, env)
+        await publisher.flush(10)
+    finally:
+        await publisher.close()
+
+
+async def holds_every_step(store: Store, plan: Plan) -> bool:
+    stored = 0
+    for session in plan.steps:
+        stored += len(await store.messages(session))
+    return stored == sum(len(steps) for steps in plan.steps.values())
+
+
+def two_turns(session: str) -> Plan:
+    plan = Plan()
+    plan.add(session, 0, 0, text_step(["one ", "two ", "three ", "four"]))
+    plan.add(session, 1, 0, text_step(["five ", "six"]))
+    return plan
+
+
+@pytest.mark.parametrize(
+    ("where", "lost"),
+    [
+        # later chunks arrive: the consumer sequence jumps under the same pin
+        ("lost", lambda env: env.turn == 0 and env.ordinal == 1),
+        # nothing arrives after it: the server reports more delivered than arrived
+        ("tail", lambda env: env.turn == 1 and env.ordinal == 3),
+    ],
+)
+async def test_a_delivery_lost_on_the_way_is_read_back_and_the_store_is_exact(
+    nc: Client,
+    nats_url: str,
+    slow_redelivery: Topology,
+    db_url: str,
+    db: Store,
+    where: str,
+    lost: Callable[[ChunkEnvelope], bool],
+) -> None:
+    t = slow_redelivery
+    plan = two_turns(f"lost-{where}")
+    timeouts = AssemblyConfig(gap_timeout_s=120.0, abandon_timeout_s=120.0)
+    settings = settings_for(nats_url, t, db_url, burst=False, assembly=timeouts)
+    own = await connect(nats_url, name=f"lossy-{where}")
+    assembler = Assembler(settings, own, db)
+    await assembler.start()
+    dropped = lose_first_delivery(assembler, lost)
+    try:
+        await publish_in_order(nc, t, plan)
+        await eventually(
+            lambda: holds_every_step(db, plan),
+            BOUND_S,
+            f"both steps stored although one delivery was lost ({where})",
+        )
+        assert len(dropped) == 1, dropped
+        await check_store(db, plan)
+        read_backs = assembler.metrics.read_backs.labels(where, "ok")._value.get()
+        assert read_backs >= 1, f"stored, but not through a {where} read-back"
+    finally:
+        await assembler.close()
+        await own.close()
