@@ -376,8 +376,9 @@ class Assembler:
     async def _check_tail(self, partition: int, state: ConsumerState) -> None:
         """Deliveries the server made under our pin after the last one that arrived, with
         no later delivery to reveal the jump (the last chunks before a broker node died).
-        Seen on two polls in a row (what was on the way had a poll period to arrive), they
-        are read back from the ack floor to the last delivered message; once per count."""
+        Seen on two polls in a row (what was on the way had a poll period to arrive), and
+        the server still pinning us, they are read back from the ack floor to the last
+        delivered message; once per count."""
         consumer = self.partitions.consumers.get(partition)
         last = consumer.last_delivery if consumer is not None else None
         sent = state.delivered.consumer_seq
@@ -386,6 +387,7 @@ class Assembler:
             or last is None
             or last.pin_id is None
             or last.pin_id != consumer.pin_id
+            or state.pinned(self.settings.topology.assembler_group) != last.pin_id
             or sent <= max(last.consumer_seq, self._read_to.get(partition, 0))
             or consumer.waiting
             or self._lock(partition).locked()

@@ -44,17 +44,29 @@ class _Floor(msgspec.Struct):
     consumer_seq: int = 0
 
 
+class _Group(msgspec.Struct):
+    group: str = ""
+    pinned_client_id: str = ""
+
+
 class ConsumerState(msgspec.Struct):
     """The fields of ``$JS.API.CONSUMER.INFO`` the assembler reads.
 
     ``ack_floor.stream_seq``: every message at or below it is settled; ``delivered.stream_seq``:
-    the highest message delivered to any client of the consumer.
+    the highest message delivered to any client of the consumer (``consumer_seq``: how many
+    deliveries it made); ``priority_groups``: who holds each group's pin.
     """
 
     num_pending: int = 0
     num_ack_pending: int = 0
     ack_floor: _Floor = msgspec.field(default_factory=_Floor)
     delivered: _Floor = msgspec.field(default_factory=_Floor)
+    priority_groups: list[_Group] = msgspec.field(default_factory=list)
+
+    def pinned(self, group: str) -> str | None:
+        """The id of the client holding ``group``'s pin (None: no one)."""
+        pins = [g.pinned_client_id for g in self.priority_groups if g.group == group]
+        return pins[0] or None if pins else None
 
 
 _state_decoder = msgspec.json.Decoder(ConsumerState)
