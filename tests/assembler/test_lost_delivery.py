@@ -8,12 +8,14 @@ delivery on purpose (a seam in the real consumer: the message is dropped on arri
 server saw it delivered) against a real nats-server whose ``ack_wait`` is far beyond the
 test's bound, and check the store ends up exactly as published: the gap is noticed (a jump
 in the consumer sequence, or the server having delivered more than arrived) and the missing
-chunks are read back from the stream.
+chunks are read back from the stream. The last test checks the other half of the order
+argument: messages handed back (naked) by an owner come to the next one in stream order.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from nats.aio.client import Client
@@ -22,9 +24,19 @@ from nats.aio.msg import Msg
 from tests.assembler.harness import Plan, check_store, eventually, publish_one, settings_for
 from tests.assembler.scripts import text_step
 from tests.fixtures.broker import drop_topology, fresh_topology
-from tokenwire.broker import ChunkPublisher, Topology, connect, ensure_topology
+from tokenwire.broker import (
+    ChunkPublisher,
+    ConsumedMessage,
+    PullSettings,
+    Topology,
+    connect,
+    ensure_topology,
+    partition_consumer,
+    partition_of,
+)
 from tokenwire.schemas import ChunkEnvelope, envelope_decoder
 from tokenwire.services.assembler import Assembler, AssemblyConfig
+from tokenwire.services.assembler._consume import Delivery, nak_tokens
 from tokenwire.store import Store, open_store
 
 BOUND_S = 30.0
@@ -136,3 +148,47 @@ async def test_a_delivery_lost_on_the_way_is_read_back_and_the_store_is_exact(
     finally:
         await assembler.close()
         await own.close()
+
+
+async def test_handed_back_messages_come_back_in_stream_order(
+    nc: Client, slow_redelivery: Topology
+) -> None:
+    """A hand-over naks the open steps' messages; whatever order they are held in (by last
+    activity), the next owner receives them in stream order (the server's redelivery queue
+    is first come, first served, so the naks must be sent in stream order)."""
+    t = slow_redelivery
+    plan = Plan()
+    plan.add("handback", 0, 0, text_step(["a", "b", "c"]))
+    plan.add("handback", 1, 0, text_step(["d", "e"]))
+    await publish_in_order(nc, t, plan)
+    p = partition_of("handback", t.partitions)
+    deliveries: list[list[ConsumedMessage]] = []
+    arrived = asyncio.Event()
+
+    async def take(batch: list[ConsumedMessage]) -> None:
+        deliveries.append(batch)
+        if sum(len(b) for b in deliveries) >= 2 * plan.chunk_count:
+            arrived.set()
+
+    settings = PullSettings(batch=64, auto_ack=False)
+    consumer = await partition_consumer(nc, t, p, settings=settings, batch_handler=take).start()
+    try:
+        await eventually(_at_least(deliveries, plan.chunk_count), 10, "the first deliveries")
+        first = [cm for batch in deliveries for cm in batch]
+        seqs = [cm.stream_seq for cm in first]
+        # held by last activity: the later step's messages first, then the earlier one's
+        scrambled = [Delivery(cm.stream_seq, cm, p) for cm in reversed(first)]
+        assert await nak_tokens(scrambled) == 0
+        await asyncio.wait_for(arrived.wait(), 10)
+    finally:
+        await consumer.stop(release=False)
+    again = [cm for batch in deliveries for cm in batch][len(first) :]
+    assert [cm.stream_seq for cm in again] == seqs == sorted(seqs)
+    assert all(cm.num_delivered == 2 for cm in again)
+
+
+def _at_least(deliveries: list[list[ConsumedMessage]], n: int) -> Callable[[], Awaitable[bool]]:
+    async def enough() -> bool:
+        return sum(len(b) for b in deliveries) >= n
+
+    return enough

@@ -73,8 +73,16 @@ async def ack_tokens(tokens: Iterable[Delivery]) -> int:
 
 
 async def nak_tokens(tokens: Iterable[Delivery]) -> int:
-    """Hand the messages of ``tokens`` back for immediate redelivery; see :func:`ack_tokens`."""
-    return await nak_many([t.message for t in tokens if t.message is not None])
+    """Hand the messages of ``tokens`` back for immediate redelivery, in stream order; see
+    :func:`ack_tokens`.
+
+    The server redelivers naked messages first come, first served (its redelivery queue is
+    FIFO), so the order of the naks is the order the next owner receives them in. Handed
+    back by last activity instead, a session's later step could reach the next owner, and
+    complete there, before the earlier step's chunks: committed out of order.
+    """
+    held = sorted((t for t in tokens if t.message is not None), key=lambda t: t.seq)
+    return await nak_many([t.message for t in held if t.message is not None])
 
 
 @dataclass
