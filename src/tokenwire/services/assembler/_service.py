@@ -199,9 +199,7 @@ class Assembler:
                 await nak_many(batch[i:], 0.5)
                 break
             cause = self._missed_before(partition, cm)
-            if cause is not None and not await self._take_over(
-                partition, cm, cause, untaken=len(batch) - i
-            ):
+            if cause is not None and not await self._take_over(partition, cm, cause):
                 await nak_many(batch[i:], self.settings.backoff_max_s)
                 self._seen.pop(partition, None)  # the next delivery tries again
                 break
@@ -308,13 +306,12 @@ class Assembler:
         return "lost" if cm.consumer_seq > seen[1] + 1 else None
 
     async def _take_over(
-        self, partition: int, first: ConsumedMessage, cause: ReadBackCause, *, untaken: int
+        self, partition: int, first: ConsumedMessage, cause: ReadBackCause
     ) -> bool:
-        """Before ``first``: read back what another owner, or the way here, may hold
-        (``untaken``: messages of the current batch not fed yet). False when every attempt
-        failed (bounded: READ_BACK_ATTEMPTS, with back-off)."""
+        """Before ``first``: read back what another owner, or the way here, may hold. False
+        when every attempt failed (bounded: READ_BACK_ATTEMPTS, with back-off)."""
         return await self._bounded(
-            partition, cause, lambda: self._read_back_before(partition, first, untaken)
+            partition, cause, lambda: self._read_back_before(partition, first)
         )
 
     async def _bounded(
@@ -335,23 +332,24 @@ class Assembler:
         self.metrics.read_backs.labels(cause, "failed").inc()
         return False
 
-    async def _read_back_before(self, partition: int, first: ConsumedMessage, untaken: int) -> None:
-        first_seq, pin = first.stream_seq, first.pin_id or ""
+    async def _read_back_before(self, partition: int, first: ConsumedMessage) -> None:
         t = self.settings.topology
-        # Counted before asking: what arrives meanwhile is in the server's count, not in ours,
-        # so a race errs towards reading back (harmless), never towards skipping it.
-        held = self._held_in(partition, pin, untaken)
         state = await consumer_state(self._nc, t.stream, t.assembler_consumer(partition))
         if state is None:
             raise ReadBackError("the consumer's info went unanswered")
-        if state.num_ack_pending <= held:
-            return  # no one else (not even an earlier pin of ours) holds unacked messages
+        if state.num_ack_pending == 0:
+            return  # nothing delivered is unsettled: no one holds anything
         if first.num_delivered == 1 and first.consumer_seq == state.ack_floor.consumer_seq + 1:
             return  # a fresh delivery right above the ack floor: nothing before it is held
+        # Read back even when every unacked message is on its way to us: redeliveries come
+        # in the order the server queued them (our predecessor's naks, then its expired
+        # deliveries, as each happened), not in stream order, so a session's later step could
+        # complete here before the earlier one. The copies are fed in stream order.
         # The server hands out fresh messages in stream order, so when our first message is a
         # fresh one, everything the previous owner could hold lies below it; when it is a
         # redelivery, read up to the last message delivered to anyone (the previous owner's
         # unacknowledged messages come back only after ack_wait, interleaved with new ones).
+        first_seq = first.stream_seq
         fresh = first.num_delivered == 1
         last = first_seq - 1 if fresh else max(first_seq - 1, state.delivered.stream_seq)
         await self._feed_range(partition, state.ack_floor.stream_seq + 1, last)
@@ -401,23 +399,6 @@ class Assembler:
         async with self._lock(partition):
             await self._bounded(partition, "tail", lambda: self._feed_range(partition, start, end))
         self._read_to[partition] = sent
-
-    def _held_in(self, partition: int, pin: str, untaken: int) -> int:
-        """Delivered messages of ``partition`` this instance holds unacknowledged under ``pin``:
-        those fed (tokens), those of the current batch not fed yet, and those not handed over.
-
-        Tokens kept from an earlier pin of ours do not count: their messages may have been
-        redelivered to, and acknowledged by, the owner in between, so the server no longer
-        counts them, and counting them here would hide another owner's unacked messages.
-        """
-        tokens = [*self.assembly.held_tokens(), *self.committer.held_tokens()]
-        held = sum(
-            1
-            for t in tokens
-            if t.partition == partition and t.message is not None and t.message.pin_id == pin
-        )
-        consumer = self.partitions.consumers.get(partition)
-        return held + untaken + (consumer.waiting if consumer is not None else 0)
 
     # -- handing a partition over (elastic shares, ADR 0016) --------------------------------
 

@@ -7,8 +7,10 @@ redelivered chunks of its earlier step, which a clean run never does. So before 
 first message it gets, the new owner reads the partition from the consumer's ack floor up to
 the highest message delivered to anyone, straight from the stream, and feeds that first.
 Those copies carry no ack handle; the redeliveries that follow are recognised as chunks of
-known steps and acknowledged. Skipped only when the consumer's unacknowledged messages are
-all ones delivered to this instance under its new pin (see ``Assembler._held_in``).
+known steps and acknowledged. Skipped only when nothing delivered is unsettled, or when the
+first message is a fresh one right above the ack floor. It is not skipped when every unsettled
+message is on its way to this instance: redeliveries arrive in the order the server queued
+them (the predecessor's naks, then its expired deliveries), not in stream order.
 
 The same read-back covers deliveries lost on the way to this instance while it keeps its pin
 (a broker node that died with them in its buffers): the server counts them delivered and
