@@ -7,8 +7,10 @@ tracer and meter providers, a CLIENT span and the GenAI metrics per model call, 
 export, metric export every 5 s). Both always keep their Prometheus figures.
 
 (c1) the gateway process's CPU per published chunk, 200 concurrent sessions x 100 fragments at
-     full speed (bench_gateway (b)'s load): off, on, off, on, each the best of 3 rounds, the
-     lower CPU per chunk of each side reported;
+     full speed (bench_gateway (b)'s load): ``TURNS`` turns of off then on (each the best of 3
+     rounds); reported: the lower CPU per chunk of each side, and the median and range of the
+     per-turn ratios on/off (a shared VM's CPU per chunk drifts by tens of percent between
+     rounds; adjacent rounds drift least, so the paired ratio is the steadier figure);
 (c2) added time to first chunk: 50 sessions, each sending requests one after another,
      alternating ``off`` and ``on`` (bench_gateway (d)'s pairs; half of them ``on`` first), the
      provider pacing fragments at 50/s; p50/p99 of the per-pair difference (on - off).
@@ -42,6 +44,9 @@ from bench.bench_gateway import (
     bench_ttfc,
 )
 from tokenwire.broker import EmbeddedServer, free_port
+
+TURNS = 6
+"""(c1) off/on turns; each turn's ratio on/off is one sample."""
 
 _RECEIVER = """
 import sys
@@ -108,23 +113,24 @@ async def _run() -> tuple[Load, Load, list[tuple[float, float]]]:
             pairs += [(off_s, on_s) for on_s, off_s in swapped]
             count = functools.partial(_stream_count, server.url)
             loads: dict[str, list[Load]] = {"off": [], "on": []}
-            for turn in range(2):  # off, on, off, on: drift in the machine's load hits both
+            for turn in range(TURNS):  # off, on, off, on: drift in the machine's load hits both
                 for tag, port, proc in (("off", off_port, off), ("on", on_port, on)):
                     gw = {**common, "gateway": psutil.Process(proc.pid)}
                     loads[tag].append(await bench_load([port], f"{tag}{turn}", gw, count))
-            load_off, load_on = (
-                min(v, key=lambda x: x.us_per_unit("gateway")) for v in loads.values()
-            )
         finally:
             for proc in procs:
                 proc.terminate()
                 proc.wait(10)
             server.stop()
-    return load_off, load_on, pairs
+    return loads["off"], loads["on"], pairs
 
 
-def _table(off: Load, on: Load, pairs: list[tuple[float, float]]) -> str:
+def _table(offs: list[Load], ons: list[Load], pairs: list[tuple[float, float]]) -> str:
+    off, on = (min(v, key=lambda x: x.us_per_unit("gateway")) for v in (offs, ons))
     us_off, us_on = off.us_per_unit("gateway"), on.us_per_unit("gateway")
+    turns = [
+        b.us_per_unit("gateway") / a.us_per_unit("gateway") for a, b in zip(offs, ons, strict=True)
+    ]
     label = f"(c1) {SESSIONS_B} sessions x {FRAGMENTS_B} fragments"
     ms = 1000.0
     base = [d * ms for d, _ in pairs]
@@ -135,6 +141,8 @@ def _table(off: Load, on: Load, pairs: list[tuple[float, float]]) -> str:
         "| --- | --- | --- | --- |",
         f"| {label}: gateway CPU per chunk, us | {us_off:.1f} | {us_on:.1f} "
         f"| {us_on / us_off:.2f}x |",
+        f"| {label}: gateway CPU per chunk, paired turns on/off | {len(turns)} turns | "
+        f"| median {statistics.median(turns):.2f}x ({min(turns):.2f}-{max(turns):.2f}) |",
         f"| {label}: chunks/s end to end | {off.rate:,.0f} | {on.rate:,.0f} "
         f"| {on.rate / off.rate:.2f}x |",
     ]
