@@ -23,21 +23,20 @@ from nats.aio.msg import Msg
 
 from tests.assembler.harness import Plan, check_store, eventually, publish_one, settings_for
 from tests.assembler.scripts import text_step
-from tests.fixtures.broker import drop_topology, fresh_topology
+from tests.fixtures.broker import provisioned
 from tokenwire.broker import (
     ChunkPublisher,
     ConsumedMessage,
     PullSettings,
     Topology,
     connect,
-    ensure_topology,
     partition_consumer,
     partition_of,
 )
 from tokenwire.schemas import ChunkEnvelope, envelope_decoder
 from tokenwire.services.assembler import Assembler, AssemblyConfig
 from tokenwire.services.assembler._consume import Delivery, nak_tokens
-from tokenwire.store import Store, open_store
+from tokenwire.store import Store
 
 BOUND_S = 30.0
 """How long the store may take to hold every step: far below ack_wait and the gap timeout."""
@@ -46,22 +45,8 @@ BOUND_S = 30.0
 @pytest.fixture
 async def slow_redelivery(nc: Client) -> AsyncIterator[Topology]:
     """A topology whose consumers redeliver only after 300 s (the production default)."""
-    t = fresh_topology(partitions=2)
-    await ensure_topology(nc, t, ack_wait_s=300.0, priority_timeout_s=2.0)
-    try:
+    async with provisioned(nc, partitions=2, ack_wait_s=300.0) as t:
         yield t
-    finally:
-        if nc.is_connected:
-            await drop_topology(nc, t)
-
-
-@pytest.fixture
-async def db(db_url: str) -> AsyncIterator[Store]:
-    store = open_store(db_url)
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 def lose_first_delivery(assembler: Assembler, lost: Callable[[ChunkEnvelope], bool]) -> list[int]:
@@ -76,8 +61,9 @@ def lose_first_delivery(assembler: Assembler, lost: Callable[[ChunkEnvelope], bo
             if meta.num_delivered == 1 and lost(envelope_decoder.decode(msg.data)):
                 dropped.append(meta.sequence.stream)
                 return
-            await deliver(msg)  # type: ignore[misc]
+            await deliver(msg)  # type: ignore[misc]  # deliver is typed loosely, as object
 
+        # A seam in the real consumer, on purpose: mypy forbids assigning to a method.
         consumer._on_delivery = maybe_drop  # type: ignore[method-assign]
     return dropped
 

@@ -6,9 +6,7 @@ in the store exactly as scripted: nothing missing or doubled, sequences contiguo
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
 
-import pytest
 from nats.aio.client import Client
 
 from tests.assembler.harness import Plan, check_store, make_plan, publish_plan, settings_for
@@ -16,16 +14,7 @@ from tests.assembler.test_service import ack_pending
 from tokenwire.broker import Topology, ensure_topology, partition_of
 from tokenwire.services.assembler import run
 from tokenwire.services.assembler._takeover import consumer_state
-from tokenwire.store import Store, open_store
-
-
-@pytest.fixture
-async def db(db_url: str) -> AsyncIterator[Store]:
-    store = open_store(db_url)
-    try:
-        yield store
-    finally:
-        await store.close()
+from tokenwire.store import Store
 
 
 def turns(plan: Plan, wanted: range) -> Plan:

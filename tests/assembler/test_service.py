@@ -20,9 +20,9 @@ from tests.assembler.harness import (
     settings_for,
 )
 from tests.assembler.scripts import text_step, tools_step
-from tests.fixtures.broker import drop_topology, fresh_topology
+from tests.fixtures.broker import provisioned
 from tests.fixtures.stores import DelegatingStore
-from tokenwire.broker import ChunkPublisher, Topology, chunk_subject, connect, ensure_topology
+from tokenwire.broker import ChunkPublisher, Topology, chunk_subject, connect
 from tokenwire.schemas import (
     ChunkEnvelope,
     ErrorEvent,
@@ -40,22 +40,8 @@ from tokenwire.store import CommittedStep, StepRecord, Store, StoreUnavailable, 
 @pytest.fixture
 async def fast_topology(nc: Client) -> AsyncIterator[Topology]:
     """A topology whose consumers redeliver after 1 s and move the pin after 1 s."""
-    t = fresh_topology(partitions=4)
-    await ensure_topology(nc, t, ack_wait_s=1.0, priority_timeout_s=1.0)
-    try:
+    async with provisioned(nc, ack_wait_s=1.0, priority_timeout_s=1.0) as t:
         yield t
-    finally:
-        if nc.is_connected:
-            await drop_topology(nc, t)
-
-
-@pytest.fixture
-async def db(db_url: str) -> AsyncIterator[Store]:
-    store = open_store(db_url)
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 async def ack_pending(nc: Client, t: Topology) -> tuple[int, int]:

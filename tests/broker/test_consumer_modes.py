@@ -192,6 +192,8 @@ def test_exactly_one_handler_is_required(nc: Client) -> None:
 def test_ack_fields_agree_with_nats_py(reply: str) -> None:
     meta = Msg(_client=None, reply=reply).metadata  # type: ignore[arg-type]
     assert ack_fields(reply) == (meta.sequence.stream, meta.num_delivered)
+    # No client: parsing the reply subject needs none (the ignore: Msg and ConsumedMessage
+    # type their client as Client).
     delivered = ConsumedMessage(Msg(_client=None, reply=reply), None, None)  # type: ignore[arg-type]
     assert delivered.consumer_seq == meta.sequence.consumer
 
