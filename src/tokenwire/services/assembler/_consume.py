@@ -81,8 +81,8 @@ async def nak_tokens(tokens: Iterable[Delivery]) -> int:
     back by last activity instead, a session's later step could reach the next owner, and
     complete there, before the earlier step's chunks: committed out of order.
     """
-    held = sorted((t for t in tokens if t.message is not None), key=lambda t: t.seq)
-    return await nak_many([t.message for t in held if t.message is not None])
+    in_order = sorted(tokens, key=lambda t: t.seq)
+    return await nak_many([t.message for t in in_order if t.message is not None])
 
 
 @dataclass
