@@ -3,7 +3,7 @@ raw read it is built on, nats-py's ordered consumer with a callback that only co
 same 1,000,000-chunk session in the same run.
 
 Also shown: ``tokenwire.broker.SessionReader`` (one ``next_msg`` per message) on the first
-200,000 chunks: the measurement behind replay's own batched reader (replay/_source.py).
+200,000 chunks: the measurement behind replay's own batched reader (broker/_batches.py).
 Target: read_session at least half the raw rate.
 """
 

@@ -38,6 +38,8 @@ ALLOWED: dict[str, set[str]] = {
 }
 # Third-party packages a layer may import; the wire contract stays importable from anywhere.
 THIRD_PARTY: dict[str, set[str]] = {"schemas": {"msgspec"}, "fold": {"msgspec"}}
+# Third-party packages only one layer may import: the broker boundary is closed (issue 13).
+OWNED_BY: dict[str, str] = {"nats": "broker"}
 
 
 def _layer(module: str) -> str:
@@ -75,6 +77,8 @@ def _violations(module: str, imports: set[str]) -> list[str]:
 def _allowed(layer: str, name: str) -> bool:
     """May a module of ``layer`` import ``name``?"""
     top = name.split(".", maxsplit=1)[0]
+    if top in OWNED_BY:
+        return layer == OWNED_BY[top]
     if top == "tokenwire" and "." in name:
         target = _layer(name)
         if layer in (target, "cli"):
@@ -99,6 +103,16 @@ def test_the_checker_catches_a_back_arrow() -> None:
         "tokenwire.services.assembler"
     ]
     assert _violations("tokenwire.cli._app", {"tokenwire.services.gateway"}) == []
+
+
+def test_the_checker_keeps_nats_behind_the_broker() -> None:
+    assert _violations("tokenwire.services.assembler._service", {"nats.aio.client"}) == [
+        "nats.aio.client"
+    ]
+    assert _violations("tokenwire.services.telemetry._service", {"nats"}) == ["nats"]
+    assert _violations("tokenwire.cli._status", {"nats.errors"}) == ["nats.errors"]
+    assert _violations("tokenwire.replay._source", {"nats.js"}) == ["nats.js"]
+    assert _violations("tokenwire.broker._consumer", {"nats.aio.client"}) == []
 
 
 def _packages_with_all() -> list[str]:

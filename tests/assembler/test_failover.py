@@ -18,9 +18,15 @@ import pytest
 
 from tests.assembler.harness import Plan, check_store, make_plan, publish_one
 from tests.fixtures.broker import close_client
-from tokenwire.broker import ChunkPublisher, EmbeddedServer, Topology, connect, ensure_topology
+from tokenwire.broker import (
+    ChunkPublisher,
+    EmbeddedServer,
+    Topology,
+    connect,
+    consumer_state,
+    ensure_topology,
+)
 from tokenwire.schemas import ChunkEnvelope
-from tokenwire.services.assembler._takeover import consumer_state
 from tokenwire.store import Store, open_store
 
 REPO = Path(__file__).resolve().parents[2]

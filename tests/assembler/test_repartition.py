@@ -11,9 +11,8 @@ from nats.aio.client import Client
 
 from tests.assembler.harness import Plan, check_store, make_plan, publish_plan, settings_for
 from tests.assembler.test_service import ack_pending
-from tokenwire.broker import Topology, ensure_topology, partition_of
+from tokenwire.broker import Topology, consumer_state, ensure_topology, partition_of
 from tokenwire.services.assembler import run
-from tokenwire.services.assembler._takeover import consumer_state
 from tokenwire.store import Store
 
 

@@ -22,7 +22,7 @@ from tests.assembler.harness import (
 from tests.assembler.scripts import text_step, tools_step
 from tests.fixtures.broker import provisioned
 from tests.fixtures.stores import DelegatingStore
-from tokenwire.broker import ChunkPublisher, Topology, chunk_subject, connect
+from tokenwire.broker import ChunkPublisher, Topology, chunk_subject, connect, consumer_state
 from tokenwire.schemas import (
     ChunkEnvelope,
     ErrorEvent,
@@ -33,7 +33,6 @@ from tokenwire.schemas import (
 )
 from tokenwire.services.assembler import Assembler, ProbeServer, run
 from tokenwire.services.assembler._metrics import probe_app
-from tokenwire.services.assembler._takeover import consumer_state
 from tokenwire.store import CommittedStep, StepRecord, Store, StoreUnavailable, open_store
 
 

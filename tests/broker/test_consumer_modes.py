@@ -24,11 +24,11 @@ from tokenwire.broker import (
     ack_fields,
     ack_many,
     connect,
+    consumer_state,
     ensure_topology,
     partition_consumer,
     partition_of,
 )
-from tokenwire.services.assembler._takeover import consumer_state
 
 SMALL = PullSettings(batch=8, expires_s=2.0, standby_expires_s=1.0)
 MANUAL = PullSettings(batch=8, expires_s=2.0, standby_expires_s=1.0, auto_ack=False)

@@ -19,16 +19,15 @@ import openai
 from starlette.applications import Starlette
 
 from tests.fixtures.recordings import recordings_dir
+from tokenwire.broker import MemoryPublisher, MemoryStepRegistry
 from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.services.gateway import (
     CannedUpstream,
     GatewayDeps,
     GatewaySettings,
-    MemorySink,
-    MemorySteps,
     create_app,
 )
-from tokenwire.services.gateway._memory import CannedAnswer
+from tokenwire.services.gateway._canned import CannedAnswer
 from tokenwire.services.gateway._routing import Route
 
 GATEWAY_KEY = "gw-key-SENTINEL-7f3a9c"
@@ -57,8 +56,8 @@ class Rig:
     """An in-process gateway on in-memory seams."""
 
     app: Starlette
-    sink: MemorySink
-    steps: MemorySteps
+    sink: MemoryPublisher
+    steps: MemoryStepRegistry
     upstream: CannedUpstream
     settings: GatewaySettings
     ids: list[str] = field(default_factory=list)
@@ -87,15 +86,15 @@ class Rig:
 def make_rig(
     answer: CannedAnswer | Callable[[Route, bytes], CannedAnswer],
     *,
-    sink: MemorySink | None = None,
+    sink: MemoryPublisher | None = None,
     otel: OtelProviders | None = None,
     **settings: Any,
 ) -> Rig:
     """A gateway answering every provider call with ``answer``; settings override defaults."""
     answer_fn = answer if callable(answer) else (lambda route, body: answer)
     upstream = CannedUpstream(answer_fn)
-    sink = sink or MemorySink()
-    steps = MemorySteps()
+    sink = sink or MemoryPublisher()
+    steps = MemoryStepRegistry()
     counter = itertools.count()
     ids: list[str] = []
 

@@ -16,9 +16,9 @@ from tests.gateway._helpers import (
     make_rig,
     recording,
 )
+from tokenwire.broker import MemoryPublisher
 from tokenwire.providers import ProviderHTTPError
 from tokenwire.schemas import Finish
-from tokenwire.services.gateway import MemorySink
 
 AUTH = {"authorization": f"Bearer {GATEWAY_KEY}"}
 OPENAI_OK = {"model": "openai/gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
@@ -206,7 +206,9 @@ async def test_provider_5xx_is_502(dialect):
 @pytest.mark.parametrize("dialect", ["openai", "anthropic"])
 @pytest.mark.parametrize("stream", [True, False])
 async def test_broker_down_before_the_first_chunk_is_503(dialect, stream):
-    rig = make_rig(recording("openai/chat-text-include-usage.sse"), sink=MemorySink(fail_after=0))
+    rig = make_rig(
+        recording("openai/chat-text-include-usage.sse"), sink=MemoryPublisher(fail_after=0)
+    )
     path, ok = ENDPOINTS[dialect]
     async with rig.client(**AUTH) as client:
         response = await client.post(path, json={**ok, "model": "openai/gpt-4o", "stream": stream})
@@ -216,7 +218,9 @@ async def test_broker_down_before_the_first_chunk_is_503(dialect, stream):
 
 @pytest.mark.parametrize("dialect", ["openai", "anthropic"])
 async def test_broker_failure_mid_stream_ends_the_stream_with_an_error(dialect):
-    rig = make_rig(recording("openai/chat-text-include-usage.sse"), sink=MemorySink(fail_after=3))
+    rig = make_rig(
+        recording("openai/chat-text-include-usage.sse"), sink=MemoryPublisher(fail_after=3)
+    )
     path, ok = ENDPOINTS[dialect]
     async with rig.client(**AUTH) as client:
         response = await client.post(path, json={**ok, "model": "openai/gpt-4o", "stream": True})
@@ -233,7 +237,9 @@ async def test_broker_failure_mid_stream_ends_the_stream_with_an_error(dialect):
 
 @pytest.mark.parametrize("stream", [True, False])
 async def test_unacknowledged_step_is_never_answered_as_complete(stream):
-    rig = make_rig(recording("openai/chat-text-include-usage.sse"), sink=MemorySink(fail_acks=True))
+    rig = make_rig(
+        recording("openai/chat-text-include-usage.sse"), sink=MemoryPublisher(fail_acks=True)
+    )
     async with rig.client(**AUTH) as client:
         response = await client.post("/v1/chat/completions", json={**OPENAI_OK, "stream": stream})
     if stream:

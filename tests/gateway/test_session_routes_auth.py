@@ -7,14 +7,12 @@ from typing import Any
 import httpx
 
 from tests.gateway._helpers import GATEWAY_KEY
-from tokenwire.broker import Topology
+from tokenwire.broker import MemoryPublisher, MemoryStepRegistry, Topology
 from tokenwire.replay import events_router
 from tokenwire.services.gateway import (
     CannedUpstream,
     GatewayDeps,
     GatewaySettings,
-    MemorySink,
-    MemorySteps,
     create_app,
 )
 from tokenwire.store import MemoryStore
@@ -29,8 +27,8 @@ def _app(keys: frozenset[str]) -> Any:
     router = events_router(lambda: None, Topology(), lambda: store)  # type: ignore[arg-type,return-value]
     deps = GatewayDeps(
         upstream=CannedUpstream(_no_upstream),
-        sink=MemorySink(),
-        steps=MemorySteps(),
+        sink=MemoryPublisher(),
+        steps=MemoryStepRegistry(),
         extra_routes=router.routes,
     )
     return create_app(GatewaySettings(keys=keys), deps)

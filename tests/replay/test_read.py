@@ -190,7 +190,7 @@ class _LaggingReplica:
         self.behind, self.never = behind, never
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import tokenwire.replay._source as source
+        import tokenwire.broker._batches as source
 
         real = source.ordered_subscribe
 

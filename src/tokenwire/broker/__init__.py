@@ -1,5 +1,10 @@
 """Everything that talks to NATS JetStream: names, provisioning, the embedded server, the
-chunk publisher, the partition consumers, the session reader and the step registry.
+chunk publisher, the partition consumers, the session reader, the step registry, and the
+operations services need beside them (consumer state, unpin, dead-lettering, events and
+acknowledged writes, reads by subject, range reads, the connected server).
+
+The boundary is closed: no module outside this package imports ``nats``; a nats-py error
+leaves it translated once (``_translate.py``) into a :class:`BrokerError` leaf.
 
 See docs/broker.md for the semantics and docs/adr/0002-partition-ownership.md for why
 partition ownership uses JetStream priority groups.
@@ -7,8 +12,9 @@ partition ownership uses JetStream priority groups.
 
 from __future__ import annotations
 
-from tokenwire.broker._api import connect
+from tokenwire.broker._api import Connection, connect
 from tokenwire.broker._assembler import AssemblerConsumers, partition_consumer
+from tokenwire.broker._batches import READ_IDLE_TIMEOUT_S, READ_MAX_BATCH, RawChunk, session_batches
 from tokenwire.broker._consumer import (
     PIN_HEADER,
     BatchHandler,
@@ -22,7 +28,9 @@ from tokenwire.broker._consumer import (
     ack_fields,
     ack_many,
     nak_many,
+    unpin,
 )
+from tokenwire.broker._deadletter import dead_letter, dead_letter_headers
 from tokenwire.broker._errors import (
     BrokerError,
     BrokerUnavailable,
@@ -32,13 +40,32 @@ from tokenwire.broker._errors import (
     PublishRejected,
     PublishTimeout,
     ReaderStalled,
+    RequestFailed,
     ServerStartError,
     StepAssignmentContention,
     StepClaimConflict,
     StepRegistryError,
     TopologyError,
 )
-from tokenwire.broker._ordered import ordered_subscribe, reader_name
+from tokenwire.broker._inspect import (
+    ConsumerState,
+    ServerInfo,
+    consumer_state,
+    jetstream_request,
+    server_info,
+    stream_info,
+    stream_subjects,
+)
+from tokenwire.broker._memory import MemoryPublisher, MemoryStepRegistry, Published
+from tokenwire.broker._messages import (
+    StoredMessage,
+    last_by_subject,
+    publish_acked,
+    publish_event,
+    stored_with_msg_id,
+)
+from tokenwire.broker._ordered import ordered_subscribe, read_range, reader_name
+from tokenwire.broker._protocol import ChunkSink, PendingAssignment, StepAllocator
 from tokenwire.broker._provision import ensure_topology
 from tokenwire.broker._publisher import ChunkPublisher, PublisherStats
 from tokenwire.broker._reader import SessionReader, StoredChunk
@@ -69,38 +96,52 @@ PartitionConsumer = PullConsumer
 
 __all__ = [
     "PIN_HEADER",
+    "READ_IDLE_TIMEOUT_S",
+    "READ_MAX_BATCH",
     "URL_FILE",
     "AssemblerConsumers",
     "BatchHandler",
     "BrokerError",
     "BrokerUnavailable",
     "ChunkPublisher",
+    "ChunkSink",
+    "Connection",
     "ConsumedMessage",
+    "ConsumerState",
     "ConsumerStats",
     "EmbeddedCluster",
     "EmbeddedServer",
     "FlushTimeout",
     "Handler",
+    "MemoryPublisher",
+    "MemoryStepRegistry",
     "NodeConfig",
     "PartitionConsumer",
     "PayloadTooLarge",
+    "PendingAssignment",
     "PendingStep",
     "PublishError",
     "PublishRejected",
     "PublishTimeout",
+    "Published",
     "PublisherStats",
     "PullConsumer",
     "PullSettings",
+    "RawChunk",
     "ReaderStalled",
     "Reject",
+    "RequestFailed",
     "Retry",
+    "ServerInfo",
     "ServerStartError",
     "SessionReader",
+    "StepAllocator",
     "StepAssignmentContention",
     "StepClaimConflict",
     "StepRegistry",
     "StepRegistryError",
     "StoredChunk",
+    "StoredMessage",
     "Topology",
     "TopologyError",
     "ack_fields",
@@ -108,18 +149,32 @@ __all__ = [
     "chunk_subject",
     "cluster_configs",
     "connect",
+    "consumer_state",
+    "dead_letter",
+    "dead_letter_headers",
     "ensure_topology",
     "find_binary",
     "fnv1a32",
     "free_port",
+    "jetstream_request",
+    "last_by_subject",
     "msg_id",
     "nak_many",
     "ordered_subscribe",
     "parse_stored_subject",
     "partition_consumer",
     "partition_of",
+    "publish_acked",
+    "publish_event",
+    "read_range",
     "reader_name",
     "retained_sessions",
+    "server_info",
+    "session_batches",
     "stored_subject",
+    "stored_with_msg_id",
+    "stream_info",
+    "stream_subjects",
+    "unpin",
     "valid_session",
 ]

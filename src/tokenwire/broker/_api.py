@@ -12,7 +12,7 @@ import contextlib
 import logging
 import urllib.parse
 from collections.abc import Coroutine, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import msgspec
 from nats.aio.client import Client
@@ -25,6 +25,11 @@ from tokenwire.broker._errors import BrokerUnavailable
 from tokenwire.scrub import register_urls
 
 log = logging.getLogger(__name__)
+
+Connection: TypeAlias = Client
+"""A connection to the broker, as :func:`connect` returns it. Services hold it and hand it to
+this package's operations; only this package calls its methods beyond ``is_connected``,
+``is_closed``, ``drain`` and ``close``."""
 
 NS = 1_000_000_000
 """Nanoseconds per second: JetStream durations are integers in ns."""

@@ -50,9 +50,11 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 from nats.errors import NotJSMessageError
-from nats.js.errors import Error as JsError
 
-from tokenwire.broker._api import NS, ApiError, api_request
+from tokenwire.broker._api import NS, api_request, server_url
+from tokenwire.broker._deadletter import dead_letter, seq_of
+from tokenwire.broker._errors import BrokerError, BrokerUnavailable
+from tokenwire.broker._translate import translated
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +78,21 @@ class Reject(Exception):  # noqa: N818 - a control-flow signal
         super().__init__(reason)
 
 
+async def unpin(nc: Client, stream: str, consumer: str, group: str, timeout_s: float = 2.0) -> None:
+    """Release ``group``'s pin on ``consumer`` now (``$JS.API.CONSUMER.UNPIN``), so a standby
+    takes over at once instead of after the priority timeout."""
+    subject = f"$JS.API.CONSUMER.UNPIN.{stream}.{consumer}"
+    with translated(nc, subject):
+        await api_request(nc, subject, {"group": group}, timeout_s=timeout_s)
+
+
 class ConsumedMessage:
     """One delivered JetStream message: payload, headers, sequence and the ack verbs.
 
     The verbs write one protocol message into the connection's outgoing buffer (no round
     trip). The first of ``ack``, ``nak`` and ``term`` settles the message; later ones are
     ignored (``in_progress`` may be sent any number of times before that). A verb that
-    cannot be sent (connection closed) raises ``nats.errors.Error``; the server then
+    cannot be sent (connection closed) raises :class:`BrokerUnavailable`; the server then
     redelivers after ``ack_wait``.
     """
 
@@ -137,12 +147,18 @@ class ConsumedMessage:
     async def in_progress(self) -> None:
         """Reset the ack timer for long work; may be sent many times."""
         if not self._settled:
-            await self._nc.publish(self._reply, _PROGRESS)
+            await self._publish(_PROGRESS)
 
     async def _send(self, payload: bytes) -> None:
         if not self._settled:
-            await self._nc.publish(self._reply, payload)
+            await self._publish(payload)
             self._settled = True
+
+    async def _publish(self, payload: bytes) -> None:
+        try:
+            await self._nc.publish(self._reply, payload)
+        except NatsError as exc:  # closed, or the reconnect buffer full
+            raise BrokerUnavailable(server_url(self._nc), type(exc).__name__) from exc
 
 
 _ACK, _TERM, _PROGRESS = b"+ACK", b"+TERM", b"+WPI"
@@ -424,9 +440,9 @@ class PullConsumer:
             await nak_many(buffered)
 
     async def _unpin(self) -> None:
-        subject = f"$JS.API.CONSUMER.UNPIN.{self.stream}.{self.consumer}"
-        with contextlib.suppress(ApiError, NatsError):
-            await api_request(self.nc, subject, {"group": self.group}, timeout_s=2.0)
+        if self.group is not None:
+            with contextlib.suppress(BrokerError):
+                await unpin(self.nc, self.stream, self.consumer, self.group)
 
     # -- the pull loop ------------------------------------------------------------------------
 
@@ -580,7 +596,7 @@ class PullConsumer:
             for cm in _unsettled(batch):
                 await self._reject(cm, reject.reason)
         except Exception as exc:
-            log.exception("handler failed on %s seq %s", self.consumer, _seq(batch[0]))
+            log.exception("handler failed on %s seq %s", self.consumer, seq_of(batch[0]))
             await self._failed(batch, f"{type(exc).__name__}: {exc}")
         else:
             if self.settings.auto_ack:
@@ -603,32 +619,14 @@ class PullConsumer:
         )
 
     async def _reject(self, cm: ConsumedMessage, reason: str) -> None:
-        if self.dlq_subject is not None:
-            headers = {
-                "Tokenwire-Reason": reason[:512],
-                "Tokenwire-Subject": cm.subject,
-                "Tokenwire-Stream-Seq": str(_seq(cm)),
-            }
-            try:
-                await self.nc.jetstream().publish(
-                    self.dlq_subject, cm.data, headers=headers, timeout=5.0
-                )
-            except (NatsError, JsError):
-                log.error("could not dead-letter seq %s of %s", _seq(cm), self.consumer)
-        try:
-            await cm.term()
-        except NatsError:
-            # Unsettled: the server redelivers after ack_wait, which is the safe outcome.
-            log.warning("could not terminate a message on %s", self.consumer)
+        if self.dlq_subject is None:
+            with contextlib.suppress(BrokerError):  # unsettled: redelivered after ack_wait
+                await cm.term()
+        elif not await dead_letter(self.nc, self.dlq_subject, cm, stream=self.stream,
+                                   reason=reason, timeout_s=5.0):  # fmt: skip
+            return  # unsettled: redelivered after ack_wait and dead-lettered then
         self.stats.rejected += 1
 
 
 def _unsettled(batch: list[ConsumedMessage]) -> list[ConsumedMessage]:
     return [cm for cm in batch if not cm.resolved]
-
-
-def _seq(cm: ConsumedMessage) -> int:
-    try:
-        return cm.stream_seq
-    except NatsError:
-        return -1

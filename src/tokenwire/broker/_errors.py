@@ -12,12 +12,15 @@
     │   ├── PayloadTooLarge(subject, size, limit)      payload + headers over max_payload
     │   └── FlushTimeout(in_flight, waited_s)          flush() gave up with acks outstanding
     ├── ReaderStalled(session, waited_s, last_seq)     a replay saw nothing while more was due
+    ├── RequestFailed(what, reason, code)  an API request, acked publish or read went unanswered
+    │                                      or was refused (no responders, a timeout, an error reply)
     └── StepRegistryError
         ├── StepClaimConflict(session, turn, step)     the triple is already claimed
         └── StepAssignmentContention(session, attempts)  compare-and-set kept losing
 
-Every leaf carries its fields as attributes; foreign (nats-py) errors are translated at the
-boundary with ``raise ... from exc`` so the cause stays attached.
+Every leaf carries its fields as attributes; foreign (nats-py) errors are translated once, at
+the boundary (``broker._translate.translated``), with ``raise ... from exc`` so the cause stays
+attached: no module outside this package catches a nats-py exception.
 """
 
 from __future__ import annotations
@@ -120,6 +123,20 @@ class ReaderStalled(BrokerError):  # noqa: N818 - names fixed by the interface
         super().__init__(
             f"replay of {session} stalled after stream seq {last_seq} ({waited_s:.1f} s idle)"
         )
+
+
+class RequestFailed(BrokerError):  # noqa: N818 - a condition, like PublishTimeout
+    """``what`` (a JetStream API request, an acknowledged publish, a stored-message read) got
+    no answer or an error answer; ``code`` is the server's ``err_code`` when it sent one.
+
+    Retrying later is safe: none of these requests changes state unless the server answered.
+    """
+
+    def __init__(self, what: str, reason: str, code: int | None = None) -> None:
+        self.what = what
+        self.reason = scrub(reason)
+        self.code = code
+        super().__init__(f"{what} failed: {self.reason}")
 
 
 class StepRegistryError(BrokerError):

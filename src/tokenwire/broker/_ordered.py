@@ -10,14 +10,24 @@ and denied ``<stream>.<durable>.>`` for every durable (deploy/nats/accounts.conf
 nats-py's ordered consumer recreates itself on a gap with the config it was created with; a
 reused name would collide with the consumer it replaces (still alive until its inactive
 threshold), so each recreate gets a fresh name.
+
+:func:`read_range` reads a bounded range of one subject with such a consumer (the assembler's
+read-back of what a partition's previous owner held).
 """
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext, api
+
+from tokenwire.broker._errors import RequestFailed
+from tokenwire.broker._translate import translated
 
 READER_NAME_PREFIX = "rd"
 
@@ -48,3 +58,36 @@ def _rename_on_reset(sub: JetStreamContext.PushSubscription) -> None:
         return bool(await reset(sseq))
 
     jsi.reset_ordered_consumer = reset_with_fresh_name
+
+
+async def read_range(
+    nc: Client, stream: str, subject: str, first: int, *, last: int | None, idle_s: float = 2.0
+) -> AsyncIterator[tuple[int, bytes]]:
+    """``(stream_seq, payload)`` of the messages on ``subject`` with ``first <= seq <= last``
+    (``last`` None: up to the end of the stream as the read finds it).
+
+    An ordered consumer from ``first``; stops at ``last`` or at the end of the stream.
+    Raises RequestFailed after ``idle_s`` without a message (bounded: a slow or failing
+    stream ends the read with an error, never silently short, and it never hangs).
+    """
+    what = f"read of {subject} from seq {first}"
+    config = api.ConsumerConfig(
+        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first
+    )
+    with translated(nc, what):
+        sub = await ordered_subscribe(nc.jetstream(), subject, stream=stream, config=config)
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=idle_s)
+            except TimeoutError:
+                raise RequestFailed(what, f"no message within {idle_s} s") from None
+            seq = msg.metadata.sequence.stream
+            if last is not None and seq > last:
+                return
+            yield seq, msg.data
+            if (last is not None and seq >= last) or msg.metadata.num_pending == 0:
+                return
+    finally:
+        with contextlib.suppress(NatsError):
+            await sub.unsubscribe()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import statistics
@@ -15,13 +14,11 @@ from pathlib import Path
 
 import click
 import msgspec
-import nats
-from nats.aio.client import Client
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tokenwire.broker import Topology
+from tokenwire.broker import Connection, RequestFailed, Topology, connect, read_range
 from tokenwire.cli._common import port_or_free, run_until_signal, settings, topology
 from tokenwire.cli._errors import CheckFailedError, UsageError
 from tokenwire.cli._flags import variable_flags
@@ -126,7 +123,7 @@ async def _demo(stack: Stack, plan: FleetPlan, summary_json: str | None) -> bool
     expected = expected_totals(plan)
     result = await _drive(stack, plan, expected.steps)
     store = open_store(stack.settings.store_url)
-    nc = await nats.connect(stack.nats_url)
+    nc = await connect(stack.nats_url)
     try:
         observed = await _observe(nc, stack.topology, store, result.sessions, expected)
     finally:
@@ -170,7 +167,7 @@ async def _drive(stack: Stack, plan: FleetPlan, total: int) -> FleetResult:
 
 
 async def _observe(
-    nc: Client, t: Topology, store: Store, sessions: list[str], expected: ExpectedTotals
+    nc: Connection, t: Topology, store: Store, sessions: list[str], expected: ExpectedTotals
 ) -> Observed:
     observed = Observed()
     with console.status("waiting for the assembler to persist every step"):
@@ -201,27 +198,25 @@ async def _wait_persisted(
         await asyncio.sleep(0.2)
 
 
-async def _ttfc(nc: Client, t: Topology, sessions: set[str], steps: int) -> list[float]:
+async def _ttfc(nc: Connection, t: Topology, sessions: set[str], steps: int) -> list[float]:
     """Time to first chunk of each of the fleet's steps, as the telemetry consumer signalled."""
-    js = nc.jetstream()
-    sub = await js.subscribe(
-        f"{t.prefix}.events.*.started", stream=t.events_stream, ordered_consumer=True
-    )
     found: dict[tuple[str, int, int], float] = {}
+    next_seq = 1
     deadline = time.monotonic() + PERSIST_TIMEOUT_S
-    try:
-        while len(found) < steps and time.monotonic() < deadline:
-            with contextlib.suppress(TimeoutError, nats.errors.TimeoutError):
-                msg = await sub.next_msg(timeout=1.0)
-                signal = msgspec.json.decode(msg.data, type=StreamStarted)
+    while len(found) < steps and time.monotonic() < deadline:
+        try:
+            async for seq, data in read_range(nc, t.events_stream, f"{t.prefix}.events.*.started",
+                                              next_seq, last=None, idle_s=1.0):  # fmt: skip
+                next_seq = seq + 1
+                signal = msgspec.json.decode(data, type=StreamStarted)
                 if signal.session in sessions and signal.time_to_first_chunk_s is not None:
                     found[(signal.session, signal.turn, signal.step)] = signal.time_to_first_chunk_s
-    finally:
-        await sub.unsubscribe()
+        except RequestFailed:
+            pass  # nothing new within a second; the deadline bounds the wait
     return list(found.values())
 
 
-async def _verify(nc: Client, t: Topology, store: Store, sessions: list[str]) -> list[str]:
+async def _verify(nc: Connection, t: Topology, store: Store, sessions: list[str]) -> list[str]:
     from tokenwire.replay import verify
 
     differences: list[str] = []

@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 
 import click
 import msgspec
-from nats.aio.client import Client
 
-from tokenwire.broker import Topology, connect, retained_sessions
+from tokenwire.broker import Connection, Topology, connect, retained_sessions
 from tokenwire.cli._common import (
     nats_url,
     ready_store,
@@ -118,7 +117,7 @@ def _assembly_config(url: str) -> AssemblyConfig:
 
 
 async def rebuild_store(
-    nc: Client,
+    nc: Connection,
     t: Topology,
     store: Store,
     only: list[str] | None,
@@ -164,7 +163,7 @@ async def _stored_sessions(store: Store, page: int = 10_000) -> set[str]:
 
 
 async def rebuild_session(
-    nc: Client,
+    nc: Connection,
     t: Topology,
     store: Store,
     session: str,

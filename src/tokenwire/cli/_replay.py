@@ -13,9 +13,8 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import click
-from nats.aio.client import Client
 
-from tokenwire.broker import Topology, connect, valid_session
+from tokenwire.broker import Connection, Topology, connect, valid_session
 from tokenwire.cli._common import ready_store, run_command
 from tokenwire.cli._errors import CheckFailedError, NotFoundError, UsageError
 from tokenwire.cli._flags import variable_flags
@@ -67,7 +66,7 @@ def checked_session(session: str) -> str:
 
 
 @asynccontextmanager
-async def nats_client(url: str) -> AsyncIterator[Client]:
+async def nats_client(url: str) -> AsyncIterator[Connection]:
     nc = await connect(url, name="tokenwire-cli")
     try:
         yield nc
@@ -157,7 +156,7 @@ def _emit(event: ReplayEvent, printer: EventPrinter | None) -> None:
         printer.print(event)
 
 
-async def _exists(nc: Client, t: Topology, session: str) -> bool:
+async def _exists(nc: Connection, t: Topology, session: str) -> bool:
     async with contextlib.aclosing(read_session(nc, t, session)) as events:
         async for _ in events:
             return True

@@ -7,9 +7,8 @@ import os
 import time
 
 import click
-from nats.aio.client import Client
 
-from tokenwire.broker import Topology
+from tokenwire.broker import Connection, Topology
 from tokenwire.cli._common import (
     STOP_GRACE_S,
     event_loop_factory,
@@ -139,7 +138,9 @@ def provision(ctx: click.Context, timeout_s: float) -> None:
     run_until_signal(main)
 
 
-async def _retry_topology(nc: Client, t: Topology, timeout_s: float, stop: asyncio.Event) -> None:
+async def _retry_topology(
+    nc: Connection, t: Topology, timeout_s: float, stop: asyncio.Event
+) -> None:
     from tokenwire.broker import TopologyError, ensure_topology
 
     deadline = time.monotonic() + timeout_s

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from nats.aio.client import Client
-
-from tokenwire.broker import Topology
+from tokenwire.broker import Connection, Topology
 from tokenwire.services.assembler._members import MemberBoard, MemberRecord
 
 
-async def member_shares(nc: Client, t: Topology) -> list[dict[str, Any]]:
+async def member_shares(nc: Connection, t: Topology) -> list[dict[str, Any]]:
     """Every live assembler: its share, the partitions it holds, what it holds in flight."""
     records = await MemberBoard(nc, t).read() or {}
     return [_member(r) for _, r in sorted(records.items())]

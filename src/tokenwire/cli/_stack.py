@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import nats
 
-from tokenwire.broker import EmbeddedServer, Topology, ensure_topology, free_port
+from tokenwire.broker import EmbeddedServer, Topology, connect, ensure_topology, free_port
 from tokenwire.cli._errors import CliError
 from tokenwire.config import Settings
 
@@ -94,7 +93,7 @@ class Stack:
         data = self.settings.data_dir
         self.server = EmbeddedServer(data, write_url_file=True).start()
         self.addresses["nats"] = self.server.url
-        nc = await nats.connect(self.server.url)
+        nc = await connect(self.server.url)
         try:
             await ensure_topology(nc, self.topology)
         finally:

@@ -11,9 +11,8 @@ from typing import Any
 
 import click
 import msgspec
-from nats.aio.client import Client
-from nats.errors import Error as NatsError
 
+from tokenwire.broker import BrokerError, Connection, jetstream_request, server_info
 from tokenwire.cli._common import run_command
 from tokenwire.cli._errors import UnreachableError
 from tokenwire.cli._flags import variable_flags
@@ -63,27 +62,24 @@ async def _status(url: str, store_url: str) -> dict[str, Any]:
     return report
 
 
-def _broker(nc: Client, url: str) -> dict[str, Any]:
-    info = getattr(nc, "_server_info", {}) or {}
-    connected = nc.connected_url
+def _broker(nc: Connection, url: str) -> dict[str, Any]:
+    info = server_info(nc)
     return {
-        "url": redact(connected.geturl() if connected else url),
-        "server_version": info.get("version"),
-        "server_name": info.get("server_name"),
-        "jetstream": bool(info.get("jetstream")),
+        "url": redact(info.url or url),
+        "server_version": info.version,
+        "server_name": info.name,
+        "jetstream": info.jetstream,
     }
 
 
-async def _request(nc: Client, subject: str, body: dict[str, Any] | None = None) -> Any:
-    payload = msgspec.json.encode(body) if body is not None else b""
+async def _request(nc: Connection, subject: str, body: dict[str, Any] | None = None) -> Any:
     try:
-        reply = await nc.request(subject, payload, timeout=5.0)
-    except (NatsError, TimeoutError) as exc:
-        return {"error": {"description": f"no answer to {subject}: {type(exc).__name__}"}}
-    return msgspec.json.decode(reply.data) if reply.data else {}
+        return await jetstream_request(nc, subject, body, timeout_s=5.0)
+    except BrokerError as exc:
+        return {"error": {"description": str(exc)}}
 
 
-async def _stream(nc: Client, name: str) -> dict[str, Any] | None:
+async def _stream(nc: Connection, name: str) -> dict[str, Any] | None:
     data = await _request(nc, f"$JS.API.STREAM.INFO.{name}")
     if "error" in data:
         return None
@@ -102,7 +98,7 @@ async def _stream(nc: Client, name: str) -> dict[str, Any] | None:
     }
 
 
-async def _consumers(nc: Client, stream: str) -> list[dict[str, Any]]:
+async def _consumers(nc: Connection, stream: str) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     for _ in range(_MAX_CONSUMER_PAGES):
         page = await _request(nc, f"$JS.API.CONSUMER.LIST.{stream}", {"offset": len(found)})

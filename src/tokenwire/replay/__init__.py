@@ -21,6 +21,7 @@ See docs/replay.md. Errors::
 
 from __future__ import annotations
 
+from tokenwire.broker import RawChunk
 from tokenwire.replay._errors import (
     InvalidSessionId,
     ReplayError,
@@ -42,7 +43,7 @@ from tokenwire.replay._http import StoreProvider, events_router, viewer_html
 from tokenwire.replay._print import EventPrinter
 from tokenwire.replay._read import paced, read_session
 from tokenwire.replay._render import SessionRenderer
-from tokenwire.replay._source import RawChunk, stored_chunks
+from tokenwire.replay._source import stored_chunks
 from tokenwire.replay._sse import ClientQueue, NcProvider, SlowReaderPolicy, SseStats, coalesce
 from tokenwire.replay._verify import Difference, DifferenceKind, VerifyReport, verify, verify_report
 

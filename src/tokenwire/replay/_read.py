@@ -7,9 +7,8 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 import msgspec
-from nats.aio.client import Client
 
-from tokenwire.broker import Topology, valid_session
+from tokenwire.broker import Connection, Topology, valid_session
 from tokenwire.replay._errors import InvalidSessionId, UndecodableChunk
 from tokenwire.replay._events import ReplayEvent
 from tokenwire.replay._render import SessionRenderer
@@ -20,7 +19,7 @@ DEFAULT_MAX_GAP_S = 5.0
 
 
 def read_session(
-    nc: Client,
+    nc: Connection,
     topology: Topology,
     session: str,
     from_seq: int | None = None,
@@ -54,7 +53,7 @@ def read_session(
 
 
 async def rendered(
-    nc: Client,
+    nc: Connection,
     topology: Topology,
     session: str,
     renderer: SessionRenderer,

@@ -29,9 +29,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import msgspec
-from nats.aio.client import Client
 
-from tokenwire.broker import BrokerError, Topology
+from tokenwire.broker import BrokerError, Connection, Topology
 from tokenwire.replay._errors import ReplayError
 from tokenwire.replay._events import ReplayEvent, ShownReasoning, ShownText
 from tokenwire.replay._read import rendered
@@ -39,7 +38,7 @@ from tokenwire.replay._render import SessionRenderer
 from tokenwire.schemas import ReasoningDelta, TextDelta, json_encoder
 from tokenwire.scrub import scrub
 
-NcProvider = Callable[[], Client]
+NcProvider = Callable[[], Connection]
 """Returns the gateway's connected NATS client (raise if there is none yet)."""
 
 
@@ -191,7 +190,7 @@ def error_frame(error: Exception) -> bytes:
 
 
 async def produce(
-    nc: Client,
+    nc: Connection,
     topology: Topology,
     session: str,
     from_seq: int,
@@ -226,7 +225,7 @@ async def produce(
 
 
 async def _read_until_full(
-    nc: Client,
+    nc: Connection,
     topology: Topology,
     session: str,
     renderer: SessionRenderer,
@@ -245,7 +244,7 @@ async def _read_until_full(
 
 
 async def stream(
-    nc: Client,
+    nc: Connection,
     topology: Topology,
     session: str,
     from_seq: int,

@@ -26,9 +26,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import msgspec
-from nats.aio.client import Client
 
-from tokenwire.broker import Topology, valid_session
+from tokenwire.broker import Connection, Topology, valid_session
 from tokenwire.fold import StepCollector
 from tokenwire.replay._errors import InvalidSessionId, SessionNotFound, UndecodableChunk
 from tokenwire.replay._source import stored_chunks
@@ -96,7 +95,9 @@ class VerifyReport:
     differences: list[Difference]
 
 
-async def verify(nc: Client, topology: Topology, store: Store, session: str) -> list[Difference]:
+async def verify(
+    nc: Connection, topology: Topology, store: Store, session: str
+) -> list[Difference]:
     """Compare the store's record of ``session`` with the fold of its retained chunks.
 
     Returns the differences in (turn, step) order; ``[]`` means the store is exactly the
@@ -106,7 +107,9 @@ async def verify(nc: Client, topology: Topology, store: Store, session: str) -> 
     return (await verify_report(nc, topology, store, session)).differences
 
 
-async def verify_report(nc: Client, topology: Topology, store: Store, session: str) -> VerifyReport:
+async def verify_report(
+    nc: Connection, topology: Topology, store: Store, session: str
+) -> VerifyReport:
     """:func:`verify`, with how many steps and retained chunks were checked."""
     if not valid_session(session):
         raise InvalidSessionId(session)
@@ -122,7 +125,7 @@ async def verify_report(nc: Client, topology: Topology, store: Store, session: s
     return VerifyReport(len(retained.keys() | outcomes.keys()), chunks, differences)
 
 
-async def _retained(nc: Client, topology: Topology, session: str) -> dict[StepKey, _Retained]:
+async def _retained(nc: Connection, topology: Topology, session: str) -> dict[StepKey, _Retained]:
     steps: defaultdict[StepKey, _Retained] = defaultdict(_Retained)
     async for batch in stored_chunks(nc, topology, session):
         for seq, payload in batch:

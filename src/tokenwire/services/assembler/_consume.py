@@ -15,12 +15,10 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-import msgspec
-from nats.aio.client import Client
-from nats.errors import Error as NatsError
-
 from tokenwire.broker import (
     BatchHandler,
+    BrokerError,
+    Connection,
     ConsumedMessage,
     PullConsumer,
     PullSettings,
@@ -28,6 +26,7 @@ from tokenwire.broker import (
     ack_many,
     nak_many,
     partition_consumer,
+    unpin,
 )
 
 log = logging.getLogger(__name__)
@@ -56,7 +55,7 @@ class Delivery:
             return True
         try:
             await self.message.term()
-        except NatsError:
+        except BrokerError:
             log.warning("could not terminate seq %d; it will be redelivered", self.seq)
             return False
         return True
@@ -89,7 +88,7 @@ async def nak_tokens(tokens: Iterable[Delivery]) -> int:
 class PartitionSet:
     """One manual-ack batch consumer per partition; the server pins each to one instance."""
 
-    nc: Client
+    nc: Connection
     topology: Topology
     handler_for: Callable[[int], BatchHandler]
     settings: PullSettings
@@ -118,10 +117,8 @@ class PartitionSet:
         priority timeout (``$JS.API.CONSUMER.UNPIN``)."""
         t = self.topology
         for p in self._pinned:
-            subject = f"$JS.API.CONSUMER.UNPIN.{t.stream}.{t.assembler_consumer(p)}"
-            body = msgspec.json.encode({"group": t.assembler_group})
-            with contextlib.suppress(NatsError, TimeoutError):
-                await self.nc.request(subject, body, timeout=2.0)
+            with contextlib.suppress(BrokerError):  # the server moves it after the timeout
+                await unpin(self.nc, t.stream, t.assembler_consumer(p), t.assembler_group)
         self._pinned = []
 
     def owned(self) -> list[int]:

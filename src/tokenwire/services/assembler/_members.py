@@ -16,11 +16,15 @@ import socket
 import uuid
 
 import msgspec
-from nats.aio.client import Client
-from nats.errors import Error as NatsError
 
-from tokenwire.broker import Topology
-from tokenwire.broker._api import ApiError, api_request
+from tokenwire.broker import (
+    BrokerError,
+    Connection,
+    Topology,
+    last_by_subject,
+    publish_acked,
+    stream_subjects,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +59,7 @@ def member_name(hint: str = "") -> str:
 class MemberBoard:
     """Read and write the membership bucket of ``topology`` (``Topology.members_bucket``)."""
 
-    def __init__(self, nc: Client, topology: Topology, timeout_s: float = 2.0) -> None:
+    def __init__(self, nc: Connection, topology: Topology, timeout_s: float = 2.0) -> None:
         self._nc = nc
         self._bucket = topology.members_bucket
         self._stream = f"KV_{self._bucket}"
@@ -67,10 +71,9 @@ class MemberBoard:
     async def beat(self, record: MemberRecord) -> bool:
         """Write this member's heartbeat (stored before it returns); False when it failed."""
         try:
-            await self._nc.jetstream().publish(
-                self._subject(record.name), _encoder.encode(record), timeout=self._timeout_s
-            )
-        except (NatsError, TimeoutError) as exc:
+            await publish_acked(self._nc, self._subject(record.name), _encoder.encode(record),
+                                timeout_s=self._timeout_s)  # fmt: skip
+        except BrokerError as exc:
             log.warning("heartbeat of %s failed: %s", record.name, exc)
             return False
         return True
@@ -79,24 +82,19 @@ class MemberBoard:
         """Leave now (a graceful stop), without waiting for the TTL: a KV delete marker
         replaces the heartbeat (readers skip it; it expires like one). No purge rights needed."""
         try:
-            await self._nc.jetstream().publish(
-                self._subject(name), b"", headers={_OPERATION: "DEL"}, timeout=self._timeout_s
-            )
-        except (NatsError, TimeoutError) as exc:
+            await publish_acked(self._nc, self._subject(name), b"", headers={_OPERATION: "DEL"},
+                                timeout_s=self._timeout_s)  # fmt: skip
+        except BrokerError as exc:
             log.warning("could not leave the membership: %s", exc)
 
     async def names(self) -> list[str] | None:
         """The live members' names (the keys the TTL has not removed), or None on no answer."""
-        body = {"subjects_filter": f"$KV.{self._bucket}.>"}
+        prefix = f"$KV.{self._bucket}."
         try:
-            info = await api_request(
-                self._nc, f"$JS.API.STREAM.INFO.{self._stream}", body, self._timeout_s
-            )
-        except (ApiError, NatsError) as exc:
+            subjects = await stream_subjects(self._nc, self._stream, f"{prefix}>", self._timeout_s)
+        except BrokerError as exc:
             log.warning("membership read failed: %s", exc)
             return None
-        subjects = (info.get("state") or {}).get("subjects") or {}
-        prefix = f"$KV.{self._bucket}."
         return sorted(s.removeprefix(prefix) for s in subjects)[:_MAX_MEMBERS]
 
     async def records(self, names: list[str]) -> dict[str, MemberRecord]:
@@ -114,15 +112,14 @@ class MemberBoard:
         return None if names is None else await self.records(names)
 
     async def _get(self, name: str) -> MemberRecord | None:
-        subject = f"$JS.API.DIRECT.GET.{self._stream}"
-        body = _encoder.encode({"last_by_subj": self._subject(name)})
         try:
-            reply = await self._nc.request(subject, body, timeout=self._timeout_s)
-        except (NatsError, TimeoutError):
+            stored = await last_by_subject(self._nc, self._stream, self._subject(name),
+                                           self._timeout_s)  # fmt: skip
+        except BrokerError:
             return None
-        if reply.headers and (reply.headers.get("Status") or reply.headers.get(_OPERATION)):
-            return None  # 404: expired since the listing; DEL: the member left
+        if stored is None or stored.headers.get(_OPERATION):
+            return None  # expired since the listing, or the member left (DEL)
         try:
-            return _record_decoder.decode(reply.data)
+            return _record_decoder.decode(stored.data)
         except msgspec.DecodeError:
             return None

@@ -6,9 +6,7 @@ import asyncio
 import contextlib
 import logging
 
-from nats.aio.client import Client
-
-from tokenwire.broker import BrokerError, connect
+from tokenwire.broker import BrokerError, Connection, connect
 from tokenwire.config import without_userinfo
 from tokenwire.observability import OtelProviders, otel_from_env
 from tokenwire.services.assembler._errors import AssemblerStartError
@@ -70,7 +68,7 @@ async def run(
             await nc.close()
 
 
-async def _connect(settings: AssemblerSettings, stop: asyncio.Event) -> Client:
+async def _connect(settings: AssemblerSettings, stop: asyncio.Event) -> Connection:
     try:
         return await connect(
             list(settings.nats_urls), name=settings.name,
@@ -88,7 +86,7 @@ def _open(settings: AssemblerSettings) -> Store:
 
 
 async def _prepare(
-    settings: AssemblerSettings, nc: Client, store: Store, stop: asyncio.Event
+    settings: AssemblerSettings, nc: Connection, store: Store, stop: asyncio.Event
 ) -> None:
     if settings.provision:
         try:

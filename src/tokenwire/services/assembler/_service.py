@@ -16,16 +16,19 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, assert_never
 
 import msgspec
-from nats.aio.client import Client
-from nats.errors import Error as NatsError
 
 from tokenwire.broker import (
     BatchHandler,
+    BrokerError,
+    Connection,
     ConsumedMessage,
+    ConsumerState,
     PullSettings,
+    dead_letter,
     ensure_topology,
     nak_many,
     partition_of,
+    publish_event,
 )
 from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.schemas import (
@@ -51,12 +54,7 @@ from tokenwire.services.assembler._members import MemberBoard, member_name
 from tokenwire.services.assembler._metrics import AssemblerMetrics
 from tokenwire.services.assembler._rebalance import Rebalancer
 from tokenwire.services.assembler._settings import AssemblerSettings
-from tokenwire.services.assembler._takeover import (
-    ConsumerState,
-    ReadBackCause,
-    consumer_state,
-    read_range,
-)
+from tokenwire.services.assembler._takeover import ReadBackCause, partition_state, read_back
 from tokenwire.services.assembler._trace import StepTraces
 from tokenwire.store import CommittedStep, Store, StoreUnavailable
 
@@ -80,7 +78,7 @@ class Assembler:
     def __init__(
         self,
         settings: AssemblerSettings,
-        nc: Client,
+        nc: Connection,
         store: Store,
         *,
         metrics: AssemblerMetrics | None = None,
@@ -91,7 +89,6 @@ class Assembler:
         self.metrics = metrics or AssemblerMetrics()
         self.assembly: Assembly[Delivery] = Assembly(settings.assembly, clock=clock)
         self._nc = nc
-        self._js = nc.jetstream()
         self._store = store
         self._clock = clock
         self.traces = StepTraces((otel or no_otel()).tracer_provider)  # spans per commit
@@ -333,8 +330,7 @@ class Assembler:
         return False
 
     async def _read_back_before(self, partition: int, first: ConsumedMessage) -> None:
-        t = self.settings.topology
-        state = await consumer_state(self._nc, t.stream, t.assembler_consumer(partition))
+        state = await partition_state(self._nc, self.settings.topology, partition)
         if state is None:
             raise ReadBackError("the consumer's info went unanswered")
         if state.num_ack_pending == 0:
@@ -359,17 +355,12 @@ class Assembler:
         if start > last:
             return
         log.info("partition %d: reading back seqs %d..%d", partition, start, last)
-        t = self.settings.topology
-        subject = t.partition_filter(partition)
-        try:
-            async for seq, data in read_range(self._nc, t.stream, subject, start, last=last):
-                try:
-                    envelope = envelope_decoder.decode(data)
-                except msgspec.DecodeError:
-                    continue  # its redelivery is dead-lettered
-                await self._take(envelope, Delivery(-seq, None, partition), lookup=True)
-        except (NatsError, TimeoutError) as exc:
-            raise ReadBackError(f"reading seqs {start}..{last}: {exc!r}") from exc
+        async for seq, data in read_back(self._nc, self.settings.topology, partition, start, last):
+            try:
+                envelope = envelope_decoder.decode(data)
+            except msgspec.DecodeError:
+                continue  # its redelivery is dead-lettered
+            await self._take(envelope, Delivery(-seq, None, partition), lookup=True)
 
     async def _check_tail(self, partition: int, state: ConsumerState) -> None:
         """Deliveries the server made under our pin after the last one that arrived, with
@@ -473,27 +464,16 @@ class Assembler:
         If the DLQ publish fails the message is left unacknowledged: it comes back after
         ack_wait and is dead-lettered then (the Msg-Id makes the copy unique).
         """
+        t = self.settings.topology
         for token in tokens:
             cm = token.message
             if cm is None:
                 continue  # a read-back copy: its redelivery is dead-lettered
-            headers = {
-                "Nats-Msg-Id": f"dlq:{self.settings.topology.stream}:{token.seq}",
-                "Tokenwire-Reason": reason,
-                "Tokenwire-Detail": detail[:512],
-                "Tokenwire-Subject": cm.subject,
-                "Tokenwire-Stream": self.settings.topology.stream,
-                "Tokenwire-Stream-Seq": str(token.seq),
-            }
-            try:
-                await self._js.publish(self._dlq_subject, cm.data, headers=headers, timeout=2.0)
-            except (NatsError, TimeoutError) as exc:
-                log.warning(
-                    "dead-letter publish failed, leaving seq %d unacked: %s", token.seq, exc
-                )
-                continue
-            self.metrics.dead_lettered.labels(reason).inc()
-            await token.term()
+            copied = await dead_letter(
+                self._nc, self._dlq_subject, cm, stream=t.stream, reason=reason, detail=detail
+            )
+            if copied:
+                self.metrics.dead_lettered.labels(reason).inc()
 
     async def _announce(self, result: CommittedStep) -> None:
         key = (result.session, result.turn, result.step)
@@ -512,10 +492,10 @@ class Assembler:
     async def _publish_persisted(self, event: StepPersisted) -> None:
         """Core publish into the events stream; the Msg-Id dedupes a re-announcement."""
         subject = self.settings.topology.event_subject(event.session, "persisted")
-        headers = {"Nats-Msg-Id": f"persisted:{event.session}:{event.turn}:{event.step}"}
+        msg_id = f"persisted:{event.session}:{event.turn}:{event.step}"
         try:
-            await self._nc.publish(subject, json_encoder.encode(event), headers=headers)
-        except NatsError as exc:
+            await publish_event(self._nc, subject, json_encoder.encode(event), msg_id=msg_id)
+        except BrokerError as exc:
             log.warning("could not publish %s: %s", subject, exc)
 
     # -- loops -----------------------------------------------------------------------------
@@ -536,10 +516,7 @@ class Assembler:
         """Update the lag gauges; ``(num_pending, num_ack_pending)`` summed over partitions
         (None when a partition did not answer)."""
         t = self.settings.topology
-        states = [
-            await consumer_state(self._nc, t.stream, t.assembler_consumer(p))
-            for p in range(t.partitions)
-        ]
+        states = [await partition_state(self._nc, t, p) for p in range(t.partitions)]
         self.metrics.owned_partitions.set(len(self.partitions.owned()))
         for p, state in enumerate(states):
             if state is not None:
@@ -598,7 +575,7 @@ def _persisted_from_event(event: MessageEvent | ErrorEvent) -> StepPersisted:
     )
 
 
-async def provision(nc: Client, settings: AssemblerSettings) -> None:
+async def provision(nc: Connection, settings: AssemblerSettings) -> None:
     """Create or update the streams and consumers (idempotent; every process may call it)."""
     await ensure_topology(
         nc,

@@ -21,17 +21,18 @@ above the last arrival for two lag polls does (``Assembler._check_tail``).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Literal, TypeAlias
 
-import msgspec
-from nats.aio.client import Client
-from nats.errors import Error as NatsError
-from nats.js import api
-
-from tokenwire.broker import ordered_subscribe
+from tokenwire.broker import (
+    BrokerError,
+    Connection,
+    ConsumerState,
+    Topology,
+    consumer_state,
+    read_range,
+)
 from tokenwire.services.assembler._errors import ReadBackError
 
 log = logging.getLogger(__name__)
@@ -41,78 +42,25 @@ ReadBackCause: TypeAlias = Literal["pin", "lost", "tail"]
 our pin, or the server's delivered count above the last arrival with nothing following."""
 
 
-class _Floor(msgspec.Struct):
-    stream_seq: int = 0
-    consumer_seq: int = 0
-
-
-class _Group(msgspec.Struct):
-    group: str = ""
-    pinned_client_id: str = ""
-
-
-class ConsumerState(msgspec.Struct):
-    """The fields of ``$JS.API.CONSUMER.INFO`` the assembler reads.
-
-    ``ack_floor.stream_seq``: every message at or below it is settled; ``delivered.stream_seq``:
-    the highest message delivered to any client of the consumer (``consumer_seq``: how many
-    deliveries it made); ``priority_groups``: who holds each group's pin.
-    """
-
-    num_pending: int = 0
-    num_ack_pending: int = 0
-    ack_floor: _Floor = msgspec.field(default_factory=_Floor)
-    delivered: _Floor = msgspec.field(default_factory=_Floor)
-    priority_groups: list[_Group] = msgspec.field(default_factory=list)
-
-    def pinned(self, group: str) -> str | None:
-        """The id of the client holding ``group``'s pin (None: no one)."""
-        pins = [g.pinned_client_id for g in self.priority_groups if g.group == group]
-        return pins[0] or None if pins else None
-
-
-_state_decoder = msgspec.json.Decoder(ConsumerState)
-
-
-async def consumer_state(
-    nc: Client, stream: str, consumer: str, timeout_s: float = 2.0
+async def partition_state(
+    nc: Connection, topology: Topology, partition: int
 ) -> ConsumerState | None:
-    """The consumer's pending counts and ack floor, or None when the server did not answer."""
-    subject = f"$JS.API.CONSUMER.INFO.{stream}.{consumer}"
+    """The partition consumer's state, or None when the server did not answer (logged)."""
     try:
-        reply = await nc.request(subject, b"", timeout=timeout_s)
-        return _state_decoder.decode(reply.data)
-    except (NatsError, TimeoutError, msgspec.DecodeError) as exc:
-        log.warning("consumer info of %s/%s failed: %s", stream, consumer, exc)
+        return await consumer_state(nc, topology.stream, topology.assembler_consumer(partition))
+    except BrokerError as exc:
+        log.warning("partition %d: %s", partition, exc)
         return None
 
 
-async def read_range(
-    nc: Client, stream: str, subject: str, first: int, *, last: int, idle_s: float = 2.0
+async def read_back(
+    nc: Connection, topology: Topology, partition: int, start: int, last: int
 ) -> AsyncIterator[tuple[int, bytes]]:
-    """``(stream_seq, payload)`` of the messages on ``subject`` with ``first <= seq <= last``.
-
-    An ordered consumer from ``first``; stops at ``last`` or at the end of the stream.
-    Raises ReadBackError after ``idle_s`` without a message (bounded: a slow or failing
-    stream ends the read with an error, never silently short, and it never hangs).
-    """
-    js = nc.jetstream()
-    config = api.ConsumerConfig(
-        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first
-    )
-    sub = await ordered_subscribe(js, subject, stream=stream, config=config)
+    """``(stream_seq, payload)`` of the partition's messages ``start..last`` read from the
+    stream; ReadBackError when the read failed or stalled (never silently short)."""
+    subject = topology.partition_filter(partition)
     try:
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=idle_s)
-            except TimeoutError:
-                raise ReadBackError(f"no message within {idle_s} s before seq {last}") from None
-            seq = msg.metadata.sequence.stream
-            if seq > last:
-                return
-            yield seq, msg.data
-            if seq >= last or msg.metadata.num_pending == 0:
-                return
-    finally:
-        with contextlib.suppress(NatsError):
-            await sub.unsubscribe()
+        async for item in read_range(nc, topology.stream, subject, start, last=last):
+            yield item
+    except BrokerError as exc:
+        raise ReadBackError(f"reading seqs {start}..{last}: {exc}") from exc

@@ -2,11 +2,11 @@
 streamed chunk published, in order and deduplicated, to the broker.
 
 - :func:`create_app` builds the ASGI app from :class:`GatewaySettings` and :class:`GatewayDeps`
-  (the seams: :class:`Upstream`, :class:`ChunkSink`, :class:`StepAllocator`);
+  (the seams: :class:`Upstream`, and the broker's ``ChunkSink`` and ``StepAllocator``);
 - :func:`run` serves it for real (``tokenwire gateway``), :func:`main` blocks running it on
   uvloop; :class:`GatewayServer` serves it on a socket inside a running event loop;
-- the in-memory seams (:class:`MemorySink`, :class:`MemorySteps`, :class:`CannedUpstream`) serve
-  unit tests.
+- :class:`CannedUpstream` answers provider calls for unit tests (the broker's twins,
+  ``broker.MemoryPublisher`` and ``broker.MemoryStepRegistry``, live beside the real ones).
 
 The request path: the modules one model call passes through, in order (``_dialects/X`` is the
 caller's dialect module, ``_dialects/Y`` the provider's when it differs)::
@@ -26,7 +26,7 @@ caller's dialect module, ``_dialects/Y`` the provider's when it differs)::
     _caller              the caller's output: forwarded (X's Forwarder) or encoded (X's
                          StreamEncoder), or folded for a non-streaming caller; _scrubbed
     _step                StepRun.start: the provider called (_seams Upstream), each chunk
-                         bounded (_bounds, _watchdog, _fit) and published (_seams ChunkSink),
+                         bounded (_bounds, _watchdog, _fit) and published (broker ChunkSink),
                          the caller's bytes into its outbox; the rest in its own task
     _caller              StepRun.response: the outbox streamed to the caller (StepStream);
                          the caller leaving goes back to StepRun.caller_left
@@ -38,6 +38,7 @@ dialects, errors and publishing semantics: docs/gateway.md; the layout: docs/adr
 from __future__ import annotations
 
 from tokenwire.services.gateway._app import Gateway, GatewayApp, create_app
+from tokenwire.services.gateway._canned import CannedUpstream
 from tokenwire.services.gateway._errors import (
     AuthenticationError,
     BodyTooLargeError,
@@ -51,8 +52,7 @@ from tokenwire.services.gateway._errors import (
     UnknownModelError,
     UpstreamError,
 )
-from tokenwire.services.gateway._identity import StepAllocator, StepIdentity, StepTaken
-from tokenwire.services.gateway._memory import CannedUpstream, MemorySink, MemorySteps, Published
+from tokenwire.services.gateway._identity import StepIdentity
 from tokenwire.services.gateway._routing import Route, resolve, split_model
 from tokenwire.services.gateway._run import (
     BrokerDeps,
@@ -63,7 +63,7 @@ from tokenwire.services.gateway._run import (
     run,
     tune_gc,
 )
-from tokenwire.services.gateway._seams import ChunkSink, GatewayDeps, HttpUpstream, Upstream
+from tokenwire.services.gateway._seams import GatewayDeps, HttpUpstream, Upstream
 from tokenwire.services.gateway._settings import GatewaySettings
 
 __all__ = [
@@ -72,7 +72,6 @@ __all__ = [
     "BrokerDeps",
     "BrokerUnavailableError",
     "CannedUpstream",
-    "ChunkSink",
     "Gateway",
     "GatewayApp",
     "GatewayDeps",
@@ -81,16 +80,11 @@ __all__ = [
     "GatewaySettings",
     "HttpUpstream",
     "InvalidRequestError",
-    "MemorySink",
-    "MemorySteps",
-    "Published",
     "RequestError",
     "Route",
-    "StepAllocator",
     "StepConflictError",
     "StepFailureError",
     "StepIdentity",
-    "StepTaken",
     "TranslationUnsupportedError",
     "UnknownModelError",
     "Upstream",

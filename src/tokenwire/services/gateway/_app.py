@@ -215,9 +215,7 @@ class Gateway:
         provider is called, off the time to first chunk (the step waits for it before it
         publishes)."""
         if wanted.turn is not None and wanted.step is not None:
-            return await claim_explicit(
-                session, wanted.turn, wanted.step, self.deps.steps, self.deps.conflicts
-            )
+            return await claim_explicit(session, wanted.turn, wanted.step, self.deps.steps)
         return await assign_next(session, self.deps.steps, new_turn=not tool_result)
 
     async def _folded(self, run: StepRun, codec: CallerCodec[R], reply: Reply) -> Response:

@@ -12,9 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
-from tokenwire.broker import BrokerError
+from tokenwire.broker import BrokerError, PendingAssignment, StepAllocator, StepClaimConflict
 from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     InvalidRequestError,
@@ -26,32 +25,6 @@ TURN_HEADER = "x-tokenwire-turn"
 STEP_HEADER = "x-tokenwire-step"
 _SESSION = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _COUNT = re.compile(r"[0-9]{1,15}")
-
-
-class PendingAssignment(Protocol):
-    """An assignment already sent (``tokenwire.broker.PendingStep``'s surface): ``result``
-    waits for the claimed (turn, step); ``drop`` forgets it unread."""
-
-    async def result(self) -> tuple[int, int]: ...
-
-    def drop(self) -> None: ...
-
-
-class StepAllocator(Protocol):
-    """Unique steps across gateway instances (``tokenwire.broker.StepRegistry``'s surface).
-
-    ``claim`` raises :class:`StepTaken` (or the registry's own conflict, translated by the
-    adapter) when the triple was claimed before; ``begin_next_step`` sends the assignment of
-    the next one and returns before its answer.
-    """
-
-    async def claim(self, session: str, turn: int, step: int) -> None: ...
-
-    async def begin_next_step(self, session: str, new_turn: bool) -> PendingAssignment: ...
-
-
-class StepTaken(Exception):  # noqa: N818 (a condition, not a failure, of the allocator seam)
-    """The triple was claimed before (the fake's signal; the real adapter maps its own)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,21 +120,12 @@ class StepClaim:
             self._pending = None
 
 
-async def claim_explicit(
-    session: str,
-    turn: int,
-    step: int,
-    steps: StepAllocator,
-    conflict: tuple[type[Exception], ...] = (StepTaken,),
-) -> StepClaim:
+async def claim_explicit(session: str, turn: int, step: int, steps: StepAllocator) -> StepClaim:
     """Claim an explicit triple; :class:`StepConflictError` (409) when it was claimed before,
-    :class:`BrokerUnavailableError` (503) when the registry does not answer.
-
-    ``conflict`` names the allocator's "already claimed" exceptions.
-    """
+    :class:`BrokerUnavailableError` (503) when the registry does not answer."""
     try:
         await steps.claim(session, turn, step)
-    except conflict as exc:
+    except StepClaimConflict as exc:
         raise StepConflictError(session, turn, step) from exc
     except BrokerError as exc:
         raise _unavailable(exc) from exc

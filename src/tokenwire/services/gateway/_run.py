@@ -16,16 +16,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
-from nats.aio.client import Client
-from nats.errors import Error as NatsError
 
 from tokenwire import config
 from tokenwire.broker import (
+    BrokerError,
     ChunkPublisher,
+    Connection,
     StepRegistry,
     Topology,
     connect,
     ensure_topology,
+    stream_info,
 )
 from tokenwire.config import ConfigError
 from tokenwire.observability import OtelProviders, no_otel, otel_from_env
@@ -87,7 +88,7 @@ class BrokerDeps:
 
 
 async def broker_deps(
-    nc: Client,
+    nc: Connection,
     topology: Topology,
     *,
     publish_window: int = PUBLISH_WINDOW,
@@ -105,8 +106,8 @@ async def broker_deps(
         if not nc.is_connected:
             return False
         try:
-            await nc.jetstream(timeout=1.0).stream_info(topology.stream)
-        except (NatsError, TimeoutError):
+            await stream_info(nc, topology.stream, timeout_s=1.0)
+        except BrokerError:
             return False
         return True
 
@@ -190,7 +191,7 @@ async def _store(settings: GatewaySettings) -> AsyncIterator[Store]:
 @contextlib.asynccontextmanager
 async def _connected(
     settings: GatewaySettings, stop: asyncio.Event | None
-) -> AsyncIterator[tuple[Client, Topology]]:
+) -> AsyncIterator[tuple[Connection, Topology]]:
     if not settings.nats_url:
         raise ConfigError("TOKENWIRE_NATS_URL", "", "the gateway needs a NATS server URL")
     nc = await connect(settings.nats_url, name="tokenwire-gateway", stop=stop)

@@ -1,7 +1,7 @@
-"""The gateway's seams: calling a provider, publishing a chunk, allocating steps, readiness.
-
-Each is a small Protocol with the real implementation here and an in-memory one in
-``_memory.py``. :class:`GatewayDeps` bundles them with the injected clock and id source.
+"""What the gateway runs on (:class:`GatewayDeps`): its own seam, calling a provider
+(:class:`Upstream`; the real :class:`HttpUpstream` here, the canned twin in ``_canned.py``),
+and the broker's (``broker.ChunkSink`` and ``broker.StepAllocator``, whose real and in-memory
+implementations live in the broker package), with readiness, the clock and the id source.
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from typing import Protocol
 
 from starlette.routing import BaseRoute
 
-from tokenwire.broker import PublisherStats, StepClaimConflict
+from tokenwire.broker import ChunkSink, StepAllocator
 from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.providers import Normaliser, ProviderRequest, ProviderSession, stream_batches
 from tokenwire.schemas import StreamChunk
-from tokenwire.services.gateway._identity import StepAllocator, StepTaken
 from tokenwire.services.gateway._routing import Route
 
 
@@ -34,33 +33,6 @@ class Upstream(Protocol):
     def stream(
         self, route: Route, body: bytes, normaliser: Normaliser
     ) -> AsyncGenerator[list[StreamChunk], None]: ...
-
-
-class ChunkSink(Protocol):
-    """Pipelined publishing of a step's chunks (``tokenwire.broker.ChunkPublisher``'s surface).
-
-    ``publish`` returns once the chunk is on the wire and waits only when the bounded window is
-    full; ``wait_acked`` returns when every chunk of the step is acknowledged or raises the
-    step's :class:`tokenwire.broker.BrokerError`.
-    """
-
-    async def publish(
-        self,
-        envelope_bytes: bytes,
-        session: str,
-        turn: int,
-        step: int,
-        ordinal: int,
-        *,
-        first: bool,
-        headers: dict[str, str] | None = None,
-    ) -> None: ...
-
-    async def wait_acked(
-        self, session: str, turn: int, step: int, timeout_s: float | None = None
-    ) -> None: ...
-
-    def stats(self) -> PublisherStats: ...
 
 
 class HttpUpstream:
@@ -84,11 +56,6 @@ class HttpUpstream:
     async def aclose(self) -> None:
         """Close the pooled connections."""
         await self._session.close()
-
-
-def registry_conflicts() -> tuple[type[Exception], ...]:
-    """The exceptions meaning "triple already claimed" for the real and in-memory allocators."""
-    return (StepClaimConflict, StepTaken)
 
 
 def _new_session() -> str:
@@ -128,6 +95,5 @@ class GatewayDeps:
     clock_ns: Callable[[], int] = time.time_ns
     new_id: Callable[[], str] = _new_session
     monotonic: Callable[[], float] = time.perf_counter
-    conflicts: tuple[type[Exception], ...] = field(default_factory=registry_conflicts)
     extra_routes: Sequence[BaseRoute] = ()
     otel: OtelProviders = field(default_factory=no_otel)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import start_http_server
 
-from tokenwire.broker import Topology, connect, ensure_topology
+from tokenwire.broker import Topology, connect, ensure_topology, publish_event
 from tokenwire.observability import otel_from_env
 from tokenwire.services.telemetry._otel import OtelSignals
 from tokenwire.services.telemetry._prometheus import TelemetryMetrics
@@ -47,7 +47,9 @@ async def run(
             topology=settings.topology,
             metrics=metrics,
             otel=OtelSignals(otel.tracer_provider) if otel.sdk else None,
-            live=lambda subject, payload: asyncio.ensure_future(nc.publish(subject, payload)),
+            live=lambda subject, payload: asyncio.ensure_future(
+                publish_event(nc, subject, payload)
+            ),
         )
         log.info("telemetry consuming %s", settings.topology.first_chunks_filter)
         await consumer.run(stop, burst=burst)

@@ -7,7 +7,8 @@ Each signal is published to ``<prefix>.events.<session>.started`` with the dedup
 a crash between publish and ack, or a restart) from a new start, so metrics count each step
 once without any state of our own surviving the restart. The duplicate window closes 120 s
 after the publish, so a *redelivered* first chunk is also checked against the stored events
-(``_seen``): a signal published before a crash is never sent twice, whatever the timing.
+(``broker.stored_with_msg_id``): a signal published before a crash is never sent twice,
+whatever the timing.
 ``after_publish`` is a seam for fault injection (a crash between publish and ack). Sequence
 gaps on this path are normal.
 
@@ -25,11 +26,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import msgspec
-from nats.aio.client import Client
-from nats.errors import Error as NatsError
-from nats.js.errors import Error as JsError
 
-from tokenwire.broker import ConsumedMessage, PullConsumer, PullSettings, Reject, Retry, Topology
+from tokenwire.broker import (
+    BrokerError,
+    Connection,
+    ConsumedMessage,
+    PullConsumer,
+    PullSettings,
+    Reject,
+    Retry,
+    Topology,
+    consumer_state,
+    publish_acked,
+    stored_with_msg_id,
+)
 from tokenwire.schemas import (
     ChunkEnvelope,
     StepError,
@@ -39,7 +49,6 @@ from tokenwire.schemas import (
 )
 from tokenwire.services.telemetry._otel import OtelSignals
 from tokenwire.services.telemetry._prometheus import TelemetryMetrics
-from tokenwire.services.telemetry._seen import LookupFailedError, already_signaled
 from tokenwire.services.telemetry._signal import failed_call, stream_started
 
 log = logging.getLogger(__name__)
@@ -57,7 +66,7 @@ class TelemetryConsumer:
     many first chunks are held at once.
     """
 
-    nc: Client
+    nc: Connection
     topology: Topology
     metrics: TelemetryMetrics
     otel: OtelSignals | None = None
@@ -84,18 +93,19 @@ class TelemetryConsumer:
             self.metrics.duplicates.inc()  # published before a crash, after the window
             return
         try:
-            ack = await self.nc.jetstream().publish(
+            duplicate = await publish_acked(
+                self.nc,
                 self.topology.event_subject(signal.session, "started"),
                 payload,
-                timeout=self.publish_timeout_s,
                 headers={"Nats-Msg-Id": msg_id},
+                timeout_s=self.publish_timeout_s,
             )
-        except (TimeoutError, NatsError, JsError) as exc:
-            log.warning("telemetry publish failed, will retry: %s", type(exc).__name__)
+        except BrokerError as exc:
+            log.warning("telemetry publish failed, will retry: %s", exc)
             raise Retry(RETRY_DELAY_S) from exc
         if self.after_publish is not None:
             await self.after_publish(msg)  # the fault-injection seam: published, not acked
-        if ack.duplicate:
+        if duplicate:
             self.metrics.duplicates.inc()
         else:
             self._record(signal, payload)
@@ -110,12 +120,12 @@ class TelemetryConsumer:
             self.otel.record_failure(envelope, error_type, headers)
 
     async def _signaled_before(self, session: str, msg_id: str) -> bool:
-        """A redelivery: is its signal already stored? (see ``_seen``; Retry when unknown)"""
+        """A redelivery: is its signal already stored? (Retry when unknown)"""
+        subject = self.topology.event_subject(session, "started")
         try:
-            return await already_signaled(
-                self.nc, self.topology, session, msg_id, timeout_s=self.publish_timeout_s
-            )
-        except LookupFailedError as exc:
+            return await stored_with_msg_id(self.nc, self.topology.events_stream, subject, msg_id,
+                                            timeout_s=self.publish_timeout_s)  # fmt: skip
+        except BrokerError as exc:
             log.warning("telemetry redelivery check failed, will retry: %s", exc)
             raise Retry(RETRY_DELAY_S) from exc
 
@@ -153,7 +163,7 @@ class TelemetryConsumer:
         """(not yet delivered, delivered but unacked), or None when the broker did not answer."""
         t = self.topology
         try:
-            info = await self.nc.jetstream().consumer_info(t.stream, t.telemetry_consumer)
-        except (TimeoutError, NatsError, JsError):
+            state = await consumer_state(self.nc, t.stream, t.telemetry_consumer)
+        except BrokerError:
             return None
-        return int(info.num_pending or 0), int(info.num_ack_pending or 0)
+        return state.num_pending, state.num_ack_pending

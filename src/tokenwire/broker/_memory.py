@@ -1,0 +1,101 @@
+"""In-memory twins of the publisher and the step registry, for unit tests of the gateway
+alone. They raise the real exceptions (``BrokerUnavailable``, ``StepClaimConflict``) and pass
+the same contract suite as the real ones (tests/broker/test_twins.py); they never replace the
+broker in a test that claims the system works.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tokenwire.broker._errors import BrokerUnavailable, StepClaimConflict
+from tokenwire.broker._publisher import PublisherStats
+from tokenwire.schemas import ChunkEnvelope, envelope_decoder
+
+
+@dataclass
+class Published:
+    """One message as the in-memory publisher received it."""
+
+    envelope: ChunkEnvelope
+    first: bool
+    headers: dict[str, str]
+    raw: bytes
+
+
+@dataclass
+class MemoryPublisher:
+    """Records every publish; ``fail_after`` makes publishes past that count raise, and
+    ``fail_acks`` every ``wait_acked`` (both ``BrokerUnavailable``)."""
+
+    messages: list[Published] = field(default_factory=list)
+    fail_after: int | None = None
+    fail_acks: bool = False
+
+    async def publish(
+        self,
+        envelope_bytes: bytes,
+        session: str,
+        turn: int,
+        step: int,
+        ordinal: int,
+        *,
+        first: bool,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Record the message, or raise BrokerUnavailable once ``fail_after`` is reached."""
+        if self.fail_after is not None and len(self.messages) >= self.fail_after:
+            raise BrokerUnavailable("memory://", "configured to fail")
+        envelope = envelope_decoder.decode(envelope_bytes)
+        self.messages.append(Published(envelope, first, dict(headers or {}), envelope_bytes))
+
+    async def wait_acked(
+        self, session: str, turn: int, step: int, timeout_s: float | None = None
+    ) -> None:
+        """Acked at once, unless ``fail_acks``."""
+        if self.fail_acks:
+            raise BrokerUnavailable("memory://", "acks configured to fail")
+
+    def stats(self) -> PublisherStats:
+        """All published, all acked."""
+        n = len(self.messages)
+        return PublisherStats(n, n, 0, 0, 0, 0)
+
+
+@dataclass
+class MemoryStepRegistry:
+    """Claims triples in a set; assigns as :class:`~tokenwire.broker.StepRegistry` does."""
+
+    claimed: set[tuple[str, int, int]] = field(default_factory=set)
+    latest: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    async def claim(self, session: str, turn: int, step: int) -> None:
+        """Claim the triple or raise :class:`StepClaimConflict`."""
+        if (session, turn, step) in self.claimed:
+            raise StepClaimConflict(session, turn, step)
+        self.claimed.add((session, turn, step))
+
+    async def begin_next_step(self, session: str, new_turn: bool) -> Assigned:
+        """Assigned at once: (0, 0) first; then (turn + 1, 0) for a new turn, else
+        (turn, step + 1), skipping claimed triples."""
+        turn, step = self.latest.get(session, (-1, -1))
+        candidate = (0, 0) if turn < 0 else (turn + 1, 0) if new_turn else (turn, step + 1)
+        while (session, *candidate) in self.claimed:
+            candidate = (candidate[0], candidate[1] + 1)
+        self.claimed.add((session, *candidate))
+        self.latest[session] = candidate
+        return Assigned(candidate)
+
+
+@dataclass(frozen=True)
+class Assigned:
+    """An assignment already made (the in-memory registry's pending step)."""
+
+    triple: tuple[int, int]
+
+    async def result(self) -> tuple[int, int]:
+        """The assigned (turn, step)."""
+        return self.triple
+
+    def drop(self) -> None:
+        """Nothing to forget."""

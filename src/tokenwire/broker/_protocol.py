@@ -1,0 +1,63 @@
+"""The surfaces the gateway needs of the broker, as Protocols, with two implementations each:
+the real ones (:class:`~tokenwire.broker.ChunkPublisher`, :class:`~tokenwire.broker.StepRegistry`)
+and their in-memory twins (``_memory.py``) for unit tests of the gateway alone. One contract
+suite (tests/broker/test_twins.py) runs both, as the store's does for its three.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from tokenwire.broker._publisher import PublisherStats
+
+
+class ChunkSink(Protocol):
+    """Pipelined publishing of a step's chunks.
+
+    ``publish`` returns once the chunk is on the wire and waits only when the bounded window is
+    full; ``wait_acked`` returns when every chunk of the step is acknowledged or raises the
+    step's :class:`~tokenwire.broker.BrokerError` (``PublishError`` leaves, or
+    ``BrokerUnavailable``).
+    """
+
+    async def publish(
+        self,
+        envelope_bytes: bytes,
+        session: str,
+        turn: int,
+        step: int,
+        ordinal: int,
+        *,
+        first: bool,
+        headers: dict[str, str] | None = None,
+    ) -> None: ...
+
+    async def wait_acked(
+        self, session: str, turn: int, step: int, timeout_s: float | None = None
+    ) -> None: ...
+
+    def stats(self) -> PublisherStats: ...
+
+
+class PendingAssignment(Protocol):
+    """An assignment already sent: ``result`` waits for the claimed (turn, step); ``drop``
+    forgets it unread."""
+
+    async def result(self) -> tuple[int, int]: ...
+
+    def drop(self) -> None: ...
+
+
+class StepAllocator(Protocol):
+    """Unique (session, turn, step) triples across gateway instances.
+
+    ``claim`` raises :class:`~tokenwire.broker.StepClaimConflict` when the triple was claimed
+    before; ``begin_next_step`` sends the assignment of the next one (a new session (0, 0); a
+    new turn (turn + 1, 0); else (turn, step + 1); triples claimed explicitly are skipped) and
+    returns before its answer. A registry that does not answer raises another
+    :class:`~tokenwire.broker.StepRegistryError`.
+    """
+
+    async def claim(self, session: str, turn: int, step: int) -> None: ...
+
+    async def begin_next_step(self, session: str, new_turn: bool) -> PendingAssignment: ...

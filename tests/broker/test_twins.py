@@ -1,0 +1,121 @@
+"""One contract suite for each broker seam the gateway runs on, over the real implementation
+(on the real server) and its in-memory twin: what a gateway unit test learns from a twin holds
+for the real part. The store's contract suite (tests/store/) is the model.
+
+The expected values are the contract's (docs/broker.md, ``broker._protocol``), never one
+implementation's output checked against the other's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from nats.aio.client import Client
+
+from tokenwire.broker import (
+    BrokerUnavailable,
+    ChunkPublisher,
+    ChunkSink,
+    MemoryPublisher,
+    MemoryStepRegistry,
+    StepAllocator,
+    StepClaimConflict,
+    StepRegistry,
+    Topology,
+)
+from tokenwire.schemas import ChunkEnvelope, TextDelta, json_encoder
+
+
+@pytest.fixture(params=["real", "memory"])
+async def sink(
+    request: pytest.FixtureRequest, nc: Client, topology: Topology
+) -> AsyncIterator[ChunkSink]:
+    if request.param == "memory":
+        yield MemoryPublisher()
+        return
+    publisher = await ChunkPublisher(nc, topology).start()
+    try:
+        yield publisher
+    finally:
+        await publisher.close()
+
+
+@pytest.fixture(params=["real", "memory"])
+async def steps(
+    request: pytest.FixtureRequest, nc: Client, topology: Topology
+) -> AsyncIterator[StepAllocator]:
+    if request.param == "memory":
+        yield MemoryStepRegistry()
+        return
+    registry = await StepRegistry.open(nc, topology)
+    try:
+        yield registry
+    finally:
+        await registry.close()
+
+
+def _envelope(session: str, ordinal: int) -> bytes:
+    chunk = TextDelta(index=0, text=f"t{ordinal}")
+    envelope = ChunkEnvelope(session=session, turn=0, step=0, ordinal=ordinal, time_ns=1,
+                             provider="p", model="m", chunk=chunk)  # fmt: skip
+    return json_encoder.encode(envelope)
+
+
+async def test_published_chunks_are_acknowledged_and_counted(sink: ChunkSink) -> None:
+    before = sink.stats()
+    for ordinal in range(5):
+        first = ordinal == 0
+        await sink.publish(_envelope("twin-a", ordinal), "twin-a", 0, 0, ordinal, first=first)
+    await sink.wait_acked("twin-a", 0, 0, timeout_s=10.0)
+    after = sink.stats()
+    assert after.published - before.published == 5
+    assert after.acked - before.acked == 5
+    assert after.in_flight == 0
+
+
+async def test_waiting_on_a_step_with_nothing_published_returns(sink: ChunkSink) -> None:
+    await sink.wait_acked("twin-none", 0, 0, timeout_s=5.0)
+
+
+async def test_a_claimed_triple_cannot_be_claimed_again(steps: StepAllocator) -> None:
+    await steps.claim("twin-c", 2, 3)
+    with pytest.raises(StepClaimConflict) as caught:
+        await steps.claim("twin-c", 2, 3)
+    assert (caught.value.session, caught.value.turn, caught.value.step) == ("twin-c", 2, 3)
+    await steps.claim("twin-c", 2, 4)  # another triple of the same session is free
+
+
+async def _next(steps: StepAllocator, session: str, new_turn: bool) -> tuple[int, int]:
+    return await (await steps.begin_next_step(session, new_turn)).result()
+
+
+async def test_assignment_follows_turns_and_steps(steps: StepAllocator) -> None:
+    assert await _next(steps, "twin-n", new_turn=True) == (0, 0)
+    assert await _next(steps, "twin-n", new_turn=False) == (0, 1)
+    assert await _next(steps, "twin-n", new_turn=True) == (1, 0)
+    assert await _next(steps, "twin-n", new_turn=False) == (1, 1)
+    assert await _next(steps, "twin-other", new_turn=False) == (0, 0)  # a new session
+
+
+async def test_assignment_skips_an_explicitly_claimed_triple(steps: StepAllocator) -> None:
+    assert await _next(steps, "twin-s", new_turn=True) == (0, 0)
+    await steps.claim("twin-s", 0, 1)
+    assert await _next(steps, "twin-s", new_turn=False) == (0, 2)
+    with pytest.raises(StepClaimConflict):
+        await steps.claim("twin-s", 0, 2)  # assigned triples are claimed too
+
+
+async def test_a_dropped_assignment_leaves_the_registry_usable(steps: StepAllocator) -> None:
+    (await steps.begin_next_step("twin-d", True)).drop()
+    turn, step = await _next(steps, "twin-d", new_turn=True)
+    assert (turn, step) in {(0, 0), (1, 0)}  # whether the dropped one landed is not specified
+
+
+async def test_the_memory_publisher_fails_like_a_lost_broker() -> None:
+    sink = MemoryPublisher(fail_after=1)
+    await sink.publish(_envelope("twin-f", 0), "twin-f", 0, 0, 0, first=True)
+    with pytest.raises(BrokerUnavailable):
+        await sink.publish(_envelope("twin-f", 1), "twin-f", 0, 0, 1, first=False)
+    with pytest.raises(BrokerUnavailable):
+        await MemoryPublisher(fail_acks=True).wait_acked("twin-f", 0, 0)
