@@ -13,7 +13,6 @@ partition ownership uses JetStream priority groups.
 from __future__ import annotations
 
 from tokenwire.broker._api import Connection, connect
-from tokenwire.broker._assembler import AssemblerConsumers, partition_consumer
 from tokenwire.broker._batches import READ_IDLE_TIMEOUT_S, READ_MAX_BATCH, RawChunk, session_batches
 from tokenwire.broker._consumer import (
     PIN_HEADER,
@@ -65,6 +64,7 @@ from tokenwire.broker._messages import (
     stored_with_msg_id,
 )
 from tokenwire.broker._ordered import ordered_subscribe, read_range, reader_name
+from tokenwire.broker._partitions import AssemblerConsumers, partition_consumer
 from tokenwire.broker._protocol import ChunkSink, PendingAssignment, StepAllocator
 from tokenwire.broker._provision import ensure_topology
 from tokenwire.broker._publisher import ChunkPublisher, PublisherStats
@@ -79,7 +79,7 @@ from tokenwire.broker._server import (
     find_binary,
     free_port,
 )
-from tokenwire.broker._steps import PendingStep, StepRegistry
+from tokenwire.broker._step_registry import PendingStep, StepRegistry
 from tokenwire.broker._topology import (
     Topology,
     chunk_subject,

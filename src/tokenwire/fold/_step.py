@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, assert_never, get_args
 
-from tokenwire.fold._acc import BLOCK_KIND, RUN_LENGTH, Acc, block_size, utf8_len
 from tokenwire.fold._errors import ChunkAfterFinish, StepStateError
 from tokenwire.fold._limits import DEFAULT_LIMITS, FoldLimits
+from tokenwire.fold._open_block import BLOCK_KIND, RUN_LENGTH, Acc, block_size, utf8_len
 from tokenwire.schemas import (
     LIMIT_ERROR_CODE,
     BlockEnd,

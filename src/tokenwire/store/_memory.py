@@ -10,10 +10,10 @@ import time
 from collections.abc import Callable, Sequence
 
 from tokenwire.schemas import ErrorEvent, MessageEvent, SessionEvent
+from tokenwire.store._backend_rows import SessionState, StepRow, outcome_event, rows_events
+from tokenwire.store._commit_plan import StepKey, plan_commit, step_key, validate
 from tokenwire.store._errors import StoreUnavailable
-from tokenwire.store._plan import StepKey, plan_commit, step_key, validate
 from tokenwire.store._records import CommittedStep, SessionSummary, StepRecord, StoreStats
-from tokenwire.store._rows import SessionState, StepRow, outcome_event, rows_events
 
 
 class MemoryStore:

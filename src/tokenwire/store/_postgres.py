@@ -14,12 +14,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from tokenwire.schemas import ErrorEvent, MessageEvent, SessionEvent
-from tokenwire.store._errors import StoreUnavailable
-from tokenwire.store._migrations import CREATE_MIGRATIONS_TABLE, load_migrations, pending
-from tokenwire.store._pgconn import PgConnection, PgLink
-from tokenwire.store._plan import plan_commit, step_key, validate
-from tokenwire.store._records import CommittedStep, SessionSummary, StepRecord, StoreStats
-from tokenwire.store._rows import (
+from tokenwire.store._backend_rows import (
     SEQ_MAX,
     SESSION_COLUMNS,
     STEP_COLUMNS,
@@ -31,6 +26,11 @@ from tokenwire.store._rows import (
     step_row,
     step_select,
 )
+from tokenwire.store._commit_plan import plan_commit, step_key, validate
+from tokenwire.store._errors import StoreUnavailable
+from tokenwire.store._migrations import CREATE_MIGRATIONS_TABLE, load_migrations, pending
+from tokenwire.store._pgconn import PgConnection, PgLink
+from tokenwire.store._records import CommittedStep, SessionSummary, StepRecord, StoreStats
 
 # The transaction-scoped advisory lock that serialises migrations (any 64-bit constant
 # unique to tokenwire; it is per database, so it also serialises schemas side by side).

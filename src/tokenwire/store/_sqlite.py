@@ -18,16 +18,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from tokenwire.schemas import ErrorEvent, MessageEvent, SessionEvent
-from tokenwire.store._errors import (
-    StoreConfigError,
-    StoreError,
-    StoreIntegrityError,
-    StoreUnavailable,
-)
-from tokenwire.store._migrations import CREATE_MIGRATIONS_TABLE, load_migrations, pending
-from tokenwire.store._plan import StepKey, plan_commit, step_key, validate
-from tokenwire.store._records import CommittedStep, SessionSummary, StepRecord, StoreStats
-from tokenwire.store._rows import (
+from tokenwire.store._backend_rows import (
     SEQ_MAX,
     SESSION_COLUMNS,
     STEP_COLUMNS,
@@ -38,6 +29,15 @@ from tokenwire.store._rows import (
     step_row,
     step_select,
 )
+from tokenwire.store._commit_plan import StepKey, plan_commit, step_key, validate
+from tokenwire.store._errors import (
+    StoreConfigError,
+    StoreError,
+    StoreIntegrityError,
+    StoreUnavailable,
+)
+from tokenwire.store._migrations import CREATE_MIGRATIONS_TABLE, load_migrations, pending
+from tokenwire.store._records import CommittedStep, SessionSummary, StepRecord, StoreStats
 
 T = TypeVar("T")
 Synchronous = Literal["NORMAL", "FULL"]

@@ -25,7 +25,7 @@ caller's dialect module, ``_dialects/Y`` the provider's when it differs)::
     _trace, _genai       the call's span and figures
     _caller              the caller's output: forwarded (X's Forwarder) or encoded (X's
                          StreamEncoder), or folded for a non-streaming caller; _scrubbed
-    _step                StepRun.start: the provider called (_seams Upstream), each chunk
+    _step                StepRun.start: the provider called (_deps Upstream), each chunk
                          bounded (_bounds, _watchdog, _fit) and published (broker ChunkSink),
                          the caller's bytes into its outbox; the rest in its own task
     _caller              StepRun.response: the outbox streamed to the caller (StepStream);
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from tokenwire.services.gateway._app import Gateway, GatewayApp, create_app
 from tokenwire.services.gateway._canned import CannedUpstream
+from tokenwire.services.gateway._deps import GatewayDeps, HttpUpstream, Upstream
 from tokenwire.services.gateway._errors import (
     AuthenticationError,
     BodyTooLargeError,
@@ -63,7 +64,6 @@ from tokenwire.services.gateway._run import (
     run,
     tune_gc,
 )
-from tokenwire.services.gateway._seams import GatewayDeps, HttpUpstream, Upstream
 from tokenwire.services.gateway._settings import GatewaySettings
 
 __all__ = [

@@ -29,6 +29,7 @@ from tokenwire.scrub import register, scrub
 from tokenwire.services.gateway._caller import CallerOutput, FoldingOutput, stream_output
 from tokenwire.services.gateway._catalog import ModelCatalog
 from tokenwire.services.gateway._count_tokens import CountTokens
+from tokenwire.services.gateway._deps import GatewayDeps
 from tokenwire.services.gateway._dialects import (
     ANTHROPIC_MESSAGES,
     OPENAI_CHAT,
@@ -60,7 +61,6 @@ from tokenwire.services.gateway._openapi import openapi_document
 from tokenwire.services.gateway._provider_call import CallerInput, ProviderCall, provider_call
 from tokenwire.services.gateway._routing import resolve, with_identity
 from tokenwire.services.gateway._scrubbed import scrubbed
-from tokenwire.services.gateway._seams import GatewayDeps
 from tokenwire.services.gateway._settings import GatewaySettings
 from tokenwire.services.gateway._step import StepPlan, StepRun
 from tokenwire.services.gateway._trace import start_step_span

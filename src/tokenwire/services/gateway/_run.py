@@ -32,8 +32,8 @@ from tokenwire.config import ConfigError
 from tokenwire.observability import OtelProviders, no_otel, otel_from_env
 from tokenwire.replay import events_router
 from tokenwire.services.gateway._app import create_app
+from tokenwire.services.gateway._deps import GatewayDeps, HttpUpstream
 from tokenwire.services.gateway._edge import KEEP_ALIVE_S, bounded_protocol
-from tokenwire.services.gateway._seams import GatewayDeps, HttpUpstream
 from tokenwire.services.gateway._settings import GatewaySettings
 from tokenwire.store import Store, open_store
 

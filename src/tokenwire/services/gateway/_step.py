@@ -53,6 +53,7 @@ from tokenwire.schemas import (
 from tokenwire.scrub import scrub as scrub_text
 from tokenwire.services.gateway._bounds import StepBounds, StepMeter
 from tokenwire.services.gateway._caller import CallerOutput, HeadTap, Outbox, StepStream
+from tokenwire.services.gateway._deps import GatewayDeps
 from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     GatewayError,
@@ -64,7 +65,6 @@ from tokenwire.services.gateway._genai import CallObserver
 from tokenwire.services.gateway._identity import StepClaim, StepIdentity
 from tokenwire.services.gateway._metrics import GatewayMetrics
 from tokenwire.services.gateway._routing import Route
-from tokenwire.services.gateway._seams import GatewayDeps
 from tokenwire.services.gateway._watchdog import Watchdog
 
 DEFAULT_BOUNDS = StepBounds()

@@ -20,11 +20,11 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tokenwire.services.scripted_provider import _anthropic, _openai
+from tokenwire.services.scripted_provider._actions import Emit, Frame, plan_body, plan_stream
 from tokenwire.services.scripted_provider._errors import (
     RecordingUnavailableError,
     ScriptedRequestError,
 )
-from tokenwire.services.scripted_provider._plan import Emit, Frame, plan_body, plan_stream
 from tokenwire.services.scripted_provider._player import PlayedResponse, install_abort_filter
 from tokenwire.services.scripted_provider._request import Dialect, StepRequest, decode_request
 from tokenwire.services.scripted_provider._script import (

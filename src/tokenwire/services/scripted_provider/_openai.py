@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from tokenwire.services.scripted_provider._plan import Frame
+from tokenwire.services.scripted_provider._actions import Frame
 from tokenwire.services.scripted_provider._script import ProviderFailure, Script, ScriptedToolCall
 
 FINISH_REASONS = {"stop": "stop", "tool-calls": "tool_calls", "max-tokens": "length"}

@@ -11,7 +11,7 @@ from typing import assert_never
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from tokenwire.services.scripted_provider._plan import Abort, Action, Emit, Stall
+from tokenwire.services.scripted_provider._actions import Abort, Action, Emit, Stall
 
 _ABORTING: ContextVar[bool] = ContextVar("scripted_provider_aborting", default=False)
 _UVICORN_INCOMPLETE = "ASGI callable returned without completing response"

@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
+from tokenwire.store._backend_rows import SessionState, StepRow
 from tokenwire.store._errors import StoreIntegrityError
 from tokenwire.store._packing import PACKING_ZLIB_JSON, encode_outcome, pack_chunks
 from tokenwire.store._records import CommittedStep, StepRecord
-from tokenwire.store._rows import SessionState, StepRow
 
 StepKey = tuple[str, int, int]
 """(session, turn, step): the identity of one model call."""
