@@ -35,10 +35,10 @@ from typing import Any
 import psutil
 import psycopg
 from psycopg import sql
+from tests.fixtures.partitions import AssemblerConsumers
 from tests.fixtures.stores import DelegatingStore
 
 from tokenwire.broker import (
-    AssemblerConsumers,
     ChunkPublisher,
     ConsumedMessage,
     EmbeddedServer,

@@ -12,8 +12,8 @@ import pytest
 from nats.aio.client import Client
 
 from tests.fixtures.broker import close_client, drop_topology, fresh_topology
+from tests.fixtures.partitions import AssemblerConsumers
 from tokenwire.broker import (
-    AssemblerConsumers,
     ChunkPublisher,
     ConsumedMessage,
     PullSettings,

@@ -27,8 +27,8 @@ from tests.deploy._nats import (
     server_env,
     write_node_configs,
 )
+from tests.fixtures.partitions import AssemblerConsumers
 from tokenwire.broker import (
-    AssemblerConsumers,
     ChunkPublisher,
     ConsumedMessage,
     PullConsumer,

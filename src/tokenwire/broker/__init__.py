@@ -64,7 +64,7 @@ from tokenwire.broker._messages import (
     stored_with_msg_id,
 )
 from tokenwire.broker._ordered import ordered_subscribe, read_range, reader_name
-from tokenwire.broker._partitions import AssemblerConsumers, partition_consumer
+from tokenwire.broker._partitions import partition_consumer
 from tokenwire.broker._protocol import ChunkSink, PendingAssignment, StepAllocator
 from tokenwire.broker._provision import ensure_topology
 from tokenwire.broker._publisher import ChunkPublisher, PublisherStats
@@ -99,7 +99,6 @@ __all__ = [
     "READ_IDLE_TIMEOUT_S",
     "READ_MAX_BATCH",
     "URL_FILE",
-    "AssemblerConsumers",
     "BatchHandler",
     "BrokerError",
     "BrokerUnavailable",
