@@ -6,15 +6,21 @@ carried nothing, the caller got a normal end for steps the store recorded as err
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
+import anthropic
 import httpx
+import openai
 import pytest
 
 from tests.assembler.harness import eventually
+from tests.gateway._helpers import GATEWAY_KEY
+from tests.limits import hostile
 from tests.limits.rig import AUTH, Rig, limit_rig, stream_text
-from tokenwire.schemas import Message, RecordedError
+from tokenwire.replay import stored_chunks
+from tokenwire.schemas import Message, RecordedError, TextDelta, envelope_decoder
 
 pytestmark = pytest.mark.slow
 
@@ -135,3 +141,83 @@ async def test_more_open_blocks_than_the_fold_allows_is_an_error_for_both(
         _, _, fine = await stream_text(rig.openai(ok), "many-open-calls:8")
         assert fine == "tool_calls"
         assert isinstance(await rig.recorded(ok), Message)
+
+
+async def logged_text(rig: Rig, sid: str) -> str:
+    """The text of the session's chunk log, as the broker retains it."""
+    text = ""
+    async for batch in stored_chunks(rig.nc, rig.topology, sid):
+        for _, payload in batch:
+            chunk = envelope_decoder.decode(payload).chunk
+            text += chunk.text if isinstance(chunk, TextDelta) else ""
+    return text
+
+
+def burst_after(started: asyncio.Event) -> hostile.Scenario:
+    """One delta; once ``started`` is set, 400 deltas in one write; then keep-alive bytes."""
+
+    async def burst(count: str = "400") -> AsyncIterator[bytes]:
+        yield hostile.event({"role": "assistant", "content": "hello "})
+        await asyncio.wait_for(started.wait(), 30)  # the caller has the first read's bytes
+        yield b"".join(hostile.event({"content": f"t{i} "}) for i in range(int(count)))
+        while True:  # keep the response open; the gateway leaves at the bound
+            await asyncio.sleep(0.05)
+            yield b": keep-alive\n\n"
+
+    return burst
+
+
+async def openai_caller(rig: Rig, sid: str, started: asyncio.Event) -> tuple[str, str]:
+    """Same dialect as the provider: the provider's events forwarded."""
+    client, text, ending = rig.openai(sid), "", ""
+    try:
+        stream = await client.chat.completions.create(
+            model="openai/burst", stream=True, messages=[{"role": "user", "content": "x"}]
+        )
+        async for chunk in stream:
+            for choice in chunk.choices:
+                text += choice.delta.content or ""
+            started.set()
+    except openai.APIError as exc:
+        ending = f"error: {exc.message}"
+    finally:
+        await client.close()
+    return text, ending
+
+
+async def anthropic_caller(rig: Rig, sid: str, started: asyncio.Event) -> tuple[str, str]:
+    """Another dialect: every chunk encoded as an Anthropic event."""
+    text, ending = "", ""
+    async with anthropic.AsyncAnthropic(
+        base_url=rig.url, api_key=GATEWAY_KEY, max_retries=0, timeout=120,
+        default_headers={"X-Tokenwire-Session": sid},
+    ) as client:  # fmt: skip
+        try:
+            async with client.messages.stream(
+                model="openai/burst", max_tokens=64, messages=[{"role": "user", "content": "x"}]
+            ) as stream:
+                async for event in stream:
+                    if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                        text += event.delta.text
+                    started.set()
+        except anthropic.APIError as exc:
+            ending = f"error: {exc.message}"
+    return text, ending
+
+
+@pytest.mark.parametrize("caller", [openai_caller, anthropic_caller], ids=["forwarded", "encoded"])
+async def test_a_bound_inside_one_read_leaves_the_caller_and_the_log_equal(
+    caller, nc, topology, nats_url, sqlite_url
+):
+    """The stream starts, then one provider write carries 400 deltas and the chunk bound
+    falls among them. Before, the events of that read already published never reached the
+    caller (the log held ~200 words the caller never saw); now the caller gets exactly the
+    events whose chunks were published, then the error."""
+    started = asyncio.Event()
+    async with limit_rig(nc, topology, nats_url, sqlite_url, extra={"burst": burst_after(started)},
+                         max_step_chunks=200) as rig:  # fmt: skip
+        sid = session()
+        text, ending = await caller(rig, sid, started)
+        await assert_limit(rig, sid, ending, "max_step_chunks")
+        assert text.startswith("hello t0 t1 ")
+        assert text == await logged_text(rig, sid)

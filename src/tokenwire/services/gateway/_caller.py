@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
@@ -93,44 +94,70 @@ forwards what it read at once (``idle``), so nothing piles up either way."""
 
 
 class _Tap:
-    """A normaliser that also keeps the events it reads, for forwarding them unchanged."""
+    """A normaliser that also keeps the events it reads, for forwarding them unchanged.
+
+    Each kept event remembers how many chunks the stream had produced once it was fed, so it
+    is released to the caller only when all of them were published: an event the caller sees
+    never carries content the log lacks, even when a bound stops the step in the middle of a
+    read (issue 12, part 4).
+    """
 
     def __init__(self, inner: Normaliser) -> None:
         self._inner = inner
-        self.events: list[SseEvent] = []
+        self.events: deque[tuple[SseEvent, int]] = deque()
+        self._produced = 0  # chunks the inner normaliser made so far
         self._idle_bytes = 0  # data of kept events that produced no chunk yet
+        self._finished = False
 
     def feed(self, event: SseEvent) -> list[StreamChunk]:
         chunks = self._inner.feed(event)
+        if self._finished:
+            return chunks  # after the finish: never sent
         if chunks:
             self._idle_bytes = 0
+            self._produced += len(chunks)
         elif self._idle_bytes + len(event.data) > TAP_MAX_IDLE_BYTES:
             return chunks  # carries nothing and the bound is reached: not kept
         else:
             self._idle_bytes += len(event.data)
-        self.events.append(event)
+        self.events.append((event, self._produced))
         return chunks
 
     def close(self) -> list[StreamChunk]:
-        return self._inner.close()
+        chunks = self._inner.close()
+        self._produced += len(chunks)
+        return chunks
 
-    def take(self) -> list[SseEvent]:
-        """The kept events, in order; none are kept after."""
-        events, self.events, self._idle_bytes = self.events, [], 0
-        return events
+    def take(self, published: int) -> list[SseEvent]:
+        """The kept events, in order, whose chunks are among the first ``published``."""
+        events = self.events
+        taken = []
+        while events and events[0][1] <= published:
+            taken.append(events.popleft()[0])
+        if not events:
+            self._idle_bytes = 0
+        return taken
+
+    def discard(self) -> None:
+        """Keep nothing more (the step's finish was published: nothing after it is sent)."""
+        self.events.clear()
+        self._idle_bytes = 0
+        self._finished = True
 
 
 class ForwardingOutput:
-    """Same dialect: the provider's events go to the caller as they are read.
+    """Same dialect: the provider's events go to the caller as their chunks are published.
 
     Only two changes, the dialect's :class:`Forwarder` decides which: the dialect terminator is
     held until the acks (see module docstring), and for an OpenAI caller that did not ask for
-    usage, the extra usage chunk the gateway asked for is left out.
+    usage, the extra usage chunk the gateway asked for is left out. An event is sent once
+    every chunk it produced was published (see :class:`_Tap`); nothing after the finish.
     """
 
     def __init__(self, forwarder: Forwarder) -> None:
         self._forwarder = forwarder
         self._tap: _Tap | None = None
+        self._published = 0
 
     def normaliser(self, inner: Normaliser) -> Normaliser:
         self._tap = _Tap(inner)
@@ -140,10 +167,13 @@ class ForwardingOutput:
         return b""
 
     def chunk(self, chunk: StreamChunk) -> bytes:
+        self._published += 1
         out = self._drain()
-        failed = isinstance(chunk, Finish) and chunk.reason in ("error", "aborted")
-        if isinstance(chunk, Finish) and failed and not self._forwarder.error_sent:
-            out += self.failure(_reason(chunk))  # the provider's stream just stopped
+        if isinstance(chunk, Finish):
+            if self._tap is not None:
+                self._tap.discard()
+            if chunk.reason in ("error", "aborted") and not self._forwarder.error_sent:
+                out += self.failure(_reason(chunk))  # the provider's stream just stopped
         return out
 
     def idle(self) -> bytes:
@@ -160,7 +190,7 @@ class ForwardingOutput:
         if self._tap is None or not self._tap.events:
             return b""
         forwarded = self._forwarder.forwarded
-        return b"".join(frame(e) for e in self._tap.take() if forwarded(e))
+        return b"".join(frame(e) for e in self._tap.take(self._published) if forwarded(e))
 
 
 def _reason(finish: Finish) -> str:

@@ -324,10 +324,14 @@ class StepRun:
     async def _take(self, batch: list[StreamChunk]) -> None:
         """Publish the chunks of one read in order and hand the caller their bytes at once."""
         out: list[bytes] = []
-        for chunk in batch:
-            if self.finish is not None:
-                break  # the adapter contract: nothing after finish
-            await self._take_one(chunk, out)
+        try:
+            for chunk in batch:
+                if self.finish is not None:
+                    break  # the adapter contract: nothing after finish
+                await self._take_one(chunk, out)
+        except GatewayError:  # a bound or the broker stopped the step mid-read
+            await self.outbox.put(b"".join(out))  # the caller gets what was published
+            raise
         await self.outbox.put(b"".join(out))
 
     async def _take_one(self, chunk: StreamChunk, out: list[bytes]) -> None:
