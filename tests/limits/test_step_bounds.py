@@ -221,3 +221,30 @@ async def test_a_bound_inside_one_read_leaves_the_caller_and_the_log_equal(
         await assert_limit(rig, sid, ending, "max_step_chunks")
         assert text.startswith("hello t0 t1 ")
         assert text == await logged_text(rig, sid)
+
+
+def _call(delta: dict[str, object]) -> bytes:
+    return hostile.event({"tool_calls": [{"index": 0, **delta}]})
+
+
+async def nameless_call() -> AsyncIterator[bytes]:
+    """A tool call that never gets a name: the fold's contract error, found at the finish."""
+    yield hostile.event({"role": "assistant"})
+    yield _call({"id": "call_0", "type": "function", "function": {"arguments": '{"a": 1}'}})
+    yield hostile.event({}, "tool_calls") + hostile.USAGE + hostile.DONE
+
+
+async def test_a_stream_the_fold_calls_broken_is_an_error_for_both(
+    nc, topology, nats_url, sqlite_url
+):
+    """Before, the caller got a normal end (finish_reason tool_calls, then [DONE]) while the
+    store recorded the fold's contract error; now both get the fold's error."""
+    extra = {"nameless-call": nameless_call}
+    async with limit_rig(nc, topology, nats_url, sqlite_url, extra=extra) as rig:
+        sid = session()
+        _, _, ending = await stream_text(rig.openai(sid), "nameless-call")
+        recorded = await rig.recorded(sid)
+        assert isinstance(recorded, RecordedError), recorded
+        assert recorded.kind == "contract"
+        assert ending.startswith("error: "), ending
+        assert recorded.message in ending

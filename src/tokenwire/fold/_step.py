@@ -104,6 +104,12 @@ class StepFold:
         return self._result is not None
 
     @property
+    def failure(self) -> tuple[StepErrorKind, str] | None:
+        """Why the step already failed before its finish (``contract`` or ``limit``, and the
+        message its result will carry), or None. Set by the chunk that broke a rule."""
+        return self._failure
+
+    @property
     def ignored_deltas(self) -> int:
         """Chunks ignored because their index was already ended by ``block-end``."""
         return self._ignored

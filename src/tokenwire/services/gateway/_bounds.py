@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import assert_never
 
-from tokenwire.fold import DEFAULT_LIMITS
+from tokenwire.fold import DEFAULT_LIMITS, FoldLimits
 from tokenwire.schemas import (
     BlockEnd,
     BlockStart,
@@ -53,6 +53,14 @@ class StepBounds:
     max_idle_seconds: float = DEFAULT_MAX_STEP_IDLE_SECONDS
     max_open_blocks: int = DEFAULT_LIMITS.max_open_blocks
     max_blocks: int = DEFAULT_LIMITS.max_blocks
+
+    def fold_limits(self) -> FoldLimits:
+        """The fold's limits at these bounds (the meter ends a step before they are reached)."""
+        return FoldLimits(
+            max_open_blocks=self.max_open_blocks,
+            max_blocks=self.max_blocks,
+            max_step_bytes=self.max_bytes,
+        )
 
 
 class StepMeter:

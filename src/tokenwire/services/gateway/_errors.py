@@ -12,6 +12,7 @@ GatewayError                        status, code, message, param
 └── StepFailureError                the request was valid but the step could not complete
     ├── BrokerUnavailableError      503: the broker did not acknowledge; step not captured
     ├── StepLimitError              502: the step reached a gateway bound; recorded ``limit``
+    ├── StepContractError           502: the stream broke the fold's contract; recorded ``contract``
     └── UpstreamError               502 (or the provider's 4xx/429): the provider call failed
 ```
 
@@ -112,6 +113,12 @@ class BrokerUnavailableError(StepFailureError):
 class StepLimitError(StepFailureError):
     """The step reached one of the gateway's bounds (its bytes, chunks or seconds, or a chunk
     too large for the broker); it was ended and recorded as a ``limit`` error."""
+
+
+class StepContractError(StepFailureError):
+    """The provider's stream, normalised, broke the chunk contract the fold enforces (e.g. a
+    tool call that never got a name); the step is recorded as the fold records it, a
+    ``contract`` error, and the caller gets the same error instead of a normal end."""
 
 
 class UpstreamError(StepFailureError):

@@ -52,11 +52,19 @@ from tokenwire.schemas import (
 )
 from tokenwire.scrub import scrub as scrub_text
 from tokenwire.services.gateway._bounds import StepBounds, StepMeter
-from tokenwire.services.gateway._caller import CallerOutput, HeadTap, Outbox, StepStream
+from tokenwire.services.gateway._caller import (
+    CallerOutput,
+    FoldingOutput,
+    HeadTap,
+    Outbox,
+    StepStream,
+)
+from tokenwire.services.gateway._contract import ContractCheck
 from tokenwire.services.gateway._deps import GatewayDeps
 from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     GatewayError,
+    StepContractError,
     StepLimitError,
     UpstreamError,
 )
@@ -71,6 +79,10 @@ DEFAULT_BOUNDS = StepBounds()
 _ID_GROWTH = 64
 """Bytes kept free in a fitted message for what grows with the ordinal (its envelope field and
 the ``Nats-Msg-Id`` header)."""
+
+CONTRACT_ERROR_CODE = "tokenwire_contract"
+"""The code of the finish the gateway publishes after a chunk that broke the contract (the
+store records the fold's own ``contract`` error, which the chunk before it caused)."""
 
 _COUNT_EVERY = 64
 """Published chunks are added to the Prometheus counter in groups of this many (and the rest
@@ -136,6 +148,10 @@ class StepRun:
         self._ledger = DeltaLedger()
         self._bounds = bounds
         self._meter = StepMeter(bounds)
+        # A non-streaming caller's answer is the fold's own; a streaming one is checked.
+        self._contract = (
+            None if isinstance(output, FoldingOutput) else ContractCheck(bounds.fold_limits())
+        )
         self._watchdog: Watchdog | None = None
         self._head: HeadTap | None = None  # the provider's names for the span, when recorded
 
@@ -348,6 +364,8 @@ class StepRun:
             self.finish = chunk
         elif isinstance(chunk, Usage) and self._call is not None:
             self._call.usage = chunk.usage
+        if self._contract is not None and (broken := self._contract.feed(chunk)) is not None:
+            await self._stop_broken(broken)
         if first:
             self._observe_first_chunk()
             out.append(self.output.opening())
@@ -423,6 +441,17 @@ class StepRun:
         await self._publish_encoded(self._encode(await self._claimed(), self.finish))
         await self._wait_acked()
         raise StepLimitError(message)
+
+    async def _stop_broken(self, message: str) -> NoReturn:
+        """The fold calls the step broken (see ``_contract.py``): it is recorded so (a finish
+        with an error after the chunk that broke it, unless the finish itself revealed it),
+        and the caller is told the fold's message in its dialect, never a normal end."""
+        if self.finish is None:
+            error = StepError(message=message, retryable=False, code=CONTRACT_ERROR_CODE)
+            self.finish = Finish(reason="error", error=error)
+            await self._publish_encoded(self._encode(await self._claimed(), self.finish))
+        await self._wait_acked()
+        raise StepContractError(message)
 
     async def _record_before_start(self, finish: Finish) -> None:
         """Publish a failed-before-start step as its one ``finish`` chunk, and wait for it."""

@@ -1,0 +1,51 @@
+"""The fold's verdict on a streaming step, at the gateway: one truth for caller and store.
+
+The assembler records what :class:`~tokenwire.fold.StepFold` makes of the step's chunks. A
+non-streaming caller already gets that fold's answer; a streaming caller gets the chunks as
+they come, so without this a stream the fold calls broken (an adapter passing a tool call
+that never got a name, a block-end of the wrong kind) would end with ``[DONE]`` for the caller
+and as a ``contract`` error in the store. The gateway folds the chunks it publishes, by the same
+rules, and ends such a step as the store will record it.
+
+Cost: ~0.3 us of CPU per chunk, and the step's content is held until its end (bounded by
+``max_step_bytes``, which the gateway enforces before the fold would), as the assembler holds it.
+"""
+
+from __future__ import annotations
+
+from tokenwire.fold import FoldLimits, StepFold
+from tokenwire.schemas import Finish, RecordedError, StreamChunk
+
+
+class ContractCheck:
+    """Feed every published chunk; :meth:`feed` says when the step just broke a rule.
+
+    ``limits`` are the step's own bounds, which the gateway's meter enforces before the fold
+    would, so what this reports is a contract failure, never a limit.
+    """
+
+    __slots__ = ("_fold", "_reported")
+
+    def __init__(self, limits: FoldLimits) -> None:
+        self._fold = StepFold(limits)
+        self._reported = False
+
+    def feed(self, chunk: StreamChunk) -> str | None:
+        """The fold's message when this chunk made the step fail (before or at its finish),
+        once; None while the step is well formed."""
+        self._fold.feed(chunk)
+        if self._reported:
+            return None
+        broken = self._broken(chunk)
+        self._reported = broken is not None
+        return broken
+
+    def _broken(self, chunk: StreamChunk) -> str | None:
+        failure = self._fold.failure
+        if failure is not None:
+            return failure[1]
+        if isinstance(chunk, Finish) and chunk.error is None and chunk.reason != "aborted":
+            result = self._fold.result()
+            if isinstance(result, RecordedError):
+                return result.message
+        return None
