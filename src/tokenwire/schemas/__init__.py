@@ -6,7 +6,7 @@ Decoders are built once here and shared.
 
 from __future__ import annotations
 
-import msgspec
+import msgspec as _msgspec
 
 from tokenwire.schemas._blocks import (
     BlockType,
@@ -79,14 +79,14 @@ __all__ = [
     "json_encoder",
 ]
 
-json_encoder = msgspec.json.Encoder()
+json_encoder = _msgspec.json.Encoder()
 """The one JSON encoder for every wire type."""
 
-chunk_decoder: msgspec.json.Decoder[StreamChunk] = msgspec.json.Decoder(StreamChunk)
+chunk_decoder: _msgspec.json.Decoder[StreamChunk] = _msgspec.json.Decoder(StreamChunk)
 """Decodes one stream chunk (the ``tokenwire fold`` JSONL format)."""
 
-envelope_decoder: msgspec.json.Decoder[ChunkEnvelope] = msgspec.json.Decoder(ChunkEnvelope)
+envelope_decoder: _msgspec.json.Decoder[ChunkEnvelope] = _msgspec.json.Decoder(ChunkEnvelope)
 """Decodes one broker payload on a chunk subject."""
 
-event_decoder: msgspec.json.Decoder[SessionEvent] = msgspec.json.Decoder(SessionEvent)
+event_decoder: _msgspec.json.Decoder[SessionEvent] = _msgspec.json.Decoder(SessionEvent)
 """Decodes one stored session event."""
