@@ -82,9 +82,9 @@ async def check_store(store: Store, plan: Plan) -> None:
         )
         seq = 1
         for outcome, (_, _, script, envs) in zip(outcomes, steps, strict=True):
-            got = outcome.message if isinstance(outcome, MessageEvent) else outcome.error
+            recorded = outcome.message if isinstance(outcome, MessageEvent) else outcome.error
             assert isinstance(outcome, MessageEvent | ErrorEvent)
-            assert got == script.expected, (session, outcome.turn)
+            assert recorded == script.expected, (session, outcome.turn)
             assert (outcome.seq_start, outcome.seq_end) == (seq, seq + len(envs) - 1)
             seq += len(envs)
         events = await store.session_events(session)

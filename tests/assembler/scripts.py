@@ -13,6 +13,7 @@ from tokenwire.schemas import (
     BlockEnd,
     BlockStart,
     ChunkEnvelope,
+    ContentBlock,
     Finish,
     Message,
     ReasoningBlock,
@@ -81,7 +82,7 @@ def max_tokens_step() -> Script:
         Finish(reason="max-tokens"),
     ]
     dropped = [ToolCallBlock("call_c", "search", '{"q": "tru')]
-    text = [TextBlock("Let me search.")]
+    text: list[ContentBlock] = [TextBlock("Let me search.")]
     # Both blocks were still open at the finish (no block-end): the cut the message records.
     return Script(
         chunks, Message(text, "max-tokens", dropped_tool_calls=dropped, truncated_blocks=[0, 1])

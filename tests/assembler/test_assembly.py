@@ -20,6 +20,7 @@ from tokenwire.schemas import (
     Finish,
     Message,
     RecordedError,
+    StreamChunk,
     TextBlock,
     TextDelta,
     TokenUsage,
@@ -120,6 +121,7 @@ def test_finish_before_the_gap_is_filled_waits(clock: Clock) -> None:
     assert [a.feed(envs[i], i) for i in (0, 3, 2)] == [None, None, None]
     closed = a.feed(envs[1], 1)
     assert isinstance(closed, ClosedStep)
+    assert isinstance(closed.record.outcome, Message)
     assert closed.record.outcome.text == "xy"
 
 
@@ -156,6 +158,7 @@ def test_abandoned_step_closes_after_the_abandon_timeout(clock: Clock) -> None:
     clock.now += 1 * S
     [closed] = a.expire(clock.now)
     assert closed.reason == "abandoned"
+    assert isinstance(closed.record.outcome, RecordedError)
     assert closed.record.outcome.kind == "abandoned"
     assert [e.ordinal for e in closed.record.chunks] == [0, 1]
     assert closed.record.completed_ns == clock.now
@@ -272,7 +275,11 @@ def test_usage_before_finish_is_kept(clock: Clock) -> None:
     usage = TokenUsage(input_tokens=3, output_tokens=1)
     from tokenwire.schemas import Usage
 
-    chunks = [TextDelta(index=0, text="k"), Usage(usage=usage), Finish(reason="stop")]
+    chunks: list[StreamChunk] = [
+        TextDelta(index=0, text="k"),
+        Usage(usage=usage),
+        Finish(reason="stop"),
+    ]
     envs = [ChunkEnvelope("s", 0, 0, i, 0, "p", "m", c) for i, c in enumerate(chunks)]
     closed = feed_all(make(clock), envs)[-1]
     assert closed.record.outcome == Message([TextBlock("k")], "stop", usage=usage)

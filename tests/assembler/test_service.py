@@ -61,7 +61,7 @@ async def test_burst_persists_every_step_once_with_contiguous_seqs(
     assert await ack_pending(nc, topology) == (0, 0)
     m = assembler.metrics
     assert m.chunks._value.get() == plan.chunk_count
-    assert sum(s._value.get() for s in m.steps._metrics.values()) == 24
+    assert sum(s._value.get() for s in m.steps._metrics.values()) == 24  # type: ignore[attr-defined]  # prometheus_client: _metrics has an unbound TypeVar
 
 
 async def test_duplicate_publishes_and_a_second_run_leave_the_store_unchanged(
@@ -179,10 +179,11 @@ async def test_poison_goes_to_the_dead_letter_stream_and_the_rest_continues(
     assert await ack_pending(nc, topology) == (0, 0)
     dead = [await js.get_msg(topology.dlq_stream, seq=i) for i in (1, 2)]
     assert [d.subject for d in dead] == [topology.dlq_subject("assembler")] * 2
-    reasons = sorted(d.headers["Tokenwire-Reason"] for d in dead)
+    reasons = sorted(d.headers["Tokenwire-Reason"] for d in dead)  # type: ignore[index]  # dead letters carry headers
     assert reasons == ["beyond-finish", "undecodable"]
     assert {d.data for d in dead} == {b"{not json", json_encoder.encode(beyond)}
     for d in dead:
+        assert d.headers is not None
         assert d.headers["Tokenwire-Subject"].startswith(f"{topology.prefix}.chunks.")
         assert int(d.headers["Tokenwire-Stream-Seq"]) > 0
     assert assembler.metrics.dead_lettered.labels("undecodable")._value.get() == 1
@@ -311,7 +312,8 @@ async def test_metrics_and_probes_over_http(
             assert (await client.get("/readyz")).status_code == 200
 
             async def committed() -> bool:
-                return assembler.metrics.steps.labels("complete")._value.get() == 2
+                complete: float = assembler.metrics.steps.labels("complete")._value.get()
+                return complete == 2
 
             await eventually(committed, what="two steps")
             await assembler.poll_lag()

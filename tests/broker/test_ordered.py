@@ -26,12 +26,14 @@ async def test_a_reset_recreates_the_consumer_under_a_new_name(
         assert first.startswith(READER_NAME_PREFIX)
         assert [(await sub.next_msg(timeout=5)).data for _ in range(2)] == [b"m0", b"m1"]
         # What nats-py does on a gap: recreate from the next expected sequence.
-        assert await sub._sub._jsi.reset_ordered_consumer(4)  # type: ignore[attr-defined]
+        jsi = sub._sub._jsi
+        assert jsi is not None
+        assert await jsi.reset_ordered_consumer(4)
         for _ in range(100):  # the recreate runs in a task of nats-py's; bounded wait
-            if sub._consumer != first:  # type: ignore[attr-defined]
+            if sub._consumer != first:
                 break
             await asyncio.sleep(0.05)
-        second = sub._consumer  # type: ignore[attr-defined]
+        second = sub._consumer
         assert second != first
         assert second.startswith(READER_NAME_PREFIX)
         info = await js.consumer_info(topology.stream, second)

@@ -63,7 +63,8 @@ async def test_an_ordered_subscription_has_its_consumer_and_reset(
         # broker/_batches.py deletes the ephemeral consumer by this name when a read ends.
         assert isinstance(sub._consumer, str)
         # broker/_ordered.py renames a recreated ordered consumer through these.
-        jsi = sub._sub._jsi  # type: ignore[union-attr]  # the guarded private path under test
+        jsi = sub._sub._jsi
+        assert jsi is not None
         assert callable(jsi.reset_ordered_consumer)
         assert hasattr(jsi, "_ccreq")
     finally:

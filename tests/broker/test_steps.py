@@ -175,6 +175,7 @@ async def test_writes_that_landed_unacknowledged_are_resent_and_found_ours(
     claim key holding its own token, and assigns that triple: no 503, no skipped step."""
     kv = await nc.jetstream().key_value(topology.steps_bucket)
     writer = await _LosesAcks(nc, topology.steps_bucket, lost=2).start()
+    assert isinstance(writer, _LosesAcks)
     steps = StepRegistry(kv, writer, timeout_s=0.3, retries=4, retry_s=10.0, js=nc.jetstream())
     assert await steps.next_step("lossy", new_turn=True) == (0, 0)
     assert writer.lost == 0

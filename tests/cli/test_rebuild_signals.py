@@ -16,7 +16,7 @@ import pytest
 from tests.cli.test_bounded_commands import PROCESS_LIMIT_S, TOKENWIRE, _env
 from tokenwire.broker import ChunkPublisher, EmbeddedServer, Topology, connect, ensure_topology
 from tokenwire.cli._rebuild import rebuild_store
-from tokenwire.schemas import ChunkEnvelope, Finish, TextDelta, json_encoder
+from tokenwire.schemas import ChunkEnvelope, Finish, StreamChunk, TextDelta, json_encoder
 from tokenwire.services.assembler import AssemblyConfig
 from tokenwire.store import Store, open_store
 
@@ -46,7 +46,10 @@ async def _publish(url: str) -> None:
         publisher = await ChunkPublisher(nc, t).start()
         now = time.time_ns()
         for i in range(SESSIONS):
-            chunks = [TextDelta(index=0, text=f"answer {i}"), Finish(reason="stop")]
+            chunks: list[StreamChunk] = [
+                TextDelta(index=0, text=f"answer {i}"),
+                Finish(reason="stop"),
+            ]
             for ordinal, chunk in enumerate(chunks):
                 env = ChunkEnvelope(session=f"sig-{i:04d}", turn=0, step=0, ordinal=ordinal,
                                     time_ns=now + ordinal, provider="scripted", model="m",

@@ -132,7 +132,7 @@ def base_url(service: Service) -> str:
 
 
 @contextlib.contextmanager
-def running(*services: Service):  # type: ignore[no-untyped-def]
+def running(*services: Service):
     try:
         for s in services:
             s.start()

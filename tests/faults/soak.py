@@ -61,7 +61,7 @@ class SoakResult:
         return out
 
 
-async def _count_chunks(operator, store: Store, load: Load, result: SoakResult) -> None:  # type: ignore[no-untyped-def]
+async def _count_chunks(operator, store: Store, load: Load, result: SoakResult) -> None:
     done = {(r.session, r.turn) for r in load.results if r.ok}
     for i in range(load.sessions):
         session = load.session(i)
@@ -117,7 +117,7 @@ async def soak(workdir: Path, minutes: float, seed: int, sessions: int = 30) -> 
     return result
 
 
-async def _round(rng, cluster, gateway, assemblers, operator, store, result, sessions):  # type: ignore[no-untyped-def]
+async def _round(rng, cluster, gateway, assemblers, operator, store, result, sessions):
     fault = rng.choice(FAULTS)
     result.rounds += 1
     result.faults.append(fault)

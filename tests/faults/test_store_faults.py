@@ -53,7 +53,7 @@ async def _outage(running: asyncio.Task[None]) -> None:
     await asyncio.sleep(max(0.0, STORE_OUTAGE_S - (time.monotonic() - started)))
 
 
-async def _run(tmp_path: Path, store_url: str, case: str, down, up) -> None:  # type: ignore[no-untyped-def]
+async def _run(tmp_path: Path, store_url: str, case: str, down, up) -> None:
     port = free_port()
     with single_node(tmp_path) as node:
         gateway = svc.gateway(tmp_path, node.url("gateway"), f"sqlite:///{tmp_path / 'gw.db'}",

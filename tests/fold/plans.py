@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from tokenwire.schemas import (
     BlockEnd,
     BlockStart,
+    BlockType,
     ContentBlock,
     ImageBlock,
     ReasoningBlock,
@@ -82,7 +83,9 @@ def split(draw: st.DrawFn, s: str) -> list[str]:
 def planned_block(draw: st.DrawFn, index: int, truncate: bool = False) -> PlannedBlock:
     """One block at ``index``; with ``truncate`` a tool call may stop after any fragment
     (no block-end then), as when ``max-tokens`` cuts it: its block is what was received."""
-    kind = draw(st.sampled_from(["text", "reasoning", "tool-call", "tool-result", "image"]))
+    kind: BlockType = draw(
+        st.sampled_from(["text", "reasoning", "tool-call", "tool-result", "image"])
+    )
     start = draw(st.booleans())
     end = kind in ("tool-result", "image") or draw(st.booleans())
     head: list[StreamChunk] = [BlockStart(index=index, block_type=kind)] if start else []
@@ -98,12 +101,14 @@ def planned_block(draw: st.DrawFn, index: int, truncate: bool = False) -> Planne
     return _text_like(draw, index, kind, head, end)
 
 
-def _text_like(draw: st.DrawFn, index: int, kind: str, head: list, end: bool) -> PlannedBlock:
+def _text_like(
+    draw: st.DrawFn, index: int, kind: str, head: list[StreamChunk], end: bool
+) -> PlannedBlock:
     # Without a block-start or block-end, only a non-empty delta can make the block exist.
     text = draw(texts if (head or end) else st.text(min_size=1, max_size=30))
     if kind == "text":
-        block: ContentBlock = TextBlock(text)
-        delta = TextDelta
+        block: TextBlock | ReasoningBlock = TextBlock(text)
+        delta: type[TextDelta] | type[ReasoningDelta] = TextDelta
     else:
         signed = end and draw(st.booleans())  # a signature only arrives on block-end
         redacted = signed and draw(st.booleans())
@@ -120,7 +125,9 @@ def _text_like(draw: st.DrawFn, index: int, kind: str, head: list, end: bool) ->
     return PlannedBlock(index, block, chunks, fragments)
 
 
-def _tool_call(draw: st.DrawFn, index: int, head: list, end: bool, truncate: bool) -> PlannedBlock:
+def _tool_call(
+    draw: st.DrawFn, index: int, head: list[StreamChunk], end: bool, truncate: bool
+) -> PlannedBlock:
     call_id = f"call_{index}"
     name = draw(st.from_regex(r"[a-z_][a-z0-9_]{0,10}", fullmatch=True))
     arguments = json.dumps(draw(json_values), ensure_ascii=draw(st.booleans()))

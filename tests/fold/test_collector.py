@@ -16,6 +16,7 @@ from tokenwire.schemas import (
     Finish,
     Message,
     RecordedError,
+    StreamChunk,
     TextBlock,
     TextDelta,
     TokenUsage,
@@ -28,7 +29,8 @@ STOP = Finish(reason="stop")
 
 def test_in_order_chunks_are_accepted_and_complete_the_step() -> None:
     c = StepCollector()
-    assert [c.add(i, ch) for i, ch in enumerate([A, B, STOP])] == [Added.ACCEPTED] * 3
+    chunks: list[StreamChunk] = [A, B, STOP]
+    assert [c.add(i, ch) for i, ch in enumerate(chunks)] == [Added.ACCEPTED] * 3
     assert c.complete
     assert c.missing() == []
     assert c.result() == Message(content=[TextBlock("ab")], finish_reason="stop")

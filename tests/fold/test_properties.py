@@ -135,8 +135,8 @@ class _SnapshotOracle:
             if i in self.ended:
                 if not isinstance(self.ended[i], ToolCallBlock):
                     out.append(self.ended[i])
-            elif self.kind[i] in (TextBlock, ReasoningBlock):
-                out.append(self.kind[i]("".join(self.sent.get(i, []))))
+            elif (kind := self.kind[i]) in (TextBlock, ReasoningBlock):
+                out.append(kind("".join(self.sent.get(i, []))))
         return out
 
 

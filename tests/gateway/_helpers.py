@@ -16,13 +16,13 @@ import anthropic
 import httpx
 import httpx2
 import openai
-from starlette.applications import Starlette
 
 from tests.fixtures.recordings import recordings_dir
 from tokenwire.broker import MemoryPublisher, MemoryStepRegistry
 from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.services.gateway import (
     CannedUpstream,
+    GatewayApp,
     GatewayDeps,
     GatewaySettings,
     create_app,
@@ -55,7 +55,7 @@ def provider_env(**extra: str) -> dict[str, str]:
 class Rig:
     """An in-process gateway on in-memory seams."""
 
-    app: Starlette
+    app: GatewayApp
     sink: MemoryPublisher
     steps: MemoryStepRegistry
     upstream: CannedUpstream
@@ -68,7 +68,10 @@ class Rig:
 
     def openai(self) -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(
-            base_url="http://gw/v1", api_key=GATEWAY_KEY, http_client=self.client(), max_retries=0
+            base_url="http://gw/v1",
+            api_key=GATEWAY_KEY,
+            http_client=self.client(),  # type: ignore[arg-type]  # the SDK takes httpx clients too
+            max_retries=0,
         )
 
     def anthropic(self) -> anthropic.AsyncAnthropic:
@@ -128,7 +131,8 @@ async def openai_oracle(body: bytes) -> dict[str, Any]:
 
 async def collect_openai(stream: Any) -> dict[str, Any]:
     """Fold an openai SDK stream the way an agent would: text, tool calls, finish, usage."""
-    text, finish, usage, calls = "", None, None, {}
+    text, finish, usage = "", None, None
+    calls: dict[int, dict[str, Any]] = {}
     async for chunk in stream:
         usage = chunk.usage or usage
         for choice in chunk.choices:

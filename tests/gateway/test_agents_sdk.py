@@ -20,7 +20,12 @@ from agents import (
 
 from tests.gateway._helpers import GATEWAY_KEY, provider_env
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
-from tokenwire.services.scripted_provider import ScriptedServer, ScriptedSettings, expected_outcome
+from tokenwire.services.scripted_provider import (
+    Dialect,
+    ScriptedServer,
+    ScriptedSettings,
+    expected_outcome,
+)
 
 SCRIPTED = ScriptedSettings(seed=21, length=5)
 
@@ -83,7 +88,7 @@ async def test_a_two_tool_agent_runs_through_responses(gateway, model: str, stre
         ).final_output
     await client.close()
     first, second = list(scripted.received)[seen:]  # one step with the calls, one answering
-    dialect = "anthropic" if first.path == "/v1/messages" else "openai"
+    dialect: Dialect = "anthropic" if first.path == "/v1/messages" else "openai"
     want_calls = expected_outcome(
         "tools", first.json(), SCRIPTED, headers=first.headers, dialect=dialect
     )

@@ -35,7 +35,7 @@ def _samples(rig: Any, name: str) -> dict[tuple[tuple[str, str], ...], float]:
     }
 
 
-def _recorded_usage() -> dict[str, int]:
+def _recorded_usage() -> dict[str, Any]:
     lines = recording(USAGE_RECORDING).decode().splitlines()
     events = [json.loads(x[5:]) for x in lines if x.startswith("data: {")]
     return next(e["usage"] for e in events if e.get("usage"))

@@ -38,7 +38,8 @@ async def test_an_idle_attached_writer_is_written_by_the_producer() -> None:
 
 
 async def test_puts_during_a_slow_write_are_buffered_and_keep_their_order() -> None:
-    outbox, written = Outbox(limit=1024), []
+    outbox = Outbox(limit=1024)
+    written: list[bytes] = []
     release = asyncio.Event()
 
     async def slow_writer(data: bytes) -> None:

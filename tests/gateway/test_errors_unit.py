@@ -6,6 +6,7 @@ The expected error shapes are the dialects' documented error objects.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -21,8 +22,11 @@ from tokenwire.providers import ProviderHTTPError
 from tokenwire.schemas import Finish
 
 AUTH = {"authorization": f"Bearer {GATEWAY_KEY}"}
-OPENAI_OK = {"model": "openai/gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
-ANTHROPIC_OK = {
+OPENAI_OK: dict[str, Any] = {
+    "model": "openai/gpt-4o",
+    "messages": [{"role": "user", "content": "hi"}],
+}
+ANTHROPIC_OK: dict[str, Any] = {
     "model": "anthropic/claude-sonnet-4-5",
     "max_tokens": 10,
     "messages": [{"role": "user", "content": "hi"}],
@@ -33,7 +37,7 @@ ENDPOINTS = {
 }
 
 
-def assert_dialect_error(dialect: str, response, status: int) -> dict:
+def assert_dialect_error(dialect: str, response, status: int) -> Any:
     assert response.status_code == status, response.text
     body = response.json()
     if dialect == "openai":
@@ -49,7 +53,7 @@ def assert_dialect_error(dialect: str, response, status: int) -> dict:
     return body["error"]
 
 
-def _bad_cases(ok: dict, stop: str) -> list[tuple[str, bytes, dict, int]]:
+def _bad_cases(ok: dict[str, Any], stop: str) -> list[tuple[str, bytes, dict[str, str], int]]:
     """(name, body, extra headers, expected status) of every bad-input case; ``stop`` names
     the dialect's stop-sequences field."""
     enc = lambda d: json.dumps(d).encode()  # noqa: E731
@@ -187,6 +191,7 @@ async def test_provider_http_error_is_relayed_and_recorded(dialect, stream):
     finish = published.envelope.chunk
     assert isinstance(finish, Finish)
     assert finish.reason == "error"
+    assert finish.error is not None
     assert finish.error.retryable
     assert OPENAI_KEY not in published.raw.decode()
     assert ANTHROPIC_KEY not in published.raw.decode()

@@ -13,14 +13,21 @@ import anthropic
 import httpx
 import openai
 import pytest
+from anthropic.types import MessageParam, ToolUnionParam
 from nats.aio.client import Client
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
 
 from tests.gateway._helpers import ANTHROPIC_KEY, GATEWAY_KEY, OPENAI_KEY, provider_env
 from tokenwire.broker import Topology
 from tokenwire.fold import fold
-from tokenwire.schemas import ChunkEnvelope, Finish, envelope_decoder
+from tokenwire.schemas import ChunkEnvelope, Finish, Message, ReasoningBlock, envelope_decoder
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
-from tokenwire.services.scripted_provider import ScriptedServer, ScriptedSettings, expected_outcome
+from tokenwire.services.scripted_provider import (
+    Dialect,
+    ScriptedServer,
+    ScriptedSettings,
+    expected_outcome,
+)
 
 SCRIPTED = ScriptedSettings(seed=11, length=12, sentinel="CONTENT")
 AUTH = {"authorization": f"Bearer {GATEWAY_KEY}"}
@@ -107,7 +114,7 @@ def sent_body(dialect: str, scenario: str, messages: list[dict[str, Any]]) -> di
     return {"model": scenario, "messages": messages, "max_tokens": 100, "stream": True}
 
 
-def expected(dialect: str, scenario: str, session: str, messages: list[dict[str, Any]]):
+def expected(dialect: Dialect, scenario: str, session: str, messages: list[dict[str, Any]]):
     body = sent_body(dialect, scenario, messages)
     headers = {"X-Tokenwire-Session": session}
     return expected_outcome(scenario, body, SCRIPTED, headers=headers, dialect=dialect)
@@ -143,11 +150,12 @@ async def test_fifty_concurrent_sessions_arrive_complete_in_order_exactly_once(s
         }
         want = expected(dialect, scenario, session, messages)
         got = fold([e.chunk for e in envs])
+        assert isinstance(got, Message)
         assert got.text == want.text, session
         assert got.tool_calls == want.tool_calls, session
         assert got.finish_reason == want.finish_reason, session
         assert got.usage == want.usage, session
-        reasoning = "".join(b.text for b in got.content if type(b).__name__ == "ReasoningBlock")
+        reasoning = "".join(b.text for b in got.content if type(b) is ReasoningBlock)
         assert reasoning == want.reasoning
 
 
@@ -227,16 +235,17 @@ async def _anthropic_sdk_checks(client):
 async def test_both_sdks_share_one_session_with_unique_steps(stack):
     """Each SDK's request ends with a user message: two turns of one session."""
     hdr = {"X-Tokenwire-Session": "mixed"}
-    msgs = [{"role": "user", "content": "hi"}]
+    oa_msgs: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
+    an_msgs: list[MessageParam] = [{"role": "user", "content": "hi"}]
     async with openai.AsyncOpenAI(
         base_url=stack.url + "/v1", api_key=GATEWAY_KEY, max_retries=0
     ) as oa:
-        await oa.chat.completions.create(model="scripted/text", messages=msgs, extra_headers=hdr)
+        await oa.chat.completions.create(model="scripted/text", messages=oa_msgs, extra_headers=hdr)
     async with anthropic.AsyncAnthropic(
         base_url=stack.url, api_key=GATEWAY_KEY, max_retries=0
     ) as an:
         await an.messages.create(
-            model="scripted/text", max_tokens=10, messages=msgs, extra_headers=hdr
+            model="scripted/text", max_tokens=10, messages=an_msgs, extra_headers=hdr
         )
     envs = by_session(await read_stream(stack.nc, stack.topology))["mixed"]
     assert sorted({(e.turn, e.step) for e in envs}) == [(0, 0), (1, 0)]
@@ -383,6 +392,7 @@ async def leave_early(stack: Stack, session: str) -> None:
 async def test_the_step_is_read_to_the_end_after_the_caller_left(stack):
     await leave_early(stack, "gone")
     envs = await wait_for_finish(stack, "gone")
+    assert isinstance(envs[-1].chunk, Finish)
     assert envs[-1].chunk.reason == "stop"
     assert [e.ordinal for e in envs] == list(range(len(envs)))
     body = {
@@ -392,7 +402,9 @@ async def test_the_step_is_read_to_the_end_after_the_caller_left(stack):
         "stream_options": {"include_usage": True},
     }
     want = expected_outcome("text", body, SCRIPTED, headers={"X-Tokenwire-Session": "gone"})
-    assert fold([e.chunk for e in envs]).text == want.text
+    got = fold([e.chunk for e in envs])
+    assert isinstance(got, Message)
+    assert got.text == want.text
 
 
 @pytest.fixture
@@ -415,6 +427,7 @@ async def stopping_stack(nc, topology, scripted):
 async def test_without_continue_on_disconnect_the_step_is_recorded_aborted(stopping_stack):
     await leave_early(stopping_stack, "stopped")
     envs = await wait_for_finish(stopping_stack, "stopped")
+    assert isinstance(envs[-1].chunk, Finish)
     assert envs[-1].chunk.reason == "aborted"
     assert [e.ordinal for e in envs] == list(range(len(envs)))
 
@@ -427,11 +440,12 @@ async def test_translated_dialects_over_real_sockets(nc, topology, scripted):
     )
     real = await broker_deps(nc, topology)
     settings = GatewaySettings(port=0, keys=frozenset({GATEWAY_KEY}), provider_env=env)
-    msgs = [{"role": "user", "content": "weather?"}]
-    oa_tools = [
+    oa_msgs: list[ChatCompletionMessageParam] = [{"role": "user", "content": "weather?"}]
+    an_msgs: list[MessageParam] = [{"role": "user", "content": "weather?"}]
+    oa_tools: list[ChatCompletionToolUnionParam] = [
         {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
     ]
-    an_tools = [{"name": "get_weather", "input_schema": {"type": "object"}}]
+    an_tools: list[ToolUnionParam] = [{"name": "get_weather", "input_schema": {"type": "object"}}]
     try:
         async with GatewayServer(settings, real.deps) as server:
             async with (
@@ -439,7 +453,7 @@ async def test_translated_dialects_over_real_sockets(nc, topology, scripted):
                     base_url=server.url + "/v1", api_key=GATEWAY_KEY, max_retries=0
                 ) as oa,
                 oa.chat.completions.stream(
-                    model="anthropic/tools", messages=msgs, tools=oa_tools
+                    model="anthropic/tools", messages=oa_msgs, tools=oa_tools
                 ) as s,
             ):
                 oa_final = await s.get_final_completion()
@@ -448,7 +462,7 @@ async def test_translated_dialects_over_real_sockets(nc, topology, scripted):
                     base_url=server.url, api_key=GATEWAY_KEY, max_retries=0
                 ) as an,
                 an.messages.stream(
-                    model="openai/tools", max_tokens=50, messages=msgs, tools=an_tools
+                    model="openai/tools", max_tokens=50, messages=an_msgs, tools=an_tools
                 ) as s,
             ):
                 an_final = await s.get_final_message()
@@ -456,20 +470,19 @@ async def test_translated_dialects_over_real_sockets(nc, topology, scripted):
         await real.aclose()
     to_anthropic = {
         "model": "tools",
-        "messages": msgs,
+        "messages": oa_msgs,
         "max_tokens": 4096,
         "stream": True,
         "tools": an_tools,
     }
     want_a = expected_outcome("tools", to_anthropic, SCRIPTED, dialect="anthropic")
-    got_a = [
-        (c.id, c.function.name, json.loads(c.function.arguments))
-        for c in oa_final.choices[0].message.tool_calls
-    ]
+    oa_calls = oa_final.choices[0].message.tool_calls
+    assert oa_calls is not None
+    got_a = [(c.id, c.function.name, json.loads(c.function.arguments)) for c in oa_calls]
     assert got_a == [(c.id, c.name, json.loads(c.arguments)) for c in want_a.tool_calls]
     to_openai = {
         "model": "tools",
-        "messages": msgs,
+        "messages": an_msgs,
         "stream": True,
         "stream_options": {"include_usage": True},
         "tools": oa_tools,
@@ -477,4 +490,5 @@ async def test_translated_dialects_over_real_sockets(nc, topology, scripted):
     want_o = expected_outcome("tools", to_openai, SCRIPTED, dialect="openai")
     got_o = [(b.id, b.name, b.input) for b in an_final.content if b.type == "tool_use"]
     assert got_o == [(c.id, c.name, json.loads(c.arguments)) for c in want_o.tool_calls]
+    assert want_o.usage is not None
     assert an_final.usage.input_tokens == want_o.usage.input_tokens

@@ -27,6 +27,7 @@ from tests.gateway._helpers import GATEWAY_KEY, provider_env
 from tests.gateway.test_gateway_real import SCRIPTED, by_session, expected, read_stream
 from tokenwire.broker import EmbeddedServer, Topology, connect, ensure_topology, free_port
 from tokenwire.fold import fold
+from tokenwire.schemas import Message
 from tokenwire.services.scripted_provider import ScriptedServer
 
 SESSIONS = 8
@@ -124,7 +125,9 @@ async def test_gateways_share_sessions_with_no_conflict_but_the_documented_409(
                 assert {e.step for e in step} == {0}
                 assert [e.ordinal for e in step] == list(range(len(step))), (session, turn_no)
                 want = expected("openai", "text", session, messages)
-                assert fold([e.chunk for e in step]).text == want.text, (session, turn_no)
+                got = fold([e.chunk for e in step])
+                assert isinstance(got, Message), (session, turn_no)
+                assert got.text == want.text, (session, turn_no)
     finally:
         await close_client(nc)
         server.stop()

@@ -6,23 +6,44 @@ Ground truth: the scripted provider's ``expected_outcome`` for the request it re
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import openai
 import pytest
+from openai.types.responses import ToolParam
 
 from tests.fixtures.recordings import recordings_dir
 from tests.gateway._helpers import GATEWAY_KEY, provider_env
 from tokenwire.fold import fold
 from tokenwire.providers import normalise_body
+from tokenwire.schemas import Message
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
 from tokenwire.services.gateway._dialects.openai_responses import ResponsesStreamEncoder
-from tokenwire.services.scripted_provider import ScriptedServer, ScriptedSettings, expected_outcome
+from tokenwire.services.scripted_provider import (
+    Dialect,
+    ExpectedStep,
+    ScriptedServer,
+    ScriptedSettings,
+    expected_outcome,
+)
 
 SCRIPTED = ScriptedSettings(seed=9, length=6)
-TOOLS = [
-    {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}},
-    {"type": "function", "name": "get_time", "parameters": {"type": "object", "properties": {}}},
-]
+# Cast: the SDK's FunctionToolParam requires ``strict``, and these tools are sent without it.
+TOOLS = cast(
+    "list[ToolParam]",
+    [
+        {
+            "type": "function",
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {}},
+        },
+        {
+            "type": "function",
+            "name": "get_time",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    ],
+)
 ROUTES = ["scripted/tools", "openai/tools", "anthropic/tools"]
 
 
@@ -46,9 +67,9 @@ async def gateway(nc, topology):
             await real.aclose()
 
 
-def _want(scripted: ScriptedServer) -> object:
+def _want(scripted: ScriptedServer) -> ExpectedStep:
     got = scripted.received[-1]
-    dialect = "anthropic" if got.path == "/v1/messages" else "openai"
+    dialect: Dialect = "anthropic" if got.path == "/v1/messages" else "openai"
     return expected_outcome("tools", got.json(), SCRIPTED, headers=got.headers, dialect=dialect)
 
 
@@ -77,6 +98,8 @@ async def test_streamed_tool_calls_through_responses(gateway, model: str) -> Non
     assert kinds.count("response.output_item.added") == kinds.count("response.output_item.done")
     assert "response.function_call_arguments.delta" in kinds
     assert final.usage is not None
+    assert want.usage is not None
+    assert want.usage.input_tokens is not None
     assert final.usage.input_tokens == want.usage.input_tokens + (want.usage.cache_read_tokens or 0)
     body = scripted.received[-1].json()
     system = body.get("system") or body["messages"][0]["content"]
@@ -89,7 +112,7 @@ async def test_text_through_responses_streaming_and_not(gateway, model: str) -> 
     async with openai.AsyncOpenAI(base_url=url + "/v1", api_key=GATEWAY_KEY, max_retries=0) as oa:
         response = await oa.responses.create(model=model, input="hello")
         got = scripted.received[-1]
-        dialect = "anthropic" if got.path == "/v1/messages" else "openai"
+        dialect: Dialect = "anthropic" if got.path == "/v1/messages" else "openai"
         want = expected_outcome("text", got.json(), SCRIPTED, headers=got.headers, dialect=dialect)
         assert response.output_text == want.text
         assert response.status == "completed"
@@ -109,6 +132,7 @@ async def test_a_refused_field_is_a_400_naming_it(gateway) -> None:
             await oa.responses.create(
                 model="anthropic/text", input="x", previous_response_id="resp_earlier"
             )
+    assert isinstance(info.value.body, dict)
     assert info.value.body["param"] == "previous_response_id"
     assert "anthropic/text" in info.value.body["message"]
 
@@ -126,6 +150,8 @@ def test_encoded_events_fold_back_to_the_recordings_message(name: str) -> None:
     ours = encoder.start() + b"".join(encoder.encode(c) for c in chunks) + encoder.end()
     again = fold(normalise_body("openai-responses", ours))
     original = fold(chunks)
+    assert isinstance(again, Message)
+    assert isinstance(original, Message)
     assert again.content == original.content
     assert again.finish_reason == original.finish_reason
     assert again.usage == original.usage

@@ -4,6 +4,7 @@ echoes the gateway's provider key reaches the caller scrubbed, like the broker a
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from tests.gateway._helpers import ANTHROPIC_KEY, GATEWAY_KEY, OPENAI_KEY, make_rig
 
@@ -31,7 +32,7 @@ OPENAI_ECHO = (
 )  # fmt: skip
 
 
-async def _raw_stream(rig, path: str, body: dict, **headers: str) -> bytes:  # type: ignore[no-untyped-def]
+async def _raw_stream(rig, path: str, body: dict[str, Any], **headers: str) -> bytes:
     async with rig.client(**headers) as client:
         response = await client.post(path, json=body)
         return bytes(response.content)

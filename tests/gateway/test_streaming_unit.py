@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 
 import msgspec
+from anthropic.types import MessageParam
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
 
 from tests.gateway._helpers import (
     GATEWAY_KEY,
@@ -20,14 +22,17 @@ from tests.gateway._helpers import (
     text_of,
     tool_uses,
 )
-from tokenwire.providers import AnthropicNormaliser, OpenAIChatNormaliser
-from tokenwire.schemas import Finish
+from tokenwire.providers import AnthropicNormaliser, Normaliser, OpenAIChatNormaliser
+from tokenwire.schemas import Finish, StreamChunk
 from tokenwire.sse import SseParser
 
 USER = [{"role": "user", "content": "hi"}]
+# The same message, typed for each SDK's ``create``.
+OA_USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
+AN_USER: list[MessageParam] = [{"role": "user", "content": "hi"}]
 
 
-def normalised(body: bytes, normaliser) -> list:
+def normalised(body: bytes, normaliser: Normaliser) -> list[StreamChunk]:
     parser = SseParser()
     out = [c for e in parser.feed(body) + parser.close() for c in normaliser.feed(e)]
     return out + normaliser.close()
@@ -50,7 +55,7 @@ async def test_openai_passthrough_stream_matches_the_provider_and_strips_added_u
     body = recording("openai/chat-parallel-tool-calls-fragmented-usage.sse")
     rig = make_rig(body)
     stream = await rig.openai().chat.completions.create(
-        model="openai/gpt-4o", messages=USER, stream=True
+        model="openai/gpt-4o", messages=OA_USER, stream=True
     )
     got = await collect_openai(stream)
     want = await openai_oracle(body)
@@ -90,10 +95,11 @@ async def test_openai_passthrough_keeps_usage_when_asked_and_ends_with_done():
 async def test_openai_non_streaming_is_served_from_a_streamed_call():
     body = recording("openai/chat-text-include-usage.sse")
     rig = make_rig(body)
-    completion = await rig.openai().chat.completions.create(model="openai/gpt-4o", messages=USER)
+    completion = await rig.openai().chat.completions.create(model="openai/gpt-4o", messages=OA_USER)
     want = await openai_oracle(body)
     assert completion.choices[0].message.content == want["text"]
     assert completion.choices[0].finish_reason == "stop"
+    assert completion.usage is not None
     assert completion.usage.prompt_tokens == want["usage"].prompt_tokens
     assert completion.usage.completion_tokens == want["usage"].completion_tokens
     assert json.loads(rig.upstream.requests[0][1])["stream"] is True
@@ -104,7 +110,7 @@ async def test_anthropic_passthrough_stream_matches_the_provider():
     body = recording("anthropic/messages-two-tool-uses-input-json-delta.sse")
     rig = make_rig(body)
     async with rig.anthropic().messages.stream(
-        model="anthropic/claude-sonnet-4-5", max_tokens=100, messages=USER
+        model="anthropic/claude-sonnet-4-5", max_tokens=100, messages=AN_USER
     ) as stream:
         got = await stream.get_final_message()
     want = await anthropic_oracle(body)
@@ -123,7 +129,7 @@ async def test_anthropic_non_streaming_message():
     body = recording("anthropic/messages-thinking-then-text.sse")
     rig = make_rig(body)
     got = await rig.anthropic().messages.create(
-        model="anthropic/claude-sonnet-4-5", max_tokens=100, messages=USER
+        model="anthropic/claude-sonnet-4-5", max_tokens=100, messages=AN_USER
     )
     want = await anthropic_oracle(body)
     assert text_of(got) == text_of(want)
@@ -134,10 +140,12 @@ async def test_anthropic_non_streaming_message():
 async def test_openai_caller_to_anthropic_provider_is_translated():
     body = recording("anthropic/messages-two-tool-uses-input-json-delta.sse")
     rig = make_rig(body)
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+    tools: list[ChatCompletionToolUnionParam] = [
+        {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
+    ]
     stream = await rig.openai().chat.completions.create(
         model="anthropic/claude-sonnet-4-5",
-        messages=[{"role": "system", "content": "be brief"}, *USER],
+        messages=[{"role": "system", "content": "be brief"}, *OA_USER],
         tools=tools,
         max_tokens=50,
         stream=True,
@@ -165,7 +173,7 @@ async def test_anthropic_caller_to_openai_provider_is_translated():
     body = recording("openai/chat-parallel-tool-calls-fragmented-usage.sse")
     rig = make_rig(body)
     async with rig.anthropic().messages.stream(
-        model="openai/gpt-4o", max_tokens=100, messages=USER, system="sys"
+        model="openai/gpt-4o", max_tokens=100, messages=AN_USER, system="sys"
     ) as stream:
         got = await stream.get_final_message()
     want = await openai_oracle(body)
@@ -183,7 +191,9 @@ async def test_anthropic_caller_to_openai_provider_is_translated():
 async def test_anthropic_caller_non_streaming_from_openai_text():
     body = recording("openai/chat-text-include-usage.sse")
     rig = make_rig(body)
-    got = await rig.anthropic().messages.create(model="openai/gpt-4o", max_tokens=10, messages=USER)
+    got = await rig.anthropic().messages.create(
+        model="openai/gpt-4o", max_tokens=10, messages=AN_USER
+    )
     want = await openai_oracle(body)
     assert text_of(got) == want["text"]
     assert got.stop_reason == "end_turn"

@@ -16,7 +16,7 @@ PROPAGATOR = TraceContextTextMapPropagator()
 NO_TRACER = trace.NoOpTracerProvider().get_tracer("test")
 
 
-def start_step_span(headers, rng, tracer=NO_TRACER, recording=False):  # type: ignore[no-untyped-def]
+def start_step_span(headers, rng, tracer=NO_TRACER, recording=False):
     return _start(headers, rng, tracer, recording, "chat m", {"gen_ai.request.model": "m"}, 1)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 import openai
+from anthropic.types import MessageParam
 from nats.aio.client import Client
 
 from tests.fixtures.recordings import recordings_dir
@@ -57,7 +58,8 @@ def gemini_parts(body: bytes) -> tuple[str, list[dict[str, Any]], str]:
 
 
 def sent(rig: Any) -> dict[str, Any]:
-    return msgspec.json.decode(rig.upstream.requests[0][1])
+    body: dict[str, Any] = msgspec.json.decode(rig.upstream.requests[0][1])
+    return body
 
 
 # -- Gemini ---------------------------------------------------------------------------------
@@ -504,7 +506,7 @@ async def test_signed_ids_go_plain_when_translated_to_anthropic():
 
 async def test_signed_ids_go_plain_from_an_anthropic_caller_to_anthropic():
     rig = make_rig(recording("anthropic/messages-text-short.sse"))
-    messages = [
+    messages: list[MessageParam] = [
         {"role": "user", "content": "country?"},
         {"role": "assistant", "content": [
             {"type": "tool_use", "id": SIGNED, "name": "get_country", "input": {}}]},

@@ -16,6 +16,8 @@ import anthropic
 import msgspec
 import openai
 import pytest
+from anthropic.types import ToolUnionParam
+from openai.types.chat import ChatCompletionToolUnionParam
 
 from tests.gateway._helpers import GATEWAY_KEY, provider_env
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
@@ -52,13 +54,15 @@ SCHEMA = {
     "required": ["city"],
     "additionalProperties": False,
 }
-WEATHER_OA = [
+WEATHER_OA: list[ChatCompletionToolUnionParam] = [
     {
         "type": "function",
         "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}},
     }
 ]
-WEATHER_AN = [{"name": "get_weather", "input_schema": {"type": "object", "properties": {}}}]
+WEATHER_AN: list[ToolUnionParam] = [
+    {"name": "get_weather", "input_schema": {"type": "object", "properties": {}}}
+]
 PIXEL = (
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGA"
     + "hKmMIQAAAABJRU5ErkJggg=="
@@ -98,11 +102,12 @@ def test_the_counts() -> None:
 
 
 def _translated(caller: str, model: str, body: dict[str, Any], **headers: str) -> Any:
-    ep: CallerCodec[Any] = {
+    codecs: dict[str, CallerCodec[Any]] = {
         "openai-chat": OPENAI_CHAT,
         "anthropic-messages": ANTHROPIC_MESSAGES,
         "openai-responses": OPENAI_RESPONSES,
-    }[caller]
+    }
+    ep = codecs[caller]
     env = provider_env(GEMINI_API_KEY="g-key")
     route = resolve(model, ep.dialect, env)
     req = ep.parse(body)

@@ -191,8 +191,8 @@ class HostileUpstream:
             head = await reader.readuntil(b"\r\n\r\n")
             length = 0
             for line in head.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
+                header, _, value = line.partition(b":")
+                if header.strip().lower() == b"content-length":
                     length = int(value)
             body = json.loads(await reader.readexactly(length))
         self.requests += 1

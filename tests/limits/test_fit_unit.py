@@ -9,6 +9,7 @@ from tokenwire.schemas import (
     BlockEnd,
     Finish,
     ImageBlock,
+    Message,
     ReasoningBlock,
     ReasoningDelta,
     StreamChunk,
@@ -77,4 +78,6 @@ def test_a_block_kind_that_never_streams_cannot_be_fitted() -> None:
 def test_old_payloads_without_by_reference_fold_as_before() -> None:
     chunks: list[StreamChunk] = [TextDelta(0, "hi"), BlockEnd(0, TextBlock("hello")),
                                  Finish("stop")]  # fmt: skip
-    assert fold(chunks).text == "hello"  # the block-end's own content stays authoritative
+    folded = fold(chunks)
+    assert isinstance(folded, Message)
+    assert folded.text == "hello"  # the block-end's own content stays authoritative

@@ -13,8 +13,9 @@ import contextlib
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -83,7 +84,7 @@ async def stream_for(url: str, model: str, reads: int) -> None:
                     return
 
 
-async def peak_during(proc: psutil.Process, load: asyncio.Future[object]) -> int:
+async def peak_during(proc: psutil.Process, load: asyncio.Future[Any]) -> int:
     peak = proc.memory_info().rss
     while not load.done():
         peak = max(peak, proc.memory_info().rss)
@@ -125,7 +126,7 @@ async def test_gateway_rss_stays_bounded_under_hostile_streams_and_headers(tmp_p
         gateway_process(nats.url, upstream.url) as (url, proc),
     ):
         base = proc.memory_info().rss
-        loads = {
+        loads: dict[str, list[Coroutine[Any, Any, object]]] = {
             "one stream of empty events": [stream_for(url, "empty-events", 20_000)],
             "three endless streams": [stream_for(url, "endless", 20_000) for _ in range(3)],
             "eight 64 MB unfinished headers": [slow_headers(url, 8, 64 * MB)],

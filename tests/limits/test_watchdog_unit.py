@@ -31,7 +31,7 @@ async def test_expiry_while_reading_cancels_the_watched_task() -> None:
         await never
 
     task = asyncio.create_task(read())
-    dog = Watchdog(task, max_s=0.01, idle_s=60)  # type: ignore[arg-type]
+    dog = Watchdog(task, max_s=0.01, idle_s=60)
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 5)
     assert dog.fired

@@ -37,9 +37,9 @@ class Received:
     metrics: list[ExportMetricsServiceRequest] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def spans(self) -> list[tuple[str, Any]]:
+    def spans(self) -> list[tuple[str | None, Any]]:
         """(service.name, span) for every span received."""
-        out = []
+        out: list[tuple[str | None, Any]] = []
         with self.lock:
             for request in self.traces:
                 for rs in request.resource_spans:
@@ -47,12 +47,12 @@ class Received:
                     out.extend((service, s) for ss in rs.scope_spans for s in ss.spans)
         return out
 
-    def metric_points(self, name: str) -> list[tuple[str, Any, dict[str, Any]]]:
+    def metric_points(self, name: str) -> list[tuple[str | None, Any, dict[str, Any]]]:
         """(service.name, point, attributes) of every data point of metric ``name`` in each
         service's last export (the points are cumulative: each export repeats the totals)."""
-        out = []
+        out: list[tuple[str | None, Any, dict[str, Any]]] = []
         with self.lock:
-            last: dict[str, Any] = {}
+            last: dict[str | None, Any] = {}
             for request in self.metrics:
                 for rm in request.resource_metrics:
                     last[attributes(rm.resource.attributes).get("service.name")] = rm

@@ -171,8 +171,8 @@ async def test_one_client_span_per_call_tokens_errors_and_no_content(
         metrics = TelemetryMetrics()
         try:
             statuses, prometheus = await _through_the_gateway(nc, topology, gw_otel, tps)
-            otel = OtelSignals(tel_otel.tracer_provider)
-            consumer = TelemetryConsumer(nc=nc, topology=topology, metrics=metrics, otel=otel)
+            signals = OtelSignals(tel_otel.tracer_provider)
+            consumer = TelemetryConsumer(nc=nc, topology=topology, metrics=metrics, otel=signals)
             await asyncio.wait_for(consumer.run(asyncio.Event(), burst=True), 60)
             settings = settings_for(nats_url, topology, sqlite_url)
             await asyncio.wait_for(run_assembler(settings, otel=asm_otel), 60)
@@ -248,7 +248,7 @@ def _check_client_span(call: Call, span: Any) -> None:
 
 
 def _check_consumer_spans(
-    spans: list[tuple[str, Any]], client_spans: dict[str, Any], tps: list[tuple[str, str]]
+    spans: list[tuple[str | None, Any]], client_spans: dict[str, Any], tps: list[tuple[str, str]]
 ) -> None:
     """The consumer's span of every step is a child of the step's client span (one trace)."""
     consumer = [(svc, s) for svc, s in spans if svc == "tokenwire-telemetry"]
@@ -261,7 +261,7 @@ def _check_consumer_spans(
 
 
 def _check_assembler_spans(
-    spans: list[tuple[str, Any]], client_spans: dict[str, Any], tps: list[tuple[str, str]]
+    spans: list[tuple[str | None, Any]], client_spans: dict[str, Any], tps: list[tuple[str, str]]
 ) -> None:
     """The assembler's commit span of every step is a child of the step's client span."""
     commits = [s for svc, s in spans if svc == "tokenwire-assembler"]

@@ -33,6 +33,7 @@ from tokenwire.providers import (
 from tokenwire.schemas import (
     BlockEnd,
     BlockStart,
+    BlockType,
     ContentBlock,
     Finish,
     ReasoningBlock,
@@ -198,7 +199,7 @@ def check_contract(chunks: list[StreamChunk]) -> None:
 
 def rebuild_blocks(chunks: list[StreamChunk]) -> dict[int, ContentBlock]:
     """Each block as its deltas alone spell it (first name and id seen win)."""
-    kinds: dict[int, str] = {}
+    kinds: dict[int, BlockType] = {}
     parts: dict[int, list[str]] = {}
     heads: dict[int, tuple[str, str]] = {}
     for chunk in chunks:

@@ -337,7 +337,8 @@ def test_recording_any_split_gives_the_same_chunks(name: str) -> None:
 
 
 def sdk_message(name: str) -> Any:
-    snapshot, bufs = None, {}
+    snapshot = None
+    bufs: dict[int, bytes] = {}
     for event in recording(name):
         if event.event == "ping":
             continue

@@ -322,7 +322,7 @@ def test_finish_reason_mapping(reason: str, finish: str, retryable: bool | None)
 
 
 def test_function_calls_keep_provider_ids_and_args_bytes_and_end_open_text() -> None:
-    parts = [
+    parts: list[dict[str, Any]] = [
         {"text": "Let me check."},
         {"functionCall": {"id": "fc-1", "name": "a", "args": {"x": [1, 2]}}},
         {"functionCall": {"name": "b", "args": {}}},

@@ -11,6 +11,7 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from openai._models import construct_type
@@ -36,6 +37,7 @@ from tokenwire.providers import OpenAIChatNormaliser
 from tokenwire.schemas import (
     ContentBlock,
     Finish,
+    FinishReason,
     Message,
     ReasoningBlock,
     RecordedError,
@@ -219,7 +221,9 @@ def sdk_snapshot(body: bytes):
             if line.startswith("data: ") and line != "data: [DONE]":
                 data = json.loads(line[6:])
                 if data.get("object") != "text_completion" and "error" not in data:
-                    state.handle_chunk(construct_type(type_=ChatCompletionChunk, value=data))
+                    parsed = construct_type(type_=ChatCompletionChunk, value=data)
+                    assert isinstance(parsed, ChatCompletionChunk)
+                    state.handle_chunk(parsed)
     return state.current_completion_snapshot.choices[0]
 
 
@@ -242,15 +246,21 @@ def test_blocks_match_the_openai_sdk_accumulator(recordings: Path, case: Case) -
     assert "".join(b.text for b in blocks if isinstance(b, ReasoningBlock)) == reasoning
     calls = [(c.id, c.function.name, c.function.arguments) for c in choice.message.tool_calls or []]
     assert [(b.id, b.name, b.arguments) for b in blocks if isinstance(b, ToolCallBlock)] == calls
-    sdk_reason = {"stop": "stop", "length": "max-tokens", "tool_calls": "tool-calls"}
-    expected = "refusal" if choice.message.refusal else sdk_reason[choice.finish_reason]
+    sdk_reason: dict[str, FinishReason] = {
+        "stop": "stop",
+        "length": "max-tokens",
+        "tool_calls": "tool-calls",
+    }
+    expected: FinishReason = (
+        "refusal" if choice.message.refusal else sdk_reason[choice.finish_reason]
+    )
     assert chunks[-1] == Finish(reason=expected)
 
 
 # --- synthetic streams: the error paths and the mappings no recording shows ---
 
 
-def chunk(delta: dict | None = None, finish: str | None = None, **extra) -> SseEvent:
+def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **extra) -> SseEvent:
     choice = {"index": 0, "delta": delta or {}, "finish_reason": finish}
     return SseEvent(data=json.dumps({"choices": [choice], **extra}))
 

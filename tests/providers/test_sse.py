@@ -112,7 +112,7 @@ def test_buffer_bound_raises_typed_error_with_sizes() -> None:
 # --- property: an abstract stream, serialised with random framing and split anywhere ---
 
 _text = st.text(
-    alphabet=st.characters(blacklist_characters="\r\n\x00", blacklist_categories=("Cs",)),
+    alphabet=st.characters(blacklist_characters="\r\n\x00", blacklist_categories=["Cs"]),
     max_size=12,
 )
 _event = st.tuples(

@@ -11,6 +11,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,7 +89,7 @@ def recorded_session(env: dict[str, str], *, store: bool = True) -> str:
     return session
 
 
-def jsonl(text: str) -> list[dict]:
+def jsonl(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
@@ -237,8 +238,8 @@ def test_status_redacts_the_store_password(env, pg_url, capsys):
     assert "@" not in url  # URLs lose their userinfo
 
 
-async def _read_lines(proc, count: int) -> list[dict]:
-    lines = []
+async def _read_lines(proc, count: int) -> list[dict[str, Any]]:
+    lines: list[dict[str, Any]] = []
     while len(lines) < count:
         raw = await asyncio.wait_for(proc.stdout.readline(), 20)
         assert raw, "tail ended early"
@@ -260,8 +261,9 @@ async def test_a_killed_tail_resumes_from_its_last_id_missing_and_repeating_noth
     try:
         await publish(nc, t, sent[:half])
         argv = [sys.executable, "-m", "tokenwire", "tail", session, "--json"]
-        spawn = {"stdout": asyncio.subprocess.PIPE, "stderr": asyncio.subprocess.PIPE,
-                 "env": {**os.environ, **env}}  # fmt: skip
+        spawn: dict[str, Any] = {"stdout": asyncio.subprocess.PIPE,
+                                 "stderr": asyncio.subprocess.PIPE,
+                                 "env": {**os.environ, **env}}  # fmt: skip
         first = await asyncio.create_subprocess_exec(*argv, **spawn)
         before = await _read_lines(first, 30)
         first.kill()  # SIGKILL: no chance to say anything

@@ -38,7 +38,8 @@ async def call(url: str, session: str, scenario: str) -> tuple[str, list[tuple[s
     """Stream one completion; return the text and the tool calls the caller assembled."""
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=GATEWAY_KEY, max_retries=0,
                                 default_headers={"X-Tokenwire-Session": session})  # fmt: skip
-    text, calls = "", {}
+    text = ""
+    calls: dict[int, tuple[str, str]] = {}
     try:
         stream = await client.chat.completions.create(
             model=f"scripted/{scenario}", stream=True,

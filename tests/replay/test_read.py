@@ -29,7 +29,7 @@ from tokenwire.replay import (
     paced,
     read_session,
 )
-from tokenwire.schemas import TextDelta
+from tokenwire.schemas import TextDelta, Usage
 
 
 def new_session() -> str:
@@ -55,6 +55,7 @@ async def test_replay_shows_exactly_the_scripted_session(nc, topology):
     assert dict(got.reasoning) == EXPECTED_REASONING
     assert got.calls[0, 0] == list(CALLS_0)
     assert got.calls.get((1, 1), []) == []  # the truncated call is never shown
+    assert isinstance(SCRIPT[0, 0][-2], Usage)
     assert got.ends[0, 0] == ShownFinish("tool-calls", SCRIPT[0, 0][-2].usage)
     assert isinstance(got.ends[1, 1], ShownFinish)
     assert got.ends[1, 1].dropped_tool_calls == 1
@@ -191,13 +192,12 @@ class _LaggingReplica:
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import tokenwire.broker._batches as source
+        from tokenwire.broker._ordered import ordered_subscribe as real  # what _batches calls
 
-        real = source.ordered_subscribe
-
-        async def placed(js, subject, *, cb, **kwargs):  # type: ignore[no-untyped-def]  # a stand-in for nats-py's untyped callbacks
+        async def placed(js, subject, *, cb, **kwargs):
             delivered: list[object] = []
 
-            async def lagging_cb(msg):  # type: ignore[no-untyped-def]  # a stand-in for nats-py's untyped callbacks
+            async def lagging_cb(msg):
                 delivered.append(msg)
                 if not (self.never and msg.metadata.num_pending < self.behind):
                     await cb(msg)
@@ -205,14 +205,16 @@ class _LaggingReplica:
             sub = await real(js, subject, cb=lagging_cb, **kwargs)
             info = sub.consumer_info
 
-            async def replica_info():  # type: ignore[no-untyped-def]  # a stand-in for nats-py's untyped callbacks
+            async def replica_info():
                 got = await info()  # the replica holds ``behind`` fewer of the session
+                assert got.delivered is not None
+                assert got.num_pending is not None
                 held = max(0, got.num_pending + got.delivered.consumer_seq - self.behind)
                 got.delivered.consumer_seq = min(got.delivered.consumer_seq, held)
                 got.num_pending = held - got.delivered.consumer_seq
                 return got
 
-            sub.consumer_info = replica_info
+            sub.consumer_info = replica_info  # type: ignore[method-assign]  # the replica's count
             return sub
 
         monkeypatch.setattr(source, "ordered_subscribe", placed)

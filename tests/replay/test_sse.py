@@ -6,6 +6,7 @@ import asyncio
 import json
 import socket
 import uuid
+from typing import Any
 
 import httpx
 import pytest
@@ -15,7 +16,7 @@ from starlette.applications import Starlette
 from tests.replay.http import serve
 from tests.replay.sessions import EXPECTED_TEXT, commit_folded, envelopes, publish, split
 from tokenwire.replay import SlowReaderPolicy, SseStats, events_router, read_session
-from tokenwire.schemas import Finish, TextDelta
+from tokenwire.schemas import ChunkEnvelope, Finish, StreamChunk, TextDelta
 from tokenwire.store import open_store
 
 
@@ -160,9 +161,10 @@ async def test_sessions_and_messages_come_from_the_store(nc, topology, store, ba
     assert missing.status_code == 404
 
 
-def many_steps(session: str, steps: int) -> tuple[list, dict[tuple[int, int], str]]:
+def many_steps(session: str, steps: int) -> tuple[list[ChunkEnvelope], dict[tuple[int, int], str]]:
     """``steps`` short steps (text + finish), so a full queue cannot merge a step's start."""
-    script, expected = {}, {}
+    script: dict[tuple[int, int], list[StreamChunk]] = {}
+    expected: dict[tuple[int, int], str] = {}
     for i in range(steps):
         text = f"Step {i} streams a few words of text. "
         script[0, i] = [*(TextDelta(0, t) for t in split(text, 5)), Finish("stop")]
@@ -181,7 +183,7 @@ def dechunk(body: bytes) -> bytes:
     return out
 
 
-def parse_sse(text: str) -> list[tuple[str, str | None, dict | None]]:
+def parse_sse(text: str) -> list[tuple[str, str | None, dict[str, Any] | None]]:
     events = []
     for block in text.split("\n\n"):
         fields: dict[str, str] = {}
@@ -247,8 +249,9 @@ async def test_a_reader_that_does_not_read_is_told_it_lagged_and_never_blocks_th
     kinds = [kind for kind, _, _ in events]
     assert kinds[-1] == "lagged"
     assert kinds.count("lagged") == 1
-    chunk_ids = [int(i) for kind, i, _ in events if kind == "chunk"]
+    chunk_ids = [int(i) for kind, i, _ in events if kind == "chunk"]  # type: ignore[arg-type]  # chunk events have ids
     lagged = events[-1][2]
+    assert lagged is not None
     assert lagged["last_id"] == chunk_ids[-1]
     assert lagged["from_seq"] == chunk_ids[-1] + 1
 

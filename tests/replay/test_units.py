@@ -95,12 +95,15 @@ def test_coalescing_keeps_the_text_and_advances_the_id():
     a = event(5, TextDelta(0, "Hel"), shown=[ShownText(0, "Hel")])
     b = event(6, TextDelta(0, "lo"), shown=[ShownText(0, "lo")])
     merged = coalesce(a, b, 100)
+    assert merged is not None
     assert merged.seq == 6
     assert merged.coalesced == 1
     assert merged.shown == (ShownText(0, "Hello"),)
     assert merged.envelope.chunk == TextDelta(0, "Hello")
     invisible = event(7, Usage(TokenUsage(output_tokens=3)))
-    assert coalesce(merged, invisible, 100).seq == 7
+    absorbed = coalesce(merged, invisible, 100)
+    assert absorbed is not None
+    assert absorbed.seq == 7
     assert coalesce(a, b, 4) is None  # past the merged-text bound
     assert coalesce(a, event(6, TextDelta(1, "x"), shown=[ShownText(1, "x")]), 100) is None
     assert coalesce(a, event(6, TextDelta(0, "x"), shown=[ShownReasoning(0, "x")]), 100) is None
@@ -120,8 +123,12 @@ async def test_the_client_queue_never_waits_and_reports_lag():
     queue.lag()
     first = await queue.take(0.01)
     second = await queue.take(0.01)
+    assert isinstance(first, ReplayEvent)
+    assert isinstance(second, ReplayEvent)
     assert (first.seq, second.seq, second.coalesced) == (1, 3, 1)
-    assert (await queue.take(0.01)).value == "lagged"
+    signal = await queue.take(0.01)
+    assert not isinstance(signal, ReplayEvent)
+    assert signal.value == "lagged"
 
 
 async def test_a_drained_queue_lets_the_read_resume():

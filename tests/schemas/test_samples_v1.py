@@ -302,7 +302,7 @@ def test_every_sample_has_an_expectation() -> None:
 
 def test_the_samples_cover_every_variant() -> None:
     chunk_types = {type(e.chunk) for e in ENVELOPES.values()}
-    assert chunk_types == set(StreamChunk.__args__)  # type: ignore[attr-defined]
+    assert chunk_types == set(StreamChunk.__args__)
     block_types = {type(e.chunk.block) for e in ENVELOPES.values() if isinstance(e.chunk, BlockEnd)}
     assert block_types == {TextBlock, ReasoningBlock, ToolCallBlock, ToolResultBlock, ImageBlock}
     assert {type(e) for e in EVENTS.values()} == {ChunkEvent, MessageEvent, ErrorEvent}

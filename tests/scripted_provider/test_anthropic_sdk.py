@@ -16,12 +16,16 @@ from tokenwire.services.scripted_provider import ExpectedStep, ScriptedSettings,
 USER = [{"role": "user", "content": "What is the weather?"}]
 
 
-def request(model: str, *, stream: bool = True, messages: Any = None, **extra: Any) -> dict:
+def request(
+    model: str, *, stream: bool = True, messages: Any = None, **extra: Any
+) -> dict[str, Any]:
     body = {"model": model, "max_tokens": 1024, "messages": messages or USER, "stream": stream}
     return body | extra
 
 
-async def stream_seen(client: anthropic.AsyncAnthropic, body: dict, **kwargs: Any) -> Seen:
+async def stream_seen(
+    client: anthropic.AsyncAnthropic, body: dict[str, Any], **kwargs: Any
+) -> Seen:
     """Stream with the SDK's helper; tool inputs as the raw JSON the SDK saw streamed."""
     args = {k: v for k, v in body.items() if k != "stream"}
     raw: dict[int, str] = {}

@@ -25,7 +25,10 @@ def body(model: str, stream: bool) -> dict[str, Any]:
 
 
 async def fetch(
-    settings: ScriptedSettings, path: str, payload: dict, headers: dict | None = None
+    settings: ScriptedSettings,
+    path: str,
+    payload: dict[str, Any],
+    headers: dict[str, str] | None = None,
 ) -> bytes:
     async with (
         ScriptedServer(settings, clock=lambda: FIXED_CLOCK) as server,
@@ -53,7 +56,7 @@ async def test_same_request_same_bytes_across_servers(
         {"messages": [*USER, {"role": "assistant", "content": "ok"}, *USER]},
     ],
 )
-async def test_seed_session_and_history_change_the_content(change: dict) -> None:
+async def test_seed_session_and_history_change_the_content(change: dict[str, Any]) -> None:
     payload = body("text", True) | (
         {"messages": change["messages"]} if "messages" in change else {}
     )

@@ -9,8 +9,11 @@ from typing import Any
 
 import anthropic
 import httpx
+import httpx2
 import openai
 import pytest
+from anthropic.types import MessageParam, TextBlock
+from openai.types.chat import ChatCompletionMessageParam
 
 from tokenwire.services.scripted_provider import (
     ScriptedServer,
@@ -20,6 +23,9 @@ from tokenwire.services.scripted_provider import (
 from tokenwire.services.scripted_provider._server import SHUTDOWN_GRACE_S
 
 USER = [{"role": "user", "content": "hi"}]
+# The same message, typed for each SDK's ``create``.
+OA_USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
+AN_USER: list[MessageParam] = [{"role": "user", "content": "hi"}]
 
 
 def oa_body(model: str) -> dict[str, Any]:
@@ -31,7 +37,7 @@ def an_body(model: str) -> dict[str, Any]:
 
 
 async def openai_text_until_failure(
-    client: openai.AsyncOpenAI, body: dict, **kw: Any
+    client: openai.AsyncOpenAI, body: dict[str, Any], **kw: Any
 ) -> tuple[str, BaseException]:
     """The text the SDK delivered before the stream failed, and the failure."""
     seen: list[str] = []
@@ -46,7 +52,7 @@ async def openai_text_until_failure(
 
 
 async def anthropic_text_until_failure(
-    client: anthropic.AsyncAnthropic, body: dict, **kw: Any
+    client: anthropic.AsyncAnthropic, body: dict[str, Any], **kw: Any
 ) -> tuple[str, BaseException]:
     seen: list[str] = []
     args = {k: v for k, v in body.items() if k != "stream"}
@@ -77,6 +83,7 @@ async def test_openai_midstream_error_chunk_raises_after_the_text(
     expected = expected_outcome("error", body, settings)
     assert isinstance(exc, openai.APIError)
     assert isinstance(exc.body, dict)
+    assert expected.error is not None
     assert exc.body["code"] == expected.error.code == "server_error"
     assert exc.message == expected.error.message
     assert text == expected.text
@@ -92,6 +99,8 @@ async def test_anthropic_midstream_error_event_is_overloaded(
     text, exc = await anthropic_text_until_failure(anthropic_client, body)
     expected = expected_outcome("error", body, settings, dialect="anthropic")
     assert isinstance(exc, anthropic.APIStatusError)
+    assert isinstance(exc.body, dict)
+    assert expected.error is not None
     assert exc.body["error"]["type"] == expected.error.code == "overloaded_error"
     assert text == expected.text
 
@@ -152,10 +161,9 @@ async def test_anthropic_truncate_has_no_stop_reason(
     ) as s:
         final = await s.get_final_message()
     assert final.stop_reason is None
-    assert (
-        final.content[0].text
-        == expected_outcome("truncate", body, settings, dialect="anthropic").text
-    )
+    block = final.content[0]
+    assert isinstance(block, TextBlock)
+    assert block.text == expected_outcome("truncate", body, settings, dialect="anthropic").text
 
 
 async def test_stall_is_detected_by_a_short_client_timeout(
@@ -163,7 +171,7 @@ async def test_stall_is_detected_by_a_short_client_timeout(
 ) -> None:
     body = oa_body("stall")
     client = openai.AsyncOpenAI(
-        base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=httpx.Timeout(0.5)
+        base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=httpx2.Timeout(0.5)
     )
     async with client:
         text, exc = await openai_text_until_failure(client, body)
@@ -184,7 +192,9 @@ async def test_a_short_stall_resumes_and_completes(
     async with anthropic_client.messages.stream(**args, extra_headers=headers) as s:
         final = await s.get_final_message()
     expected = expected_outcome("stall", body, settings, headers=headers, dialect="anthropic")
-    assert final.content[0].text == expected.text
+    block = final.content[0]
+    assert isinstance(block, TextBlock)
+    assert block.text == expected.text
     assert final.stop_reason == "end_turn"
 
 
@@ -218,6 +228,7 @@ async def test_openai_http_errors_before_the_stream(
         await openai_client.chat.completions.create(**body)
     expected = expected_outcome(scenario, body, settings)
     assert info.value.status_code == expected.http_status == status
+    assert expected.error is not None
     assert info.value.code == expected.error.code
     assert expected.error.retryable
     if status == 429:
@@ -240,6 +251,8 @@ async def test_anthropic_http_errors_before_the_stream(
         await anthropic_client.messages.create(**body)
     expected = expected_outcome(scenario, body, settings, dialect="anthropic")
     assert info.value.status_code == expected.http_status == status
+    assert isinstance(info.value.body, dict)
+    assert expected.error is not None
     assert info.value.body["error"]["type"] == expected.error.code
 
 
@@ -247,9 +260,9 @@ async def test_non_streaming_error_is_an_overload_status(
     openai_client: openai.AsyncOpenAI, anthropic_client: anthropic.AsyncAnthropic
 ) -> None:
     with pytest.raises(openai.InternalServerError) as oa:
-        await openai_client.chat.completions.create(model="error", messages=USER)
+        await openai_client.chat.completions.create(model="error", messages=OA_USER)
     with pytest.raises(anthropic.APIStatusError) as an:
-        await anthropic_client.messages.create(model="error", max_tokens=9, messages=USER)
+        await anthropic_client.messages.create(model="error", max_tokens=9, messages=AN_USER)
     assert (oa.value.status_code, an.value.status_code) == (503, 529)
 
 
@@ -257,9 +270,10 @@ async def test_unknown_scenario_is_not_found_in_both_dialects(
     openai_client: openai.AsyncOpenAI, anthropic_client: anthropic.AsyncAnthropic
 ) -> None:
     with pytest.raises(openai.NotFoundError):
-        await openai_client.chat.completions.create(model="scripted/nope", messages=USER)
+        await openai_client.chat.completions.create(model="scripted/nope", messages=OA_USER)
     with pytest.raises(anthropic.NotFoundError) as info:
-        await anthropic_client.messages.create(model="nope", max_tokens=9, messages=USER)
+        await anthropic_client.messages.create(model="nope", max_tokens=9, messages=AN_USER)
+    assert isinstance(info.value.body, dict)
     assert info.value.body["error"]["type"] == "not_found_error"
 
 
@@ -278,7 +292,7 @@ async def test_invalid_overrides_are_bad_requests(
 ) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         await openai_client.chat.completions.create(
-            model="text", messages=USER, extra_headers=headers
+            model="text", messages=OA_USER, extra_headers=headers
         )
     assert info.value.code == "invalid_request_error"
 
@@ -287,7 +301,8 @@ async def test_unknown_model_option_is_a_bad_request(
     anthropic_client: anthropic.AsyncAnthropic,
 ) -> None:
     with pytest.raises(anthropic.BadRequestError) as info:
-        await anthropic_client.messages.create(model="text?speed=9", max_tokens=9, messages=USER)
+        await anthropic_client.messages.create(model="text?speed=9", max_tokens=9, messages=AN_USER)
+    assert isinstance(info.value.body, dict)
     assert "speed" in info.value.body["error"]["message"]
 
 
@@ -322,5 +337,5 @@ async def test_healthz(server: ScriptedServer) -> None:
 
 async def test_non_streaming_drop_closes_the_connection(openai_client: openai.AsyncOpenAI) -> None:
     with pytest.raises(openai.APIConnectionError) as info:
-        await openai_client.chat.completions.create(model="drop", messages=USER)
+        await openai_client.chat.completions.create(model="drop", messages=OA_USER)
     assert caused_by(info.value, "RemoteProtocolError")

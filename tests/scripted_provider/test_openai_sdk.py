@@ -14,14 +14,16 @@ from tokenwire.services.scripted_provider import ExpectedStep, ScriptedSettings,
 USER = [{"role": "user", "content": "What is the weather?"}]
 
 
-def request(model: str, *, stream: bool = True, messages: Any = None, **extra: Any) -> dict:
+def request(
+    model: str, *, stream: bool = True, messages: Any = None, **extra: Any
+) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "messages": messages or USER, "stream": stream}
     if stream:
         body["stream_options"] = {"include_usage": True}
     return body | extra
 
 
-async def stream_seen(client: openai.AsyncOpenAI, body: dict, **kwargs: Any) -> Seen:
+async def stream_seen(client: openai.AsyncOpenAI, body: dict[str, Any], **kwargs: Any) -> Seen:
     """Stream with the SDK's helper and take its accumulated snapshot.
 
     The snapshot, not ``get_final_completion()``, because the helper refuses to finalise a
@@ -144,7 +146,7 @@ async def test_session_header_changes_the_content(
 async def test_without_include_usage_no_usage_is_sent(
     openai_client: openai.AsyncOpenAI, settings: ScriptedSettings
 ) -> None:
-    body = {"model": "text", "messages": USER, "stream": True}
+    body: dict[str, Any] = {"model": "text", "messages": USER, "stream": True}
     chunks = [c async for c in await openai_client.chat.completions.create(**body)]
     assert all(c.usage is None for c in chunks)
     assert expected_outcome("text", body, settings).usage is None

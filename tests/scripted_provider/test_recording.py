@@ -13,7 +13,9 @@ from tokenwire.services.scripted_provider import ScriptedServer, ScriptedSetting
 USER = [{"role": "user", "content": "hi"}]
 
 
-async def post_raw(server: ScriptedServer, path: str, model: str, headers: dict) -> httpx.Response:
+async def post_raw(
+    server: ScriptedServer, path: str, model: str, headers: dict[str, str]
+) -> httpx.Response:
     body = {"model": model, "messages": USER, "stream": True, "max_tokens": 9}
     async with httpx.AsyncClient(base_url=server.url) as http:
         return await http.post(path, json=body, headers=headers)

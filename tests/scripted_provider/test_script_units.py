@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ def test_public_names_are_exported_once() -> None:
     "kwargs",
     [{"length": 0}, {"fragment_size": 0}, {"token_rate": -1.0}, {"stall_s": 1e9}, {"sentinel": ""}],
 )
-def test_out_of_bounds_settings_raise(kwargs: dict) -> None:
+def test_out_of_bounds_settings_raise(kwargs: dict[str, Any]) -> None:
     with pytest.raises(InvalidSettingsError):
         ScriptedSettings(**kwargs)
 
@@ -109,9 +110,9 @@ def test_failed_steps_have_a_provider_error_and_no_message() -> None:
         assert step.error.kind == "provider"
         assert step.message is None
         assert step.usage is None
-    assert (
-        expected_outcome("http-429", BODY, ScriptedSettings()).error.code == "rate_limit_exceeded"
-    )
+    error = expected_outcome("http-429", BODY, ScriptedSettings()).error
+    assert error is not None
+    assert error.code == "rate_limit_exceeded"
 
 
 def test_recording_and_unknown_scenarios_have_no_outcome() -> None:

@@ -263,7 +263,9 @@ async def test_message_round_trips_field_by_field(store: Store) -> None:
     assert m.ignored_deltas == 2
     events = await store.session_events("s")
     assert [e.envelope for e in events if isinstance(e, ChunkEvent)] == chunks
+    assert isinstance(events[0], ChunkEvent)
     assert events[0].envelope.request_time_ns == chunks[0].time_ns - 250_000_000
+    assert isinstance(events[1], ChunkEvent)
     assert events[1].envelope.chunk == TextDelta(index=0, text="héllo \u0000 wörld")
 
 

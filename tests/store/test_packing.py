@@ -8,7 +8,7 @@ import zlib
 import pytest
 
 from tokenwire.store import StoreIntegrityError, pack_chunks, unpack_chunks
-from tokenwire.store._migrations import load_migrations, split_statements
+from tokenwire.store._migrations import Backend, load_migrations, split_statements
 
 from .builders import full_step_chunks, text_chunks
 
@@ -43,7 +43,7 @@ def test_split_statements() -> None:
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_migrations_are_numbered_and_define_the_tables(backend: str) -> None:
+def test_migrations_are_numbered_and_define_the_tables(backend: Backend) -> None:
     migrations = load_migrations(backend)
     assert [m.version for m in migrations] == [1]
     text = " ".join(migrations[0].statements)

@@ -66,6 +66,7 @@ async def test_a_signal_published_before_the_crash_is_not_sent_again(
         crashed.set()
         await asyncio.Event().wait()  # never returns: the ack is never sent
 
+    assert nc.connected_url is not None
     dying_nc = await connect(nc.connected_url.geturl(), name="telemetry-dying")
     first = TelemetryMetrics()
     dying = TelemetryConsumer(nc=dying_nc, topology=t, metrics=first, after_publish=crash)
