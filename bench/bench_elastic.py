@@ -84,7 +84,7 @@ async def trickle(publisher: ChunkPublisher, stop: asyncio.Event, prefix: str = 
     return turn * len(sessions)
 
 
-async def until(check, what: str) -> float:  # type: ignore[no-untyped-def]
+async def until(check, what: str) -> float:  # type: ignore[no-untyped-def]  # check: any zero-argument async predicate
     loop = asyncio.get_running_loop()
     started = loop.time()
     while not await check():

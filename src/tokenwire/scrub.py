@@ -100,5 +100,5 @@ def install_log_scrubbing() -> None:
         def factory(*args: object, **kwargs: object) -> logging.LogRecord:
             return scrub_record(make(*args, **kwargs))
 
-        factory.scrubs = True  # type: ignore[attr-defined]
+        factory.scrubs = True  # type: ignore[attr-defined]  # a marker attribute on the installed factory
         logging.setLogRecordFactory(factory)

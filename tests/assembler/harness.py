@@ -111,7 +111,7 @@ def settings_for(
         "tune_gc": False,  # process-wide; the test process is shared with other tests
     }
     base.update(kw)
-    return AssemblerSettings(**base)  # type: ignore[arg-type]
+    return AssemblerSettings(**base)  # type: ignore[arg-type]  # overrides given by keyword, checked by the dataclass at run time
 
 
 async def eventually(predicate, timeout_s: float = 20.0, what: str = "condition") -> None:

@@ -51,7 +51,7 @@ def clock() -> Clock:
 
 
 def make(clock: Clock, **config: object) -> Assembly[int]:
-    return Assembly(AssemblyConfig(**config), clock=clock)  # type: ignore[arg-type]
+    return Assembly(AssemblyConfig(**config), clock=clock)  # type: ignore[arg-type]  # overrides given by keyword, checked by the dataclass at run time
 
 
 def feed_all(a: Assembly[int], envs: list[ChunkEnvelope], tokens: list[int] | None = None):

@@ -64,7 +64,7 @@ def lose_first_delivery(assembler: Assembler, lost: Callable[[ChunkEnvelope], bo
             await deliver(msg)  # type: ignore[misc]  # deliver is typed loosely, as object
 
         # A seam in the real consumer, on purpose: mypy forbids assigning to a method.
-        consumer._on_delivery = maybe_drop  # type: ignore[method-assign]
+        consumer._on_delivery = maybe_drop  # type: ignore[method-assign]  # the fault: a delivery dropped on arrival
     return dropped
 
 

@@ -71,7 +71,7 @@ async def instance(
     nats_url: str, topology: Topology, recorder: Recorder, name: str
 ) -> tuple[Client, AssemblerConsumers]:
     nc = await connect(nats_url, name=name)
-    consumers = AssemblerConsumers(nc, topology, recorder.handler(topology, name), SETTINGS)  # type: ignore[arg-type]
+    consumers = AssemblerConsumers(nc, topology, recorder.handler(topology, name), SETTINGS)  # type: ignore[arg-type]  # the recorder's handler is typed to return object
     return nc, await consumers.start()
 
 

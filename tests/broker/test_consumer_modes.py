@@ -157,8 +157,8 @@ async def test_batch_outcomes_apply_to_the_messages_the_handler_left_unsettled(
         info = await js.stream_info(topology.dlq_stream)
         dead = [await js.get_msg(topology.dlq_stream, seq) for seq in range(1, len(odd) + 1)]
         assert info.state.messages == len(odd)
-        assert sorted(int(d.headers["Tokenwire-Stream-Seq"]) for d in dead) == odd  # type: ignore[index]
-        assert {d.headers["Tokenwire-Reason"] for d in dead} == {"odd"}  # type: ignore[index]
+        assert sorted(int(d.headers["Tokenwire-Stream-Seq"]) for d in dead) == odd  # type: ignore[index]  # dead letters carry headers; a comprehension cannot narrow
+        assert {d.headers["Tokenwire-Reason"] for d in dead} == {"odd"}  # type: ignore[index]  # dead letters carry headers; a comprehension cannot narrow
 
         async def all_settled() -> bool:
             return await unsettled(nc, topology, 0) == (0, 0)
@@ -190,11 +190,11 @@ def test_exactly_one_handler_is_required(nc: Client) -> None:
     ],
 )
 def test_ack_fields_agree_with_nats_py(reply: str) -> None:
-    meta = Msg(_client=None, reply=reply).metadata  # type: ignore[arg-type]
+    meta = Msg(_client=None, reply=reply).metadata  # type: ignore[arg-type]  # a Msg with no client, only its reply subject parsed
     assert ack_fields(reply) == (meta.sequence.stream, meta.num_delivered)
     # No client: parsing the reply subject needs none (the ignore: Msg and ConsumedMessage
     # type their client as Client).
-    delivered = ConsumedMessage(Msg(_client=None, reply=reply), None, None)  # type: ignore[arg-type]
+    delivered = ConsumedMessage(Msg(_client=None, reply=reply), None, None)  # type: ignore[arg-type]  # a Msg with no client, only its reply subject parsed
     assert delivered.consumer_seq == meta.sequence.consumer
 
 

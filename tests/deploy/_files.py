@@ -129,9 +129,9 @@ def exposed_metric_labels() -> dict[str, frozenset[str]]:
         TelemetryMetrics().registry,
     ):  # fmt: skip
         for metric in registry._collector_to_names:
-            name = metric._name  # type: ignore[attr-defined]
-            labels = frozenset(metric._labelnames)  # type: ignore[attr-defined]
-            for suffix in suffixes.get(metric._type, ("",)):  # type: ignore[attr-defined]
+            name = metric._name  # type: ignore[attr-defined]  # prometheus_client keeps a metric's name private
+            labels = frozenset(metric._labelnames)  # type: ignore[attr-defined]  # prometheus_client keeps a metric's labels private
+            for suffix in suffixes.get(metric._type, ("",)):  # type: ignore[attr-defined]  # prometheus_client keeps a metric's type private
                 extra = {"le"} if suffix == "_bucket" else set()
                 out[name.removesuffix("_total") + suffix] = labels | extra
     return out

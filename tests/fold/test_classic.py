@@ -313,4 +313,4 @@ def test_fail_after_a_normal_finish_is_refused() -> None:
 
 def test_feeding_something_that_is_not_a_chunk_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="not a StreamChunk"):
-        StepFold().feed(TextBlock("x"))  # type: ignore[arg-type]
+        StepFold().feed(TextBlock("x"))  # type: ignore[arg-type]  # the point: a block is not a chunk

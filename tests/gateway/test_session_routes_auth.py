@@ -24,7 +24,7 @@ def _no_upstream(route: object, body: bytes) -> Any:
 
 def _app(keys: frozenset[str]) -> Any:
     store = MemoryStore()
-    router = events_router(lambda: None, Topology(), lambda: store)  # type: ignore[arg-type,return-value]
+    router = events_router(lambda: None, Topology(), lambda: store)  # type: ignore[arg-type,return-value]  # a store provider that is never called: auth is refused first
     deps = GatewayDeps(
         upstream=CannedUpstream(_no_upstream),
         sink=MemoryPublisher(),

@@ -545,7 +545,7 @@ def test_tool_use_without_any_input_fragment_has_empty_object_arguments() -> Non
 )
 def test_stop_reason_mapping(reason: str, finish: str, state: Any) -> None:
     chunks = run([START, *text_block(0, "x"), *stop(reason)])
-    assert chunks[-1] == Finish(finish, replay_state=state)  # type: ignore[arg-type]
+    assert chunks[-1] == Finish(finish, replay_state=state)  # type: ignore[arg-type]  # the recording's finish reason, a Literal at run time
     assert chunks[-2] == Usage(TokenUsage(input_tokens=7, output_tokens=5))
 
 

@@ -73,7 +73,7 @@ async def _signals(nc: Client, topology: Topology) -> list[StreamStarted]:
 
 
 def _delivered(consumer_info: object) -> int:
-    return int(consumer_info.delivered.consumer_seq)  # type: ignore[attr-defined]
+    return int(consumer_info.delivered.consumer_seq)  # type: ignore[attr-defined]  # nats-py's ConsumerInfo types delivered as Optional
 
 
 @pytest.mark.slow

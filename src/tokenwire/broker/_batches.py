@@ -180,6 +180,6 @@ async def _close(nc: Client, topology: Topology, sub: object) -> None:
     """Unsubscribe and delete the ephemeral consumer now (not after the inactive threshold)."""
     with contextlib.suppress(NatsError, JsError, asyncio.TimeoutError):
         name = getattr(sub, "_consumer", None)
-        await sub.unsubscribe()  # type: ignore[attr-defined]
+        await sub.unsubscribe()  # type: ignore[attr-defined]  # the subscription is kept as an object (see _subscribe)
         if name and not nc.is_closed:
             await nc.jetstream().delete_consumer(topology.stream, name)

@@ -119,7 +119,7 @@ class SessionReader:
         started = self._clock()
         while True:
             try:
-                msg: Msg = await sub.next_msg(timeout=self._poll)  # type: ignore[attr-defined]
+                msg: Msg = await sub.next_msg(timeout=self._poll)  # type: ignore[attr-defined]  # js.subscribe's stub returns a Subscription, not a PushSubscription
                 return msg
             except NatsTimeoutError:
                 if self._clock() - started >= self._idle_timeout:
@@ -131,7 +131,7 @@ class SessionReader:
         try:
             while True:
                 try:
-                    msg = await sub.next_msg(timeout=self._poll)  # type: ignore[attr-defined]
+                    msg = await sub.next_msg(timeout=self._poll)  # type: ignore[attr-defined]  # js.subscribe's stub returns a Subscription, not a PushSubscription
                 except NatsTimeoutError:
                     continue
                 yield _to_chunk(msg)
@@ -152,4 +152,4 @@ def _to_chunk(msg: Msg) -> StoredChunk:
 
 async def _unsubscribe(sub: object) -> None:
     with contextlib.suppress(NatsError, JsError):
-        await sub.unsubscribe()  # type: ignore[attr-defined]
+        await sub.unsubscribe()  # type: ignore[attr-defined]  # js.subscribe's stub returns a Subscription, not a PushSubscription

@@ -33,7 +33,7 @@ def variable_flags(command: str) -> Callable[[F], F]:
 
         for v in reversed(rows):
             wrapper = _option(v)(wrapper)
-        return wrapper  # type: ignore[return-value]
+        return wrapper  # type: ignore[return-value]  # click's decorator returns the wrapped command
 
     return decorate
 

@@ -222,7 +222,7 @@ def _continue_conversation(
     )
     for call in tool_calls:
         result.tool_calls += 1
-        arguments = call["function"]["arguments"]  # type: ignore[index]
+        arguments = call["function"]["arguments"]  # type: ignore[index]  # a tool call's JSON, read by key
         try:
             parsed = json.loads(arguments)  # parsed once, at dispatch, as the contract says
         except ValueError:

@@ -62,7 +62,7 @@ class SessionProgress:
         """One more session is done."""
         self._done += 1
         if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, advance=1, session=done.session)  # type: ignore[arg-type]
+            self._bar.update(self._task, advance=1, session=done.session)  # type: ignore[arg-type]  # rich's update takes extra fields as keyword arguments
             return
         step = max(1, self._total // PLAIN_LINES)
         if self._done % step == 0 or self._done == self._total:

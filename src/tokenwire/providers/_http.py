@@ -242,7 +242,7 @@ class HttpClient:
         parts = urllib.parse.urlsplit(url)
         # proxy_bypass_environment is the stdlib's own NO_PROXY matcher, but typeshed's stubs
         # do not declare it: hence the one ignore.
-        bypass = urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]
+        bypass = urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]  # in urllib.request, not in typeshed's stub
             parts.netloc, self._proxies
         )
         return None if bypass else self._proxies.get(parts.scheme)

@@ -87,7 +87,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_seen = 0  # raw bytes of them so far (httptools buffers a header whole)
         self._head_start = b""
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's protocol takes the transport asyncio gives
         super().connection_made(transport)
         self._arm(self.edge.header_timeout_s, "headers")
 
