@@ -36,10 +36,15 @@ class Cluster:
     def start(cls, workdir: Path) -> Cluster:
         configs = write_node_configs(workdir)
         nodes = [Node(path, ports, f"nats-{i}") for i, (path, ports) in enumerate(configs, 1)]
-        for node in nodes:
-            node.start()
-        for node in nodes:
-            node.wait_accepting()
+        try:
+            for node in nodes:
+                node.start()
+            for node in nodes:
+                node.wait_accepting()
+        except BaseException:  # a node that did not come up: stop the others, leak nothing
+            for node in nodes:
+                node.stop()
+            raise
         return cls(nodes)
 
     def urls(self, user: str) -> str:
