@@ -36,8 +36,8 @@ decides what the caller leaving means."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
@@ -71,7 +71,12 @@ class CallerOutput(Protocol):
         ...
 
     def chunk(self, chunk: StreamChunk) -> bytes:
-        """Sent for each chunk, in order."""
+        """Sent for each chunk once it is published, in order."""
+        ...
+
+    def flush(self) -> bytes:
+        """Sent after the chunks of one provider read (all published, or the step stopped
+        among them): what the published chunks still owe the caller."""
         ...
 
     def idle(self) -> bytes:
@@ -99,12 +104,14 @@ class _Tap:
     Each kept event remembers how many chunks the stream had produced once it was fed, so it
     is released to the caller only when all of them were published: an event the caller sees
     never carries content the log lacks, even when a bound stops the step in the middle of a
-    read (issue 12, part 4).
+    read (issue 12, part 4). Two parallel lists, not a list of pairs: one allocation fewer per
+    event on the gateway's hottest path.
     """
 
     def __init__(self, inner: Normaliser) -> None:
         self._inner = inner
-        self.events: deque[tuple[SseEvent, int]] = deque()
+        self.events: list[SseEvent] = []
+        self._counts: list[int] = []  # chunks produced once each kept event was fed
         self._produced = 0  # chunks the inner normaliser made so far
         self._idle_bytes = 0  # data of kept events that produced no chunk yet
         self._finished = False
@@ -120,7 +127,8 @@ class _Tap:
             return chunks  # carries nothing and the bound is reached: not kept
         else:
             self._idle_bytes += len(event.data)
-        self.events.append((event, self._produced))
+        self.events.append(event)
+        self._counts.append(self._produced)
         return chunks
 
     def close(self) -> list[StreamChunk]:
@@ -130,18 +138,18 @@ class _Tap:
 
     def take(self, published: int) -> list[SseEvent]:
         """The kept events, in order, whose chunks are among the first ``published``."""
-        events = self.events
-        taken = []
-        while events and events[0][1] <= published:
-            taken.append(events.popleft()[0])
-        if not events:
-            self._idle_bytes = 0
-        return taken
+        counts = self._counts
+        if not counts or counts[-1] <= published:  # the usual case: the whole read
+            events, self.events, self._counts, self._idle_bytes = self.events, [], [], 0
+            return events
+        cut = bisect.bisect_right(counts, published)  # counts never decrease
+        events = self.events[:cut]
+        del self.events[:cut], counts[:cut]
+        return events
 
     def discard(self) -> None:
         """Keep nothing more (the step's finish was published: nothing after it is sent)."""
-        self.events.clear()
-        self._idle_bytes = 0
+        self.events, self._counts, self._idle_bytes = [], [], 0
         self._finished = True
 
 
@@ -151,7 +159,8 @@ class ForwardingOutput:
     Only two changes, the dialect's :class:`Forwarder` decides which: the dialect terminator is
     held until the acks (see module docstring), and for an OpenAI caller that did not ask for
     usage, the extra usage chunk the gateway asked for is left out. An event is sent once
-    every chunk it produced was published (see :class:`_Tap`); nothing after the finish.
+    every chunk it produced was published (see :class:`_Tap`), at the read's :meth:`flush`;
+    nothing after the finish.
     """
 
     def __init__(self, forwarder: Forwarder) -> None:
@@ -168,13 +177,17 @@ class ForwardingOutput:
 
     def chunk(self, chunk: StreamChunk) -> bytes:
         self._published += 1
+        if type(chunk) is not Finish:
+            return b""  # its events go at the read's flush
         out = self._drain()
-        if isinstance(chunk, Finish):
-            if self._tap is not None:
-                self._tap.discard()
-            if chunk.reason in ("error", "aborted") and not self._forwarder.error_sent:
-                out += self.failure(_reason(chunk))  # the provider's stream just stopped
+        if self._tap is not None:
+            self._tap.discard()
+        if chunk.reason in ("error", "aborted") and not self._forwarder.error_sent:
+            out += self.failure(_reason(chunk))  # the provider's stream just stopped
         return out
+
+    def flush(self) -> bytes:
+        return self._drain()
 
     def idle(self) -> bytes:
         return self._drain()
@@ -211,6 +224,9 @@ class EncodingOutput:
 
     def chunk(self, chunk: StreamChunk) -> bytes:
         return self._encoder.encode(chunk)
+
+    def flush(self) -> bytes:
+        return b""
 
     def idle(self) -> bytes:
         return b""
@@ -310,6 +326,9 @@ class FoldingOutput:
         # A chunk after finish: the fold already has its answer; the broker has every chunk.
         with contextlib.suppress(FoldError):
             self._fold.feed(chunk)
+        return b""
+
+    def flush(self) -> bytes:
         return b""
 
     def idle(self) -> bytes:

@@ -30,6 +30,9 @@ class ScrubbedOutput:
     def chunk(self, chunk: StreamChunk) -> bytes:
         return scrub_bytes(self._inner.chunk(chunk), self._secrets)
 
+    def flush(self) -> bytes:
+        return scrub_bytes(self._inner.flush(), self._secrets)
+
     def idle(self) -> bytes:
         return scrub_bytes(self._inner.idle(), self._secrets)
 

@@ -346,8 +346,10 @@ class StepRun:
                     break  # the adapter contract: nothing after finish
                 await self._take_one(chunk, out)
         except GatewayError:  # a bound or the broker stopped the step mid-read
-            await self.outbox.put(b"".join(out))  # the caller gets what was published
+            out.append(self.output.flush())  # the caller gets what was published
+            await self.outbox.put(b"".join(out))
             raise
+        out.append(self.output.flush())
         await self.outbox.put(b"".join(out))
 
     async def _take_one(self, chunk: StreamChunk, out: list[bytes]) -> None:
