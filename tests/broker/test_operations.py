@@ -8,6 +8,8 @@ Expected values come from nats-py's own API on the same server (``js.stream_info
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 from nats.aio.client import Client
@@ -21,6 +23,7 @@ from tokenwire.broker import (
     BrokerError,
     BrokerUnavailable,
     ConsumedMessage,
+    PullConsumer,
     RequestFailed,
     Topology,
     connect,
@@ -55,6 +58,27 @@ NO_CONSUMER = 10014  # JSConsumerNotFoundErr
 NO_STREAM = 10059  # JSStreamNotFoundErr
 
 
+@contextlib.asynccontextmanager
+async def holding(
+    nc: Client, topology: Topology, count: int
+) -> AsyncIterator[tuple[PullConsumer, list[ConsumedMessage]]]:
+    """Partition 0 filled with ``count`` messages, delivered to a manual-ack consumer that
+    holds them unsettled (yielded once all arrived); stopped without releasing its pin."""
+    await fill_partition(nc, topology, count)
+    held: list[ConsumedMessage] = []
+
+    async def keep(batch: list[ConsumedMessage]) -> None:
+        held.extend(batch)
+
+    consumer = partition_consumer(nc, topology, 0, settings=MANUAL, batch_handler=keep)
+    await consumer.start()
+    try:
+        await eventually(lambda: consumer.pin_id is not None and len(held) == count)
+        yield consumer, held
+    finally:
+        await consumer.stop(release=False)
+
+
 async def test_consumer_state_matches_nats_py_consumer_info(nc: Client, topology: Topology) -> None:
     await fill_partition(nc, topology, 12)
     name = topology.assembler_consumer(0)
@@ -77,39 +101,19 @@ async def test_a_missing_consumer_or_stream_is_a_request_failed_with_the_server_
 
 
 async def test_unpin_moves_the_pin_off_its_holder(nc: Client, topology: Topology) -> None:
-    await fill_partition(nc, topology, 4)
-    held: list[ConsumedMessage] = []
-
-    async def keep(batch: list[ConsumedMessage]) -> None:
-        held.extend(batch)
-
-    consumer = partition_consumer(nc, topology, 0, settings=MANUAL, batch_handler=keep)
-    await consumer.start()
-    try:
-        await eventually(lambda: consumer.pin_id is not None and len(held) == 4)
+    async with holding(nc, topology, 4) as (consumer, _):
         name, group = topology.assembler_consumer(0), topology.assembler_group
         before = await consumer_state(nc, topology.stream, name)
         assert before.pinned(group) == consumer.pin_id
         await unpin(nc, topology.stream, name, group)
         after = await consumer_state(nc, topology.stream, name)
         assert after.pinned(group) != consumer.pin_id
-    finally:
-        await consumer.stop(release=False)
 
 
 async def test_dead_letter_copies_once_with_one_header_set_then_terminates(
     nc: Client, topology: Topology
 ) -> None:
-    await fill_partition(nc, topology, 2)
-    held: list[ConsumedMessage] = []
-
-    async def keep(batch: list[ConsumedMessage]) -> None:
-        held.extend(batch)
-
-    consumer = partition_consumer(nc, topology, 0, settings=MANUAL, batch_handler=keep)
-    await consumer.start()
-    try:
-        await eventually(lambda: len(held) == 2)
+    async with holding(nc, topology, 2) as (_, held):
         cm = held[0]
         dlq = topology.dlq_subject("assembler")
         stream = topology.stream
@@ -131,28 +135,15 @@ async def test_dead_letter_copies_once_with_one_header_set_then_terminates(
         assert cm.resolved  # terminated
         await held[1].ack()
         assert await _settles(nc, topology) == 0
-    finally:
-        await consumer.stop(release=False)
 
 
 async def test_an_unacknowledged_dead_letter_leaves_the_message_unsettled(
     nc: Client, topology: Topology
 ) -> None:
-    await fill_partition(nc, topology, 1)
-    held: list[ConsumedMessage] = []
-
-    async def keep(batch: list[ConsumedMessage]) -> None:
-        held.extend(batch)
-
-    consumer = partition_consumer(nc, topology, 0, settings=MANUAL, batch_handler=keep)
-    await consumer.start()
-    try:
-        await eventually(lambda: len(held) == 1)
+    async with holding(nc, topology, 1) as (_, held):
         nowhere = f"{topology.prefix}.nobody.listens"  # no stream: no ack, no responders
         assert not await dead_letter(nc, nowhere, held[0], stream=topology.stream, reason="x")
         assert not held[0].resolved
-    finally:
-        await consumer.stop(release=False)
 
 
 async def test_acked_publish_reports_duplicates_and_reads_by_subject_find_them(
