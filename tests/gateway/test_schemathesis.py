@@ -205,16 +205,27 @@ FIXED_QUERY = {"/v1/sessions/{session}/events": {"follow": "false"}}
 
 @pytest.mark.parametrize(("method", "path", "mode"), CASES)
 def test_every_operation_answers_in_its_dialect(
-    gateway_schema: Any, live_gateway: str, method: str, path: str, mode: GenerationMode
+    gateway_schema: Any,
+    live_gateway: str,
+    method: str,
+    path: str,
+    mode: GenerationMode,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     operation = gateway_schema[path][method]
+    cases = 0
 
     @FUZZ
     @given(case=operation.as_strategy(mode, query=FIXED_QUERY.get(path)))
     def run(case: Any) -> None:
+        nonlocal cases
+        cases += 1
         check_answer(case, case.call(base_url=live_gateway, headers=AUTH, timeout=30))
 
     run()
+    if "SCHEMATHESIS_EXAMPLES" in os.environ:  # the long run reports what it sent
+        with capsys.disabled():
+            print(f"\nschemathesis {method} {path} {mode.value}: {cases} cases")
 
 
 def check_answer(case: Any, response: Any) -> None:
