@@ -146,7 +146,7 @@ async def _attempt(
     finally:
         if waiter is not None:
             waiter.cancel()
-        await _cancel(task)
+        await cancel_task(task)
     if not task.done() or task.cancelled():
         return _StoppedError() if stop is not None and stop.is_set() else TimeoutError()
     exc = task.exception()
@@ -155,9 +155,11 @@ async def _attempt(
     raise exc
 
 
-async def _cancel(task: asyncio.Future[None], attempts: int = 20) -> None:
-    """Cancel ``task``, again while it goes on: nats-py's connect loop can swallow one
-    cancellation (an ``asyncio.wait_for`` racing its own timeout, Python 3.11)."""
+async def cancel_task(task: asyncio.Future[Any], attempts: int = 20) -> None:
+    """Cancel ``task`` and wait for it, cancelling again while it goes on (bounded: at most
+    ``attempts`` tries of 0.1 s). On Python 3.11 an ``asyncio.wait_for`` that races its own
+    result can swallow a cancellation (nats-py's connect loop and request do), and a plain
+    ``cancel(); await task`` then waits for ever."""
     for _ in range(attempts):
         if task.done():
             return

@@ -51,7 +51,7 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 from nats.errors import NotJSMessageError
 
-from tokenwire.broker._api import NS, api_request, server_url
+from tokenwire.broker._api import NS, api_request, cancel_task, server_url
 from tokenwire.broker._deadletter import dead_letter, seq_of
 from tokenwire.broker._errors import BrokerError, BrokerUnavailable
 from tokenwire.broker._translate import translated
@@ -374,14 +374,10 @@ class PullConsumer:
             return
         control, worker = self._tasks
         self._tasks = []
-        control.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await control
+        await cancel_task(control)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._drain_current(), timeout_s)
-        worker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await worker
+        await cancel_task(worker)
         await self._nak_buffered()
         if self._sub is not None and not self.nc.is_closed:
             with contextlib.suppress(NatsError):
@@ -458,7 +454,8 @@ class PullConsumer:
             self._wake.clear()
             tick = min(self.settings.standby_expires_s, self.settings.pin_keepalive_s) / 2
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), tick)
+                async with asyncio.timeout(tick):  # not wait_for: on 3.11 it can swallow a
+                    await self._wake.wait()  # cancellation racing the wake (stop() hung)
 
     def _in_flight(self) -> int:
         """Requested (not yet delivered) plus delivered-but-unhandled messages."""
