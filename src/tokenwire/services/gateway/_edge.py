@@ -12,6 +12,11 @@ runs a subclass of uvicorn's ``HttpToolsProtocol`` that adds, per connection:
 
 each answered in the dialect of the path (Anthropic's error object on ``/v1/messages``,
 OpenAI's elsewhere), then the connection is closed. Nothing here answers 500.
+
+It also writes a response's status line and headers together with its first body bytes
+(:class:`HeadWithBody`): uvicorn writes each ASGI message at once, so every response cost two
+socket writes before its first body byte, and on loopback each write to a sleeping process
+is a wake-up of its own (docs/benchmarks.md, "Where a lone caller's time to first byte goes").
 """
 
 from __future__ import annotations
@@ -70,6 +75,48 @@ def bounded_protocol(limits: EdgeLimits) -> type[HttpToolsProtocol]:
         edge = limits
 
     return Bounded
+
+
+class HeadWithBody(asyncio.Transport):
+    """A request cycle's view of the connection: its first write (the status line and
+    headers) is held until the next one, at most until the event loop's next turn, and both
+    go out in one socket write. The app sends the start and the first body in the same turn
+    when it has them (``StepStream``, Starlette's responses); an app that starts a response
+    and waits for its body has the head written at the next turn, as before."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+        self._first = True
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._transport.write(held + bytes(data))
+        elif self._first:
+            self._first = False
+            self._held = bytes(data)
+            self._loop.call_soon(self._release)
+        else:
+            self._transport.write(data)
+
+    def _release(self) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            if not self._transport.is_closing():
+                self._transport.write(held)
+
+    def close(self) -> None:
+        self._release()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -149,6 +196,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._reject(503, "the gateway is at its concurrency limit; retry shortly")
             return
         super().on_headers_complete()
+        if self.cycle is not None and self.cycle.transport is self.transport:
+            self.cycle.transport = HeadWithBody(self.transport, self.loop)
         if not self.parser.should_upgrade():
             self._arm(self.edge.body_timeout_s, "body")
 
