@@ -1,6 +1,7 @@
 """The assembler's span per committed step, joined to the step's trace.
 
-The gateway publishes every chunk with the model call's ``traceparent`` in the NATS headers.
+The gateway publishes each step's first chunk with the model call's ``traceparent`` in the
+NATS headers.
 When an SDK tracer provider is installed (an OTLP endpoint is configured), the assembler keeps
 the context of each open step's first chunk (bounded: the oldest are dropped past
 ``MAX_OPEN``) and, once the store committed the step, emits ``tokenwire.assembler.commit``

@@ -4,7 +4,7 @@ caller.
 Semantics (docs/gateway.md, "Publishing"):
 
 - every chunk is published in order as a :class:`ChunkEnvelope` (ordinal from 0, ``first`` on
-  ordinal 0, ``request_time_ns`` on ordinal 0, the step's trace headers on every message);
+  ordinal 0, ``request_time_ns`` and the step's trace headers on ordinal 0);
   publishing waits only when the publisher's bounded window is full;
 - a provider failure before any chunk (HTTP error, transport failure, an immediate error
   event) is still published as a one-chunk step ``finish {error}``, so the assembler records
@@ -416,7 +416,7 @@ class StepRun:
         try:
             await self._deps.sink.publish(
                 envelope_bytes, *self._key, ordinal,
-                first=ordinal == 0, headers=self.plan.trace_headers,
+                first=ordinal == 0, headers=self.plan.trace_headers if ordinal == 0 else None,
             )  # fmt: skip
         except PayloadTooLarge:
             raise

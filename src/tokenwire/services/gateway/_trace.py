@@ -2,10 +2,10 @@
 ``traceparent`` or started here.
 
 The span (``chat {model}``, the GenAI conventions' ``gen_ai.client.inference``) is a child of
-the incoming context, and its context is what every broker message of the step carries, so the
-assembler's and the telemetry consumer's spans join the same trace. Without an SDK tracer
-provider (no OTLP endpoint) and without a caller's context, a fresh span context with random ids
-is made anyway, so that every step's messages carry a ``traceparent``.
+the incoming context, and its context is what the step's first broker message (ordinal 0)
+carries, so the assembler's and the telemetry consumer's spans join the same trace. Without an
+SDK tracer provider (no OTLP endpoint) and without a caller's context, a fresh span context with
+random ids is made anyway, so that every step's first message carries a ``traceparent``.
 """
 
 from __future__ import annotations
