@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 
 from tests.assembler.harness import Plan, check_store, eventually, publish_one, settings_for
 from tests.assembler.scripts import text_step
@@ -56,12 +55,13 @@ def lose_first_delivery(assembler: Assembler, lost: Callable[[ChunkEnvelope], bo
     for consumer in assembler.partitions.consumers.values():
         deliver = consumer._on_delivery
 
-        async def maybe_drop(msg: Msg, deliver: Callable[[Msg], object] = deliver) -> None:
-            meta = msg.metadata
-            if meta.num_delivered == 1 and lost(envelope_decoder.decode(msg.data)):
-                dropped.append(meta.sequence.stream)
+        def maybe_drop(
+            cm: ConsumedMessage, deliver: Callable[[ConsumedMessage], None] = deliver
+        ) -> None:
+            if cm.num_delivered == 1 and lost(envelope_decoder.decode(cm.data)):
+                dropped.append(cm.stream_seq)
                 return
-            await deliver(msg)  # type: ignore[misc]  # deliver is typed loosely, as object
+            deliver(cm)
 
         # A seam in the real consumer, on purpose: mypy forbids assigning to a method.
         consumer._on_delivery = maybe_drop  # type: ignore[method-assign]  # the fault: a delivery dropped on arrival

@@ -194,7 +194,7 @@ def test_ack_fields_agree_with_nats_py(reply: str) -> None:
     assert ack_fields(reply) == (meta.sequence.stream, meta.num_delivered)
     # No client: parsing the reply subject needs none (the ignore: Msg and ConsumedMessage
     # type their client as Client).
-    delivered = ConsumedMessage(Msg(_client=None, reply=reply), None, None)  # type: ignore[arg-type]  # a Msg with no client, only its reply subject parsed
+    delivered = ConsumedMessage.of(Msg(_client=None, reply=reply), None, None)  # type: ignore[arg-type]  # a Msg with no client, only its reply subject parsed
     assert delivered.consumer_seq == meta.sequence.consumer
 
 

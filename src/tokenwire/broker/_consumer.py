@@ -16,7 +16,12 @@ message at a time (``handler``) or with every message delivered since the last c
 Acks: by default a message is acked when its handler returns; with ``auto_ack=False`` the
 consumer never acks and the owner settles messages itself (the assembler acks after its store
 commit). Settling writes into the connection's buffer, no round trip; :func:`ack_many` settles
-a whole list with no per-message overhead beyond the publish itself.
+a whole list as ``PUB`` frames appended in one piece (``_frames.py``), not a ``publish`` each.
+
+Deliveries reach the consumer raw where nats-py allows it (``_replies.tap``): the header block
+stays bytes until a handler reads :attr:`ConsumedMessage.headers`, and only the status and
+``Nats-Pin-Id`` are looked up in it here (the same outcomes as nats-py's ``Msg`` path, which
+is used otherwise).
 
 Pinning (ADR-42): a grouped consumer that holds no pin keeps one pull without ``id``
 outstanding (a standby, polling every ``standby_expires_s``). When the server pins it, the
@@ -54,11 +59,14 @@ from nats.errors import NotJSMessageError
 from tokenwire.broker._api import NS, api_request, cancel_task, server_url
 from tokenwire.broker._deadletter import dead_letter, seq_of
 from tokenwire.broker._errors import BrokerError, BrokerUnavailable
+from tokenwire.broker._frames import FrameWriter, pub_frame
+from tokenwire.broker._replies import header_fields, header_value, status_of, tap, untap
 from tokenwire.broker._translate import translated
 
 log = logging.getLogger(__name__)
 
 PIN_HEADER = "Nats-Pin-Id"
+_PIN_FIELD = PIN_HEADER.encode()
 _END_OF_PULL = frozenset({"404", "408", "409"})
 
 
@@ -96,20 +104,42 @@ class ConsumedMessage:
     redelivers after ``ack_wait``.
     """
 
-    __slots__ = ("_meta", "_nc", "_reply", "_settled", "data", "headers", "pin_id", "subject")
+    __slots__ = (
+        "_fields_of", "_headers", "_meta", "_nc", "_reply", "_settled", "data", "pin_id",
+        "subject",
+    )  # fmt: skip
 
-    def __init__(self, msg: Msg, pin_id: str | None, nc: Client) -> None:
-        # Copy the fields and drop nats-py's Msg: an owner holding many messages until a
-        # commit keeps one GC-tracked object per message instead of two (see services/
+    def __init__(
+        self, subject: str, reply: str, data: bytes, headers: bytes | None, pin_id: str | None,
+        nc: Client,
+    ) -> None:  # fmt: skip
+        # One object per message, its header block kept as bytes until read: an owner holding
+        # many messages until a commit keeps one GC-tracked object per message (see services/
         # assembler/_gc.py for why held objects are the assembler's main GC cost).
-        self.subject: str = msg.subject
-        self.data: bytes = msg.data
-        self.headers: dict[str, str] = msg.headers or {}
+        self.subject = subject
+        self.data = data
         self.pin_id = pin_id
-        self._reply: str = msg.reply
+        self._fields_of: bytes | None = headers
+        self._headers: dict[str, str] | None = None
+        self._reply = reply
         self._nc = nc
         self._meta: tuple[int, int, int] | None = None
         self._settled = False
+
+    @classmethod
+    def of(cls, msg: Msg, pin_id: str | None, nc: Client) -> ConsumedMessage:
+        """From nats-py's ``Msg`` (its headers already parsed)."""
+        cm = cls(msg.subject, msg.reply, msg.data, None, pin_id, nc)
+        cm._headers = msg.headers or {}
+        return cm
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The message's headers, parsed from its header block on first use."""
+        if self._headers is None:
+            self._headers = header_fields(self._fields_of)
+            self._fields_of = None
+        return self._headers
 
     @property
     def stream_seq(self) -> int:
@@ -208,10 +238,11 @@ async def nak_many(messages: Iterable[ConsumedMessage], delay_s: float | None = 
 
 
 async def _settle_many(messages: Iterable[ConsumedMessage], payload: bytes) -> int:
+    pending = [cm for cm in messages if not cm._settled]
+    if pending and await _settle_as_frames(pending, payload):
+        return 0
     failed = 0
-    for cm in messages:
-        if cm._settled:
-            continue
+    for cm in pending:
         try:
             await cm._nc.publish(cm._reply, payload)
         except NatsError:
@@ -221,6 +252,20 @@ async def _settle_many(messages: Iterable[ConsumedMessage], payload: bytes) -> i
     if failed:
         log.warning("could not settle %d messages; they are redelivered after ack_wait", failed)
     return failed
+
+
+async def _settle_as_frames(pending: list[ConsumedMessage], payload: bytes) -> bool:
+    """Settle ``pending`` (all on one connection that is up) as frames appended at once;
+    False, with nothing sent, when the public path must be taken."""
+    nc = pending[0]._nc
+    writer = FrameWriter(nc)
+    if not writer.usable(len(payload)) or any(cm._nc is not nc for cm in pending):
+        return False
+    frames = b"".join([pub_frame(cm._reply, payload) for cm in pending])
+    await writer.write(frames, len(pending), len(payload) * len(pending))
+    for cm in pending:
+        cm._settled = True
+    return True
 
 
 Handler = Callable[[ConsumedMessage], Awaitable[None]]
@@ -327,6 +372,7 @@ class PullConsumer:
     """While unpinned, keep a standby pull open (False: stay out until set again)."""
     _paused: bool = field(default=False, init=False)
     _void_pin: str | None = field(default=None, init=False)
+    _late: set[asyncio.Task[None]] = field(default_factory=set, init=False)
     last_delivery: ConsumedMessage | None = field(default=None, init=False)
     """The latest message that arrived (its ``consumer_seq`` against the server's delivered
     count tells whether deliveries were lost on the way)."""
@@ -357,6 +403,7 @@ class PullConsumer:
     async def start(self) -> PullConsumer:
         self._prefix = self.nc.new_inbox() + "."
         self._sub = await self.nc.subscribe(self._prefix + "*", cb=self._on_msg)
+        tap(self.nc, self._sub, self._on_raw)
         self._tasks = [
             asyncio.create_task(self._control(), name=f"pull-{self.consumer}"),
             asyncio.create_task(self._work(), name=f"work-{self.consumer}"),
@@ -379,6 +426,8 @@ class PullConsumer:
             await asyncio.wait_for(self._drain_current(), timeout_s)
         await cancel_task(worker)
         await self._nak_buffered()
+        if self._sub is not None:
+            untap(self.nc, self._sub)
         if self._sub is not None and not self.nc.is_closed:
             with contextlib.suppress(NatsError):
                 await self._sub.unsubscribe()
@@ -509,22 +558,37 @@ class PullConsumer:
         except NatsError:
             del self._pulls[reply]  # disconnected: the next round retries
 
+    def _on_raw(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        """A message as nats-py's parser read it (``_replies.tap``); see :meth:`_on_msg`."""
+        status = status_of(headers)
+        if status is not None:
+            self._on_status(str(status), subject.decode())
+            return
+        pin = header_value(headers, _PIN_FIELD)
+        cm = ConsumedMessage(subject.decode(), reply.decode(), data, headers, pin, self.nc)
+        self._on_delivery(cm)
+
     async def _on_msg(self, msg: Msg) -> None:
+        """A message through nats-py's ``Msg`` path (when the tap is unavailable)."""
         status = msg.headers.get("Status") if msg.headers else None
-        if status is None:
-            await self._on_delivery(msg)
-        elif status == "423":
+        if status is not None:
+            self._on_status(status, msg.subject)
+            return
+        pin = msg.headers.get(PIN_HEADER) if msg.headers else None
+        self._on_delivery(ConsumedMessage.of(msg, pin, self.nc))
+
+    def _on_status(self, status: str, subject: str) -> None:
+        if status == "423":
             self._lose_pin()
         elif status in _END_OF_PULL:
-            self._pulls.pop(msg.subject, None)
+            self._pulls.pop(subject, None)
             self._wake.set()
         # 100: idle heartbeat; the pull deadline already covers a silent server
 
-    async def _on_delivery(self, msg: Msg) -> None:
-        pin = msg.headers.get(PIN_HEADER) if msg.headers else None
+    def _on_delivery(self, cm: ConsumedMessage) -> None:
+        pin = cm.pin_id
         if pin is not None and pin == self._void_pin:
-            with contextlib.suppress(NatsError):  # sent before our release: the next owner's
-                await self.nc.publish(msg.reply, b"-NAK")
+            self._nak_late(cm)  # sent before our release: the next owner's
             return
         if pin is not None and pin != self._pin_id:
             self._pin_id = pin
@@ -538,9 +602,21 @@ class PullConsumer:
             if pull.remaining <= 0:
                 del self._pulls[oldest]
         self.stats.delivered += 1
-        self.last_delivery = ConsumedMessage(msg, pin, self.nc)
-        self._inbox.append(self.last_delivery)
+        self.last_delivery = cm
+        self._inbox.append(cm)
         self._ready.set()
+
+    def _nak_late(self, cm: ConsumedMessage) -> None:
+        """Hand back a delivery that arrived under a released pin (in a task: this runs in
+        nats-py's reading task, which must not wait)."""
+
+        async def nak() -> None:
+            with contextlib.suppress(BrokerError):
+                await cm.nak()
+
+        task = asyncio.ensure_future(nak())
+        self._late.add(task)
+        task.add_done_callback(self._late.discard)
 
     def _lose_pin(self) -> None:
         """The server pinned another client: every pull carrying our old id is void."""

@@ -45,6 +45,11 @@ def header_block(headers: Mapping[str, str]) -> bytes:
     return (text + "\r\n").encode()
 
 
+def pub_frame(subject: str, payload: bytes) -> bytes:
+    """One ``PUB`` frame without headers or reply (a consumer's ``+ACK``)."""
+    return b"PUB %s %d\r\n%s\r\n" % (subject.encode(), len(payload), payload)
+
+
 def frame(subject: str, reply: str, header: bytes, payload: bytes) -> bytes:
     """One ``HPUB`` frame from a :func:`header_block` and the payload."""
     return b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
@@ -93,10 +98,15 @@ class FrameWriter:
     ) -> None:
         """Append the message's frame to the outgoing buffer and kick the flusher; ``headers``
         as a mapping or as its :func:`header_block` already built."""
-        nc = self._nc
         header = headers if isinstance(headers, bytes) else header_block(headers)
-        await nc._send_command(frame(subject, reply, header, payload))
+        await self.write(frame(subject, reply, header, payload), 1, len(payload))
+
+    async def write(self, frames: bytes, messages: int, payload_bytes: int) -> None:
+        """Append ready frames (:func:`frame`, :func:`pub_frame`) of ``messages`` messages
+        carrying ``payload_bytes`` in all, and kick the flusher."""
+        nc = self._nc
+        await nc._send_command(frames)
         if nc._flush_queue is not None and nc._flush_queue.empty():
             await nc._flush_pending()
-        nc.stats["out_msgs"] += 1
-        nc.stats["out_bytes"] += len(payload)
+        nc.stats["out_msgs"] += messages
+        nc.stats["out_bytes"] += payload_bytes
