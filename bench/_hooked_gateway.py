@@ -18,6 +18,7 @@ import aiohttp
 from tokenwire.broker import ChunkPublisher, StepRegistry
 from tokenwire.providers import _http, _stream
 from tokenwire.services.gateway._app import GatewayApp
+from tokenwire.services.gateway._identity import StepClaim
 
 
 class _AiohttpResponse:
@@ -99,6 +100,7 @@ def _install_marks(path: str) -> None:
     GatewayApp.__call__ = call  # type: ignore[method-assign]  # the hook: timing marks around the app, bench only
     _wrap_async(StepRegistry, "begin_next_step", "claim_start", "claim_sent")
     _wrap_async(ChunkPublisher, "publish", "first_publish")
+    _wrap_async(StepClaim, "identity", "claim_wait", "claim_known")
     client = _stream.HttpClient
     _wrap_async(client, "post", "provider_post", "provider_headers")
     if client is _http.HttpClient:

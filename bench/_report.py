@@ -134,7 +134,9 @@ def breakdown_table(fig: Figures) -> str:
         "claim_to_provider_post": "claim -> provider call started",
         "provider_post_to_headers": "provider call -> response headers (provider hop)",
         "headers_to_first_read": "headers -> first body bytes from the provider",
-        "first_read_to_publish": "first provider bytes -> first chunk publish",
+        "first_read_to_claim_wait": "first provider bytes -> first chunk normalised, needs the claim",
+        "claim_wait": "waiting for the step claim's answer (sent before the provider call)",
+        "claim_to_publish": "claim known -> first chunk publish",
         "publish_to_first_send": "first publish -> first body write to the caller",
         "send_to_caller": "first body write -> caller's first byte (loopback hop, wake-up)",
     }

@@ -143,8 +143,8 @@ async def _durability(fig: Figures, data: Path, nats_url: str) -> None:
 
 
 PHASES = ("caller_to_app", "app_to_claim", "claim_to_provider_post", "provider_post_to_headers",
-          "headers_to_first_read", "first_read_to_publish", "publish_to_first_send",
-          "send_to_caller")  # fmt: skip
+          "headers_to_first_read", "first_read_to_claim_wait", "claim_wait", "claim_to_publish",
+          "publish_to_first_send", "send_to_caller")  # fmt: skip
 
 
 async def _marked_lone(fig: Figures, port: int, marks: Path, n: int) -> None:
@@ -165,7 +165,8 @@ async def _marked_lone(fig: Figures, port: int, marks: Path, n: int) -> None:
     for (t_send, t_first), m in zip(sides, lines, strict=False):
         points = [t_send, m.get("app_entry"), m.get("claim_start", m.get("app_entry")),
                   m.get("provider_post"), m.get("provider_headers"), m.get("first_read_done"),
-                  m.get("first_publish"), m.get("first_body_send"), t_first]  # fmt: skip
+                  m.get("claim_wait"), m.get("claim_known"), m.get("first_publish"),
+                  m.get("first_body_send"), t_first]  # fmt: skip
         if any(p is None for p in points):
             continue
         for name, a, b in zip(PHASES, points, points[1:], strict=False):
