@@ -30,7 +30,9 @@ def stack_table(fig: Figures) -> str:
         "(forwarding only) | bare proxy (limit) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for tag, label in (("lone", "1 caller"), ("hot", "50 paced callers")):
+    labels = (("lone", "1 caller"), ("hot", "50 paced callers"),
+              ("ttft", "1 caller, provider's first token after 50 ms"))  # fmt: skip
+    for tag, label in labels:
         for q in (50, 99):
             rows.append(
                 f"| added first byte, {label}, p{q} ms | {_f(g(s, f'full_{tag}_direct_p{q}_ms'), '.2f')} "

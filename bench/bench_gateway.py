@@ -313,13 +313,12 @@ async def _stream_count(url: str) -> int:
 
 
 async def _pairs(
-    sp_port: int, gw_port: int, session: str, n: int, delay_s: float
+    sp_port: int, gw_port: int, session: str, n: int, delay_s: float, options: str
 ) -> list[tuple[float, float]]:
     """``n`` (direct, gateway) time-to-first-chunk pairs, one request after another, after a
     warm-up pair (new connections) and ``delay_s``; a random pause between pairs keeps the
     sessions from arriving in lock-step (which would measure queueing, not the gateway)."""
     direct, through = await Caller.open(sp_port), await Caller.open(gw_port)
-    options = f"fragments=8&rate={RATE_D}"
     path = "/v1/chat/completions"
     pause = random.Random(session)
     pairs = []
@@ -336,14 +335,16 @@ async def _pairs(
 
 
 async def bench_ttfc(
-    sp_port: int, gw_port: int, sessions: int, n: int
+    sp_port: int, gw_port: int, sessions: int, n: int, first_token_s: float = 0.0
 ) -> list[tuple[float, float]]:
     """(d) with ``sessions`` concurrent sessions (starts spread over one request's length),
-    (d1) with one."""
+    (d1) with one; ``first_token_s``: the provider's time to first token (scripted ``first``)."""
     spread = 8 / RATE_D / sessions
+    options = f"fragments=8&rate={RATE_D}" + (f"&first={first_token_s}" if first_token_s else "")
     results = await asyncio.gather(
-        *(_pairs(sp_port, gw_port, f"ttfc-{sessions}-{s}", n, s * spread) for s in range(sessions))
-    )
+        *(_pairs(sp_port, gw_port, f"ttfc-{sessions}-{s}", n, s * spread, options)
+          for s in range(sessions))
+    )  # fmt: skip
     return [pair for pairs in results for pair in pairs]
 
 

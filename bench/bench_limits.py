@@ -113,7 +113,10 @@ async def proxy_limits(fig: Figures, profile: Profile) -> None:
         fig.put(PHASE, "sse_bytes_per_event", len(body) / max(1, body.count(b"data: ")))
         lone = await gw.bench_ttfc(sp_port, px_port, 1, serial)
         hot = await gw.bench_ttfc(sp_port, px_port, gw.SESSIONS_D, gw.PAIRS_D)
-        for tag, pairs in (("lone", lone), ("hot", hot)):
+        from bench.bench_stack import FIRST_TOKEN_S
+
+        ttft = await gw.bench_ttfc(sp_port, px_port, 1, serial, FIRST_TOKEN_S)
+        for tag, pairs in (("lone", lone), ("hot", hot), ("ttft", ttft)):
             direct = [d * 1000 for d, _ in pairs]
             added = [(p - d) * 1000 for d, p in pairs]
             fig.put(PHASE, f"direct_ttfb_{tag}_p50_ms", pct(direct, 0.5))

@@ -37,6 +37,10 @@ PHASE = "stack"
 PEER = "peer"
 PACED = f"fragments=8&rate={gw.RATE_D}"
 CALLERS = 50
+FIRST_TOKEN_S = 0.05
+"""The ``ttft`` scenario's provider time to first token: a lone caller as against a model that
+takes 50 ms to its first token (real ones take 0.2-1 s), so the step claim's round trip runs
+wholly beside the provider."""
 
 
 def _progress(what: str) -> None:
@@ -98,6 +102,8 @@ async def scenarios(
     serial, pairs = sizes(profile, 5, 40, 100), sizes(profile, 2, 8, 20)
     hot_callers = sizes(profile, 5, CALLERS, CALLERS)
     _put_pairs(fig, phase, f"{prefix}_lone", await gw.bench_ttfc(sp_port, port, 1, serial))
+    ttft = await gw.bench_ttfc(sp_port, port, 1, serial, FIRST_TOKEN_S)
+    _put_pairs(fig, phase, f"{prefix}_ttft", ttft)
     _put_pairs(fig, phase, f"{prefix}_hot", await gw.bench_ttfc(sp_port, port, hot_callers, pairs))
     if not throughput:
         return
@@ -210,7 +216,7 @@ async def _peer_run(fig: Figures, profile: Profile) -> None:
         print(f"  {fig.notes[PEER]}", file=sys.stderr, flush=True)
         return
     async with scripted_and_proxy() as (sp_port, _, side):
-        options = [PACED, "fragments=200"]
+        options = [PACED, f"{PACED}&first={FIRST_TOKEN_S}", "fragments=200"]
         async with _peer.litellm_proxy(exe, sp_port, options) as (port, proc):
             procs = {"litellm": proc, "scripted": side["scripted"], "load": side["load"]}
             await scenarios(fig, PEER, "litellm", port, sp_port, procs, profile)

@@ -49,6 +49,14 @@ def test_headers_and_model_options_override_settings() -> None:
     assert (changed.stall_s, changed.seed) == (0.5, 3)
 
 
+def test_first_token_delay_is_an_option_and_a_header_within_bounds() -> None:
+    assert header_options({"X-Scripted-First": "0.25"}) == {"first": "0.25"}
+    assert apply_overrides(ScriptedSettings(), {"first": "0.25"}).first_token_s == 0.25
+    for bad in ("-1", "3601", "soon"):
+        with pytest.raises(InvalidOverrideError):
+            apply_overrides(ScriptedSettings(), {"first": bad})
+
+
 def test_bad_override_names_the_option() -> None:
     with pytest.raises(InvalidOverrideError) as info:
         apply_overrides(ScriptedSettings(), {"fragments": "100001"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import pytest
@@ -35,3 +36,22 @@ async def test_a_busy_port_is_a_start_error() -> None:
             async with ScriptedServer(port=first.port):
                 pass
     assert info.value.port == first.port
+
+
+async def test_a_stream_waits_first_token_s_between_its_headers_and_its_first_event() -> None:
+    """``first=0.3``: the headers come at once, the first event not before 0.3 s after them
+    (a lower bound of the scripted wait, never an upper one)."""
+    body = {"model": "scripted/text?first=0.3", "stream": True,
+            "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+    async with ScriptedServer(ScriptedSettings()) as server, httpx.AsyncClient() as client:
+        url = server.url + "/v1/chat/completions"
+        async with client.stream("POST", url, json=body, timeout=10) as response:
+            headers_at = time.monotonic()
+            assert response.status_code == 200
+            chunks = response.aiter_bytes()
+            first = await anext(chunks)
+            waited = time.monotonic() - headers_at
+            rest = b"".join([part async for part in chunks])
+    assert first.startswith(b"data: ")
+    assert waited >= 0.3 - 0.01  # monotonic clock granularity
+    assert (first + rest).endswith(b"data: [DONE]\n\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -20,7 +21,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tokenwire.services.scripted_provider import _anthropic, _openai
-from tokenwire.services.scripted_provider._actions import Emit, Frame, plan_body, plan_stream
+from tokenwire.services.scripted_provider._actions import Emit, Frame, Stall, plan_body, plan_stream
 from tokenwire.services.scripted_provider._errors import (
     RecordingUnavailableError,
     ScriptedRequestError,
@@ -152,6 +153,8 @@ class ScriptedProvider:
         if step.stream:
             error_frame = renderer.error_frame() if failure else None
             actions = plan_stream(script, renderer.frames(), error_frame)
+            if settings.first_token_s > 0:
+                actions = itertools.chain([Stall(settings.first_token_s)], actions)
             headers |= {"content-type": SSE_TYPE, "cache-control": "no-cache"}
             return self._played(actions, headers, settings.token_rate)
         return self._played(

@@ -30,6 +30,8 @@ class ScriptedSettings(msgspec.Struct, frozen=True, kw_only=True):
     - ``fragment_size``: characters per text, reasoning and tool-argument fragment.
     - ``length``: fragments per text, reasoning or tool-argument part of a step.
     - ``stall_s``: how long the ``stall`` scenario stops mid-stream.
+    - ``first_token_s``: how long a stream waits after its response headers before its first
+      event, as a model's time to first token (``0``: at once).
     - ``seed``: mixed into every generated text and id.
     - ``sentinel``: every generated text, reasoning and tool arguments contain
       ``f"{sentinel}-{seed}"``, so a test can prove content never leaks into telemetry.
@@ -39,13 +41,14 @@ class ScriptedSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     Out-of-bounds values raise :class:`InvalidSettingsError` (``length`` up to
     :data:`MAX_FRAGMENTS`, ``fragment_size`` up to :data:`MAX_FRAGMENT_SIZE`, their product up
-    to :data:`MAX_PART_CHARS`, ``stall_s`` up to :data:`MAX_STALL_S`).
+    to :data:`MAX_PART_CHARS`, ``stall_s`` and ``first_token_s`` up to :data:`MAX_STALL_S`).
     """
 
     token_rate: float = 0.0
     fragment_size: int = 4
     length: int = 8
     stall_s: float = 30.0
+    first_token_s: float = 0.0
     seed: int = 0
     sentinel: str = "SENTINEL"
     recording: str | None = None
@@ -60,6 +63,7 @@ class ScriptedSettings(msgspec.Struct, frozen=True, kw_only=True):
         part = self.length * self.fragment_size
         _check("length * fragment_size", part, part <= MAX_PART_CHARS)
         _check("stall_s", self.stall_s, 0 <= self.stall_s <= MAX_STALL_S)
+        _check("first_token_s", self.first_token_s, 0 <= self.first_token_s <= MAX_STALL_S)
         _check("sentinel", self.sentinel, bool(self.sentinel) and self.sentinel.isprintable())
 
     @property
@@ -78,6 +82,7 @@ OVERRIDE_HEADERS: Mapping[str, str] = {
     "x-scripted-fragments": "fragments",
     "x-scripted-fragment-size": "size",
     "x-scripted-stall": "stall",
+    "x-scripted-first": "first",
     "x-scripted-seed": "seed",
 }
 """Request headers that override a setting, by the option name they set."""
@@ -87,6 +92,7 @@ _OPTIONS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "fragments": ("length", int),
     "size": ("fragment_size", int),
     "stall": ("stall_s", float),
+    "first": ("first_token_s", float),
     "seed": ("seed", int),
 }
 
@@ -98,7 +104,8 @@ def header_options(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 def apply_overrides(settings: ScriptedSettings, options: Mapping[str, str]) -> ScriptedSettings:
-    """``settings`` with the options (``rate``, ``fragments``, ``size``, ``stall``, ``seed``) set.
+    """``settings`` with the options (``rate``, ``fragments``, ``size``, ``stall``, ``first``,
+    ``seed``) set.
 
     Raises :class:`InvalidOverrideError` for an unknown option or a bad value.
     """
