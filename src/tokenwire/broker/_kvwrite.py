@@ -10,6 +10,10 @@ time to first chunk (bench/bench_gateway.py, docs/gateway.md "Performance"). Her
 :meth:`KvWriter.put_if` sends before it returns and the ack resolves its future in the
 subscription's callback.
 
+While the connection is up, a write is an ``HPUB`` frame appended to nats-py's buffer
+(``_frames.FrameWriter``, ADR 0008), as chunk publishes are: ``Client.publish`` validated and
+re-encoded the two writes of every step claim on the gateway's way to the provider call.
+
 Bounds: a future nobody awaits any more is cancelled by its waiter (``asyncio.timeout``) and
 forgotten; a connection that is closed fails the write at once.
 """
@@ -23,6 +27,7 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from tokenwire.broker._errors import StepRegistryError
+from tokenwire.broker._frames import FrameWriter, message_size
 from tokenwire.broker._puback import puback_decoder
 from tokenwire.broker._replies import ReplyInbox
 
@@ -48,6 +53,7 @@ class KvWriter:
         self._serial = 0
         self._waiting: dict[str, asyncio.Future[int | None]] = {}
         self._inbox = ReplyInbox(nc, self._on_reply)
+        self._frames = FrameWriter(nc)
 
     async def start(self) -> KvWriter:
         """Subscribe the reply inbox; returns self."""
@@ -72,11 +78,13 @@ class KvWriter:
         future: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
         self._waiting[token] = future
         future.add_done_callback(lambda _: self._waiting.pop(token, None))
+        subject, reply = self._subject + key, self._prefix + token
+        headers = {_EXPECTED_LAST: str(last)}
         try:
-            await self._nc.publish(
-                self._subject + key, value, reply=self._prefix + token,
-                headers={_EXPECTED_LAST: str(last)},
-            )  # fmt: skip
+            if self._frames.usable(message_size(headers, len(value))):
+                await self._frames.publish(subject, reply, headers, value)  # ADR 0008
+            else:
+                await self._nc.publish(subject, value, reply=reply, headers=headers)
         except NatsError as exc:
             future.cancel()
             raise StepRegistryError(f"write {key}: {exc!r}") from exc
