@@ -97,13 +97,16 @@ def _put_pairs(fig: Figures, phase: str, tag: str, pairs: list[tuple[float, floa
 async def scenarios(
     fig: Figures, phase: str, prefix: str, port: int, sp_port: int,
     procs: dict[str, psutil.Process], profile: Profile, throughput: bool = True,
+    ttft: bool = False,
 ) -> None:  # fmt: skip
-    """The shared scenarios against ``port``, figures named ``<prefix>_...``."""
-    serial, pairs = sizes(profile, 5, 40, 100), sizes(profile, 2, 8, 20)
+    """The shared scenarios against ``port``, figures named ``<prefix>_...``; ``ttft``: also
+    the lone caller against a provider with a time to first token (:data:`FIRST_TOKEN_S`)."""
+    serial, pairs = sizes(profile, 5, 100, 200), sizes(profile, 2, 8, 20)
     hot_callers = sizes(profile, 5, CALLERS, CALLERS)
     _put_pairs(fig, phase, f"{prefix}_lone", await gw.bench_ttfc(sp_port, port, 1, serial))
-    ttft = await gw.bench_ttfc(sp_port, port, 1, serial, FIRST_TOKEN_S)
-    _put_pairs(fig, phase, f"{prefix}_ttft", ttft)
+    if ttft:
+        slow = await gw.bench_ttfc(sp_port, port, 1, serial, FIRST_TOKEN_S)
+        _put_pairs(fig, phase, f"{prefix}_ttft", slow)
     _put_pairs(fig, phase, f"{prefix}_hot", await gw.bench_ttfc(sp_port, port, hot_callers, pairs))
     if not throughput:
         return
@@ -186,7 +189,8 @@ async def _marked_lone(fig: Figures, port: int, marks: Path, n: int) -> None:
 async def _stack_variants(fig: Figures, profile: Profile) -> None:
     _progress("full stack (assembler + telemetry)")
     async with full_stack() as s:
-        await scenarios(fig, PHASE, "full", s.gateway_port, s.scripted_port, s.procs, profile)
+        await scenarios(fig, PHASE, "full", s.gateway_port, s.scripted_port, s.procs, profile,
+                        ttft=True)  # fmt: skip
         await _durability(fig, s.data, s.stack.nats_url)
     if profile == "smoke":  # seconds: the whole stack and the marks only
         await _marks_variant(fig, profile)
@@ -219,7 +223,7 @@ async def _peer_run(fig: Figures, profile: Profile) -> None:
         options = [PACED, f"{PACED}&first={FIRST_TOKEN_S}", "fragments=200"]
         async with _peer.litellm_proxy(exe, sp_port, options) as (port, proc):
             procs = {"litellm": proc, "scripted": side["scripted"], "load": side["load"]}
-            await scenarios(fig, PEER, "litellm", port, sp_port, procs, profile)
+            await scenarios(fig, PEER, "litellm", port, sp_port, procs, profile, ttft=True)
     fig.notes[PEER] = f"LiteLLM {_peer.VERSION} proxy, one worker"
 
 
