@@ -67,7 +67,8 @@ log = logging.getLogger(__name__)
 
 PIN_HEADER = "Nats-Pin-Id"
 _PIN_FIELD = PIN_HEADER.encode()
-_END_OF_PULL = frozenset({"404", "408", "409"})
+_END_OF_PULL = frozenset({404, 408, 409})
+_PIN_MOVED = 423
 
 
 class Retry(Exception):  # noqa: N818 - a control-flow signal, named like arq's Retry
@@ -105,7 +106,7 @@ class ConsumedMessage:
     """
 
     __slots__ = (
-        "_fields_of", "_headers", "_meta", "_nc", "_reply", "_settled", "data", "pin_id",
+        "_header_block", "_headers", "_meta", "_nc", "_reply", "_settled", "data", "pin_id",
         "subject",
     )  # fmt: skip
 
@@ -119,7 +120,7 @@ class ConsumedMessage:
         self.subject = subject
         self.data = data
         self.pin_id = pin_id
-        self._fields_of: bytes | None = headers
+        self._header_block: bytes | None = headers
         self._headers: dict[str, str] | None = None
         self._reply = reply
         self._nc = nc
@@ -137,8 +138,8 @@ class ConsumedMessage:
     def headers(self) -> dict[str, str]:
         """The message's headers, parsed from its header block on first use."""
         if self._headers is None:
-            self._headers = header_fields(self._fields_of)
-            self._fields_of = None
+            self._headers = header_fields(self._header_block)
+            self._header_block = None
         return self._headers
 
     @property
@@ -562,7 +563,7 @@ class PullConsumer:
         """A message as nats-py's parser read it (``_replies.tap``); see :meth:`_on_msg`."""
         status = status_of(headers)
         if status is not None:
-            self._on_status(str(status), subject.decode())
+            self._on_status(status, subject.decode())
             return
         pin = header_value(headers, _PIN_FIELD)
         cm = ConsumedMessage(subject.decode(), reply.decode(), data, headers, pin, self.nc)
@@ -571,14 +572,14 @@ class PullConsumer:
     async def _on_msg(self, msg: Msg) -> None:
         """A message through nats-py's ``Msg`` path (when the tap is unavailable)."""
         status = msg.headers.get("Status") if msg.headers else None
-        if status is not None:
-            self._on_status(status, msg.subject)
+        if status is not None:  # nats-py sets it only for an inline status of digits
+            self._on_status(int(status), msg.subject)
             return
         pin = msg.headers.get(PIN_HEADER) if msg.headers else None
         self._on_delivery(ConsumedMessage.of(msg, pin, self.nc))
 
-    def _on_status(self, status: str, subject: str) -> None:
-        if status == "423":
+    def _on_status(self, status: int, subject: str) -> None:
+        if status == _PIN_MOVED:
             self._lose_pin()
         elif status in _END_OF_PULL:
             self._pulls.pop(subject, None)
