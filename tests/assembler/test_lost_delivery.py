@@ -8,14 +8,17 @@ delivery on purpose (a seam in the real consumer: the message is dropped on arri
 server saw it delivered) against a real nats-server whose ``ack_wait`` is far beyond the
 test's bound, and check the store ends up exactly as published: the gap is noticed (a jump
 in the consumer sequence, or the server having delivered more than arrived) and the missing
-chunks are read back from the stream. The last test checks the other half of the order
-argument: messages handed back (naked) by an owner come to the next one in stream order.
+chunks are read back from the stream. A read-back served by a replica still catching up
+(a node just restarted) ends short without an error; it must fail and be tried again, not
+count as done. The last test checks the other half of the order argument: messages handed
+back (naked) by an owner come to the next one in stream order.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 from nats.aio.client import Client
@@ -31,9 +34,10 @@ from tokenwire.broker import (
     connect,
     partition_consumer,
     partition_of,
+    read_range,
 )
 from tokenwire.schemas import ChunkEnvelope, envelope_decoder
-from tokenwire.services.assembler import Assembler, AssemblyConfig
+from tokenwire.services.assembler import Assembler, AssemblyConfig, _takeover
 from tokenwire.services.assembler._consume import Delivery, nak_tokens
 from tokenwire.store import Store
 
@@ -131,6 +135,77 @@ async def test_a_delivery_lost_on_the_way_is_read_back_and_the_store_is_exact(
         await check_store(db, plan)
         read_backs = assembler.metrics.read_backs.labels(where, "ok")._value.get()
         assert read_backs >= 1, f"stored, but not through a {where} read-back"
+    finally:
+        await assembler.close()
+        await own.close()
+
+
+def replica_catching_up(
+    monkeypatch: pytest.MonkeyPatch, holds_below: Callable[[], int | None]
+) -> list[int]:
+    """The read-back's first read that needs more than ``holds_below()`` is served by a
+    replica that holds only the messages below it: the ordered read ends there, without an
+    error (broker.read_range stops where its consumer's pending count reaches 0, and that
+    count is the replica's). Later reads see every message. Returns where the short read
+    ended (filled in when it happens)."""
+    real = read_range  # the broker's, which the read-back calls
+    short: list[int] = []
+
+    async def read(*args: Any, last: int | None, **kwargs: Any) -> AsyncIterator[tuple[int, bytes]]:
+        end = holds_below()
+        highest = 0
+        async for seq, data in real(*args, last=last, **kwargs):
+            if not short and end is not None and seq >= end:
+                short.append(highest)
+                return  # the replica's pending count reached 0 at its last message
+            highest = seq
+            yield seq, data
+
+    monkeypatch.setattr(_takeover, "read_range", read)
+    return short
+
+
+@pytest.mark.parametrize(
+    ("where", "lost"),
+    [
+        ("lost", lambda env: env.turn == 0 and env.ordinal == 1),
+        ("tail", lambda env: env.turn == 1 and env.ordinal == 3),
+    ],
+)
+async def test_a_read_back_cut_short_by_a_lagging_replica_is_read_again(
+    nc: Client,
+    nats_url: str,
+    slow_redelivery: Topology,
+    db_url: str,
+    db: Store,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+    lost: Callable[[ChunkEnvelope], bool],
+) -> None:
+    """A lost delivery, and the first read-back of it served by a replica two messages
+    behind (it holds neither the lost message nor the last one that arrived before it): the
+    short read fails and the next attempt, on a replica that caught up, finds the message.
+    Before, the short read counted as a read-back done and the step waited for its gap."""
+    t = slow_redelivery
+    plan = two_turns(f"lagging-{where}")
+    timeouts = AssemblyConfig(gap_timeout_s=120.0, abandon_timeout_s=120.0)
+    settings = settings_for(nats_url, t, db_url, burst=False, assembly=timeouts)
+    own = await connect(nats_url, name=f"lagging-{where}")
+    assembler = Assembler(settings, own, db)
+    await assembler.start()
+    dropped = lose_first_delivery(assembler, lost)
+    short = replica_catching_up(monkeypatch, lambda: dropped[0] - 1 if dropped else None)
+    try:
+        await publish_in_order(nc, t, plan)
+        await eventually(
+            lambda: holds_every_step(db, plan),
+            BOUND_S,
+            f"both steps stored although the first read-back ended short ({where})",
+        )
+        assert len(dropped) == 1, dropped
+        assert short, "no read-back was served short"
+        await check_store(db, plan)
+        assert assembler.metrics.read_backs.labels(where, "ok")._value.get() >= 1
     finally:
         await assembler.close()
         await own.close()

@@ -43,8 +43,9 @@ class AssemblerStartError(AssemblerError):
 
 class ReadBackError(AssemblerError):
     """A read-back of a partition from the stream did not complete: the consumer's info went
-    unanswered, the ordered read failed, or no message came for its idle bound before the
-    last one asked for. Retried (bounded); see ``Assembler._take_over``."""
+    unanswered, the ordered read failed, no message came for its idle bound before the last
+    one asked for, or the read ended before the message that revealed the loss (its replica
+    still catching up). Retried (bounded); see ``Assembler._take_over``."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(f"read-back incomplete: {reason}")

@@ -345,17 +345,20 @@ class Assembler:
         # fresh one, everything the previous owner could hold lies below it; when it is a
         # redelivery, read up to the last message delivered to anyone (the previous owner's
         # unacknowledged messages come back only after ack_wait, interleaved with new ones).
+        # The read must get to ``first`` itself: a replica still catching up ends it early.
         first_seq = first.stream_seq
         fresh = first.num_delivered == 1
         last = first_seq - 1 if fresh else max(first_seq - 1, state.delivered.stream_seq)
-        await self._feed_range(partition, state.ack_floor.stream_seq + 1, last)
+        await self._feed_range(partition, state.ack_floor.stream_seq + 1, last, first_seq)
 
-    async def _feed_range(self, partition: int, start: int, last: int) -> None:
-        """Feed copies of the partition's messages ``start..last`` read from the stream."""
+    async def _feed_range(self, partition: int, start: int, last: int, reach: int) -> None:
+        """Feed copies of the partition's messages ``start..last`` read from the stream; the
+        read must get to ``reach`` (a stored message of the partition: see read_back)."""
         if start > last:
             return
         log.info("partition %d: reading back seqs %d..%d", partition, start, last)
-        async for seq, data in read_back(self._nc, self.settings.topology, partition, start, last):
+        t = self.settings.topology
+        async for seq, data in read_back(self._nc, t, partition, start, last, reach):
             try:
                 envelope = envelope_decoder.decode(data)
             except msgspec.DecodeError:
@@ -367,7 +370,7 @@ class Assembler:
         no later delivery to reveal the jump (the last chunks before a broker node died).
         Seen on two polls in a row (what was on the way had a poll period to arrive), and
         the server still pinning us, they are read back from the ack floor to the last
-        delivered message; once per count."""
+        delivered message; once per count (a read-back that failed counts for nothing)."""
         consumer = self.partitions.consumers.get(partition)
         last = consumer.last_delivery if consumer is not None else None
         sent = state.delivered.consumer_seq
@@ -387,9 +390,13 @@ class Assembler:
             self._suspect[partition] = sent
             return
         start, end = state.ack_floor.stream_seq + 1, state.delivered.stream_seq
+        reach = last.stream_seq  # at least as far as what did arrive (see read_back)
         async with self._lock(partition):
-            await self._bounded(partition, "tail", lambda: self._feed_range(partition, start, end))
-        self._read_to[partition] = sent
+            read = await self._bounded(
+                partition, "tail", lambda: self._feed_range(partition, start, end, reach)
+            )
+        if read:  # a failed one is tried again after two more polls
+            self._read_to[partition] = sent
 
     # -- handing a partition over (elastic shares, ADR 0016) --------------------------------
 

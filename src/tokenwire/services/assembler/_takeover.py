@@ -17,6 +17,10 @@ The same read-back covers deliveries lost on the way to this instance while it k
 redelivers them only after ``ack_wait``. A jump in the consumer sequence under one pin reveals
 them before the next message; when nothing follows, the consumer's delivered count standing
 above the last arrival for two lag polls does (``Assembler._check_tail``).
+
+A read-back must get to the message that revealed the loss (:func:`read_back`'s ``reach``):
+the ordered read runs on one replica, and one still catching up after a restart ends it
+early without an error.
 """
 
 from __future__ import annotations
@@ -54,13 +58,32 @@ async def partition_state(
 
 
 async def read_back(
-    nc: Connection, topology: Topology, partition: int, start: int, last: int
+    nc: Connection, topology: Topology, partition: int, start: int, last: int, reach: int
 ) -> AsyncIterator[tuple[int, bytes]]:
     """``(stream_seq, payload)`` of the partition's messages ``start..last`` read from the
-    stream; ReadBackError when the read failed or stalled (never silently short)."""
+    stream; ReadBackError when the read failed, stalled, or ended before ``reach`` (never
+    silently short).
+
+    ``reach`` is the stream sequence of a message of this partition known to be stored (the
+    delivery that revealed the loss); the read goes on to it. An ordered read ends where its
+    consumer's pending count says the partition ends, and that consumer lives on one replica,
+    any of them: one still catching up (a node just restarted) ends the read at the last
+    message it holds, without an error. Every replica stores messages in sequence order, so
+    a read that got to ``reach`` holds everything below it; one that did not is such a short
+    read and fails, to be tried again (on a replica that caught up meanwhile).
+    """
     subject = topology.partition_filter(partition)
+    to = max(last, reach)
+    highest = start - 1
     try:
-        async for item in read_range(nc, topology.stream, subject, start, last=last):
-            yield item
+        async for seq, data in read_range(nc, topology.stream, subject, start, last=to):
+            highest = seq
+            if seq <= last:
+                yield seq, data
     except BrokerError as exc:
-        raise ReadBackError(f"reading seqs {start}..{last}: {exc}") from exc
+        raise ReadBackError(f"reading seqs {start}..{to}: {exc}") from exc
+    if highest < reach:
+        raise ReadBackError(
+            f"reading seqs {start}..{to}: the read ended at seq {highest}, before seq {reach}"
+            " (its replica is still catching up)"
+        )
