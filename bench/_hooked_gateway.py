@@ -38,11 +38,29 @@ class _AiohttpResponse:
         self._r.release()
 
 
+class _LazyPost:
+    """What ``SentRequest`` needs of ``HttpClient.send``'s pending post, over aiohttp."""
+
+    def __init__(self, client: AiohttpClient, url: str, body: bytes, headers: dict[str, str]):
+        self._post = (client, url, body, headers)
+
+    async def response(self) -> _AiohttpResponse:
+        client, url, body, headers = self._post
+        return await client.post(url, body, headers)
+
+    def cancel(self) -> None:
+        pass
+
+
 class AiohttpClient:
     """What ``ProviderSession`` needs of ``HttpClient``, on one pooled aiohttp session."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._session: aiohttp.ClientSession | None = None
+
+    def send(self, url: str, body: bytes, headers: dict[str, str]) -> _LazyPost:
+        """aiohttp cannot write a request without awaiting: sent when the answer is awaited."""
+        return _LazyPost(self, url, body, headers)
 
     async def post(self, url: str, body: bytes, headers: dict[str, str]) -> _AiohttpResponse:
         if self._session is None:
@@ -61,6 +79,16 @@ _marks: dict[str, float] = {}
 
 def _mark(name: str) -> None:
     _marks.setdefault(name, time.perf_counter())
+
+
+def _wrap_sync(cls: Any, attr: str, before: str) -> None:
+    original = getattr(cls, attr)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        _mark(before)
+        return original(*args, **kwargs)
+
+    setattr(cls, attr, wrapped)
 
 
 def _wrap_async(cls: Any, attr: str, before: str, after: str | None = None) -> None:
@@ -102,10 +130,12 @@ def _install_marks(path: str) -> None:
     _wrap_async(ChunkPublisher, "publish", "first_publish")
     _wrap_async(StepClaim, "identity", "claim_wait", "claim_known")
     client = _stream.HttpClient
-    _wrap_async(client, "post", "provider_post", "provider_headers")
+    _wrap_sync(client, "send", "provider_post")
     if client is _http.HttpClient:
+        _wrap_async(_http.PendingPost, "response", "provider_wait", "provider_headers")
         _wrap_async(_http.HttpResponse, "read", "first_read_call", "first_read_done")
     else:
+        _wrap_async(_LazyPost, "response", "provider_wait", "provider_headers")
         _wrap_async(_AiohttpResponse, "read", "first_read_call", "first_read_done")
 
 
@@ -117,6 +147,14 @@ def main() -> int:
         _install_marks(marks)
     from tokenwire.cli import main as cli
 
+    if profile := os.environ.get("TW_BENCH_PROFILE"):
+        import cProfile
+
+        profiler = cProfile.Profile(time.process_time)
+        try:
+            return profiler.runcall(cli, ["gateway"])
+        finally:
+            profiler.dump_stats(profile)
     return cli(["gateway"])
 
 

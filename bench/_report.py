@@ -133,8 +133,9 @@ def breakdown_table(fig: Figures) -> str:
     labels = {
         "caller_to_app": "caller write -> gateway app entry (loopback hop, HTTP parse, wake-up)",
         "app_to_claim": "app entry -> step claim sent (validation, routing)",
-        "claim_to_provider_post": "claim -> provider call started",
-        "provider_post_to_headers": "provider call -> response headers (provider hop)",
+        "claim_to_provider_post": "claim sent -> provider request sent",
+        "provider_post_to_wait": "step set-up while the provider works",
+        "provider_wait_to_headers": "set up -> provider's response headers (rest of the hop)",
         "headers_to_first_read": "headers -> first body bytes from the provider",
         "first_read_to_claim_wait": "first provider bytes -> first chunk normalised, needs the claim",
         "claim_wait": "waiting for the step claim's answer (sent before the provider call)",

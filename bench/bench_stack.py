@@ -151,7 +151,8 @@ async def _durability(fig: Figures, data: Path, nats_url: str) -> None:
     fig.put(PHASE, "telemetry_deliveries_per_step", info.delivered.consumer_seq / max(1, len(rows)))
 
 
-PHASES = ("caller_to_app", "app_to_claim", "claim_to_provider_post", "provider_post_to_headers",
+PHASES = ("caller_to_app", "app_to_claim", "claim_to_provider_post", "provider_post_to_wait",
+          "provider_wait_to_headers",
           "headers_to_first_read", "first_read_to_claim_wait", "claim_wait", "claim_to_publish",
           "publish_to_first_send", "send_to_caller")  # fmt: skip
 
@@ -173,7 +174,8 @@ async def _marked_lone(fig: Figures, port: int, marks: Path, n: int) -> None:
     parts: dict[str, list[float]] = {p: [] for p in PHASES}
     for (t_send, t_first), m in zip(sides, lines, strict=False):
         points = [t_send, m.get("app_entry"), m.get("claim_start", m.get("app_entry")),
-                  m.get("provider_post"), m.get("provider_headers"), m.get("first_read_done"),
+                  m.get("provider_post"), m.get("provider_wait"), m.get("provider_headers"),
+                  m.get("first_read_done"),
                   m.get("claim_wait"), m.get("claim_known"), m.get("first_publish"),
                   m.get("first_body_send"), t_first]  # fmt: skip
         if any(p is None for p in points):

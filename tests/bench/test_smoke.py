@@ -59,7 +59,8 @@ def test_the_limits_and_tokenwire_figures_are_there_and_positive(run: Path) -> N
     assert stack["chunks_committed"] == stack["chunks_on_stream"] > 0
     assert stack["telemetry_deliveries_per_step"] >= 1.0
     assert stack["marks_requests"] > 0
-    assert stack["marks_provider_post_to_headers_p50_ms"] > 0
+    assert stack["marks_provider_wait_to_headers_p50_ms"] > 0
+    assert stack["marks_provider_post_to_wait_p50_ms"] > 0
     assert v["telemetry"]["deliveries_per_step"] == 1.0
 
 

@@ -42,16 +42,20 @@ class ChunkUpstream:
     """Yields the given batches of chunks as the provider's reads."""
 
     def __init__(self, batches: list[list[StreamChunk]]) -> None:
-        self.batches = batches
+        self.batches_ = batches
 
-    def stream(
-        self, route: Route, body: bytes, normaliser: Normaliser
-    ) -> AsyncGenerator[list[StreamChunk], None]:
+    def send(self, route: Route, body: bytes) -> ChunkUpstream:
+        return self
+
+    def batches(self, normaliser: Normaliser) -> AsyncGenerator[list[StreamChunk], None]:
         async def reads() -> AsyncGenerator[list[StreamChunk], None]:
-            for batch in self.batches:
+            for batch in self.batches_:
                 yield batch
 
         return reads()
+
+    def cancel(self) -> None:
+        pass
 
 
 async def _post(batches: list[list[StreamChunk]]) -> tuple[httpx.Response, MemoryPublisher]:

@@ -72,7 +72,7 @@ def route(url: str, dialect: Dialect, make: Callable[[], Normaliser]) -> Route:
 
 async def chunks_of(upstream: Upstream, r: Route) -> list[StreamChunk]:
     out: list[StreamChunk] = []
-    async for batch in upstream.stream(r, b"{}", r.normaliser()):
+    async for batch in upstream.send(r, b"{}").batches(r.normaliser()):
         out += batch
     return out
 
@@ -112,3 +112,24 @@ async def test_both_seams_raise_the_provider_s_error_status() -> None:
         assert "slow down" in caught.value.message
         seen += 1
     assert seen == 2
+
+
+async def test_a_step_whose_set_up_fails_after_the_provider_call_was_sent_cancels_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The provider is called before the step is set up; a set-up that raises lets the sent
+    call go (its connection closed) instead of leaving it unread."""
+    from tests.gateway._helpers import GATEWAY_KEY, make_rig
+    from tokenwire.services.gateway import _app
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("set-up failed")
+
+    monkeypatch.setattr(_app, "start_step_span", broken)
+    rig = make_rig(recording("openai/chat-text-include-usage.sse"))
+    message = {"role": "user", "content": "x"}
+    body = {"model": "openai/gpt-4o", "stream": True, "messages": [message]}
+    async with rig.client(authorization=f"Bearer {GATEWAY_KEY}") as client:
+        with pytest.raises(RuntimeError, match="set-up failed"):
+            await client.post("/v1/chat/completions", json=body)
+    assert [(c.read, c.cancelled) for c in rig.upstream.calls] == [(False, True)]

@@ -60,6 +60,7 @@ from tokenwire.providers._stream import (
     KEEPALIVE_S,
     ProviderRequest,
     ProviderSession,
+    SentRequest,
     stream_batches,
     stream_chunks,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "ProviderRequest",
     "ProviderSession",
     "ProviderSpec",
+    "SentRequest",
     "Timeouts",
     "TransportError",
     "UnknownProviderError",

@@ -40,6 +40,7 @@ __all__ = [
     "READ_BUFFER",
     "HttpClient",
     "HttpResponse",
+    "PendingPost",
     "Timeouts",
     "TransportError",
 ]
@@ -182,6 +183,58 @@ class HttpResponse:
             self._client.give_back(self._key, self._conn)
 
 
+class PendingPost:
+    """A ``POST`` on its way (:meth:`HttpClient.send`): written at once on a pooled connection,
+    else when :meth:`response` has connected. :meth:`response` is awaited once; a post whose
+    response is not wanted is given up with :meth:`cancel` (its connection is closed)."""
+
+    def __init__(
+        self, client: HttpClient, url: str, body: bytes, headers: Mapping[str, str]
+    ) -> None:
+        self._client = client
+        self._error: ValueError | None = None
+        self._conn: Connection | None = None  # the pooled connection the request went out on
+        self._settled = False
+        try:
+            self._target, self._proxy = client._route(url)
+            # ValueError before connecting: raised by response()
+            self._request = _head(self._target, self._proxy, headers, len(body)) + body
+        except ValueError as exc:
+            self._error = exc
+            return
+        self._key: _PoolKey = (self._target.tls, self._target.host, self._target.port, self._proxy)
+        self._conn = client._pooled(self._key)
+        if self._conn is not None:
+            self._conn.send(self._request)
+
+    async def response(self) -> HttpResponse:
+        """The response once its headers arrived; raises as :meth:`HttpClient.post` does."""
+        assert not self._settled, "a pending post is answered once"
+        self._settled = True
+        if self._error is not None:
+            raise self._error
+        client, pooled = self._client, self._conn
+        if pooled is not None:
+            try:
+                return await client._answer(self._key, pooled)
+            except TransportError:
+                if not pooled.closed_before_answering():
+                    raise
+            # A reused connection the server closed without a byte of an answer (it was
+            # closing the idle connection as the request went out): sent once more on a fresh
+            # connection, as urllib3 and httpx do for a stale pooled connection.
+        conn = await client._connect(self._target, self._proxy)
+        return await client._exchange(self._key, conn, self._request)
+
+    def cancel(self) -> None:
+        """The response is not wanted: the connection the request went out on is closed
+        (its answer can never be read). Nothing once :meth:`response` was awaited."""
+        if not self._settled:
+            self._settled = True
+            if self._conn is not None:
+                self._conn.close()
+
+
 class HttpClient:
     """Pooled HTTP/1.1 ``POST`` for provider calls; build it in the event loop, :meth:`close`
     it when done.
@@ -213,23 +266,21 @@ class HttpClient:
         Raises :class:`TransportError` (connect, tunnel, TLS, a closed connection, silence)
         and ``ValueError`` for a URL that is not http(s) or a header holding a line break.
         """
-        target, proxy = self._route(url)
-        request = _head(target, proxy, headers, len(body)) + body  # ValueError before connecting
-        key = (target.tls, target.host, target.port, proxy)
-        pooled = self._pooled(key)
-        conn = pooled or await self._connect(target, proxy)
-        try:
-            return await self._exchange(key, conn, request)
-        except TransportError:
-            if pooled is None or not conn.closed_before_answering():
-                raise
-        # A reused connection the server closed without a byte of an answer (it was closing
-        # the idle connection as the request went out): sent once more on a fresh connection,
-        # as urllib3 and httpx do for a stale pooled connection.
-        return await self._exchange(key, await self._connect(target, proxy), request)
+        return await self.send(url, body, headers).response()
+
+    def send(self, url: str, body: bytes, headers: Mapping[str, str]) -> PendingPost:
+        """:meth:`post` in two halves: the request is written now when a pooled connection
+        can take it (else once :meth:`PendingPost.response` has connected), so that the
+        provider works while the caller does something else. Never raises: a failure is
+        :meth:`PendingPost.response`'s. Await that once, or :meth:`PendingPost.cancel`."""
+        return PendingPost(self, url, body, headers)
 
     async def _exchange(self, key: _PoolKey, conn: Connection, request: bytes) -> HttpResponse:
         conn.send(request)
+        return await self._answer(key, conn)
+
+    async def _answer(self, key: _PoolKey, conn: Connection) -> HttpResponse:
+        """The response to the request written on ``conn``, once its headers arrived."""
         try:
             await conn.wait_headers()
             return HttpResponse(self, key, conn)

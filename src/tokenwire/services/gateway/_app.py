@@ -29,7 +29,7 @@ from tokenwire.scrub import register, scrub
 from tokenwire.services.gateway._caller import CallerOutput, FoldingOutput, stream_output
 from tokenwire.services.gateway._catalog import ModelCatalog
 from tokenwire.services.gateway._count_tokens import CountTokens
-from tokenwire.services.gateway._deps import GatewayDeps
+from tokenwire.services.gateway._deps import GatewayDeps, UpstreamCall
 from tokenwire.services.gateway._dialects import (
     ANTHROPIC_MESSAGES,
     OPENAI_CHAT,
@@ -58,8 +58,8 @@ from tokenwire.services.gateway._identity import (
 )
 from tokenwire.services.gateway._metrics import GatewayMetrics
 from tokenwire.services.gateway._openapi import openapi_document
-from tokenwire.services.gateway._provider_call import CallerInput, ProviderCall, provider_call
-from tokenwire.services.gateway._routing import resolve, with_identity
+from tokenwire.services.gateway._provider_call import CallerInput, provider_call
+from tokenwire.services.gateway._routing import Route, resolve, with_identity
 from tokenwire.services.gateway._scrubbed import scrubbed
 from tokenwire.services.gateway._settings import GatewaySettings
 from tokenwire.services.gateway._step import StepPlan, StepRun
@@ -142,15 +142,23 @@ class Gateway:
         call = provider_call(codec, req, route, sent)
         session = wanted.session or self.deps.new_id()
         claim = await self._claim(wanted, session, req.ends_with_tool_result)
-        reply = Reply(codec.reply_id(self.deps.new_id()), req.model, received_ns // 1_000_000_000)
-        output = (
-            scrubbed(
-                stream_output(codec, req, route.dialect == codec.dialect, reply), self._secrets
+        # The provider is called before the step is set up (span, output, run): it works
+        # while they are built (see docs/gateway.md, "Performance").
+        call_start_ns = self.deps.clock_ns()
+        routed = with_identity(call.route, {SESSION_HEADER: session})
+        upstream = self.deps.upstream.send(routed, call.body)
+        try:
+            reply = Reply(
+                codec.reply_id(self.deps.new_id()), req.model, received_ns // 1_000_000_000
             )
-            if req.stream
-            else FoldingOutput()
-        )
-        run = self._step_run(request, call, output, session, claim, received_ns)
+            output = self._output(codec, req, routed, reply)
+            run = self._step_run(
+                request, routed, upstream, output, session, claim, received_ns, call_start_ns
+            )
+        except BaseException:
+            upstream.cancel()
+            claim.drop()
+            raise
         try:
             await run.start()
         except GatewayError as exc:
@@ -159,13 +167,20 @@ class Gateway:
             return _with(call.response_headers, await self._folded(run, codec, reply))
         return _with(call.response_headers, run.response())
 
+    def _output(self, codec: CallerCodec[R], req: R, route: Route, reply: Reply) -> CallerOutput:
+        """What the caller receives: the stream in its dialect, or the folded answer."""
+        if not req.stream:
+            return FoldingOutput()
+        same_dialect = route.dialect == codec.dialect
+        return scrubbed(stream_output(codec, req, same_dialect, reply), self._secrets)
+
     def _step_run(
-        self, request: Request, call: ProviderCall, output: CallerOutput, session: str,
-        claim: StepClaim, received_ns: int,
+        self, request: Request, route: Route, upstream: UpstreamCall, output: CallerOutput,
+        session: str, claim: StepClaim, received_ns: int, call_start_ns: int,
     ) -> StepRun:  # fmt: skip
-        """The planned step, with its call span started (its trace headers go on every chunk)."""
-        route, settings = call.route, self.settings
-        call_start_ns = self.deps.clock_ns()
+        """The planned step over its sent provider call, with its call span started (its
+        trace headers go on the step's first chunk)."""
+        settings = self.settings
         span, trace_headers = start_step_span(
             request.headers, self._rng, self.calls.tracer, self.calls.recording,
             f"chat {route.model}",
@@ -173,9 +188,8 @@ class Gateway:
             call_start_ns,
         )  # fmt: skip
         observer = self.calls.observe(route, session, span, call_start_ns)
-        route = with_identity(route, {SESSION_HEADER: session})
         plan = StepPlan(
-            session, claim, route, call.body, received_ns, trace_headers, self._secrets,
+            session, claim, route, upstream, received_ns, trace_headers, self._secrets,
             settings.continue_on_disconnect,
         )  # fmt: skip
         return StepRun(

@@ -24,32 +24,52 @@ CannedAnswer = bytes | ProviderHTTPError
 class CannedUpstream:
     """Answers every call with ``answer(route, body)``, parsed and normalised for real.
 
-    ``requests`` records (route, body) of every call; ``split`` cuts bodies into pieces of that
-    many bytes to exercise incremental parsing; ``pause_s`` sleeps between pieces.
+    ``requests`` records (route, body) of every call and ``calls`` the calls sent; ``split``
+    cuts bodies into pieces of that many bytes to exercise incremental parsing; ``pause_s``
+    sleeps between pieces.
     """
 
     answer: Callable[[Route, bytes], CannedAnswer]
     requests: list[tuple[Route, bytes]] = field(default_factory=list)
+    calls: list[CannedCall] = field(default_factory=list)
     split: int = 97
     pause_s: float = 0.0
 
-    def stream(
-        self, route: Route, body: bytes, normaliser: Normaliser
-    ) -> AsyncGenerator[list[StreamChunk], None]:
-        """Record the call and stream the canned answer, a list of chunks per piece."""
+    def send(self, route: Route, body: bytes) -> CannedCall:
+        """Record the call; its answer streams when read."""
         self.requests.append((route, body))
-        return self._chunks(self.answer(route, body), normaliser)
+        self.calls.append(CannedCall(self.answer(route, body), self.split, self.pause_s))
+        return self.calls[-1]
 
-    async def _chunks(
-        self, answer: CannedAnswer, normaliser: Normaliser
-    ) -> AsyncGenerator[list[StreamChunk], None]:
-        if isinstance(answer, ProviderHTTPError):
-            raise answer
-        parser = SseParser()
-        for start in range(0, len(answer), self.split):
+
+@dataclass
+class CannedCall:
+    """One canned call (:meth:`CannedUpstream.send`); ``cancelled`` once given up unread."""
+
+    answer: CannedAnswer
+    split: int
+    pause_s: float
+    cancelled: bool = False
+    read: bool = False
+
+    def batches(self, normaliser: Normaliser) -> AsyncGenerator[list[StreamChunk], None]:
+        """The canned answer, parsed and normalised, a list of chunks per piece."""
+        self.read = True
+        return self._chunks(normaliser)
+
+    def cancel(self) -> None:
+        """Given up: marked (tests check that a step that never read its call let it go)."""
+        if not self.read:
+            self.cancelled = True
+
+    async def _chunks(self, normaliser: Normaliser) -> AsyncGenerator[list[StreamChunk], None]:
+        if isinstance(self.answer, ProviderHTTPError):
+            raise self.answer
+        parser, body = SseParser(), self.answer
+        for start in range(0, len(body), self.split):
             if self.pause_s:
                 await asyncio.sleep(self.pause_s)
-            events = parser.feed(answer[start : start + self.split])
+            events = parser.feed(body[start : start + self.split])
             yield [chunk for event in events for chunk in normaliser.feed(event)]
         yield [chunk for event in parser.close() for chunk in normaliser.feed(event)]
         yield normaliser.close()

@@ -1,5 +1,6 @@
 """What the gateway runs on (:class:`GatewayDeps`): its own seam, calling a provider
-(:class:`Upstream`; the real :class:`HttpUpstream` here, the canned twin in ``_canned.py``),
+(:class:`Upstream` and its :class:`UpstreamCall`; the real :class:`HttpUpstream` here, the
+canned twin in ``_canned.py``),
 and the broker's (``broker.ChunkSink`` and ``broker.StepAllocator``, whose real and in-memory
 implementations live in the broker package), with readiness, the clock and the id source.
 """
@@ -16,27 +17,40 @@ from starlette.routing import BaseRoute
 
 from tokenwire.broker import ChunkSink, StepAllocator
 from tokenwire.observability import OtelProviders, no_otel
-from tokenwire.providers import Normaliser, ProviderRequest, ProviderSession, stream_batches
+from tokenwire.providers import Normaliser, ProviderRequest, ProviderSession, SentRequest
 from tokenwire.schemas import StreamChunk
 from tokenwire.services.gateway._routing import Route
 
 
+class UpstreamCall(Protocol):
+    """One provider call, already on its way (:meth:`Upstream.send`)."""
+
+    def batches(self, normaliser: Normaliser) -> AsyncGenerator[list[StreamChunk], None]:
+        """The call's normalised chunks in lists (those of one network read together, maybe
+        none), ending with exactly one ``finish``. A non-2xx answer raises
+        :class:`tokenwire.providers.ProviderHTTPError` before any chunk; a transport failure
+        ends the stream with ``finish {error}`` (the contract of
+        :func:`tokenwire.providers.stream_batches`). Called at most once."""
+        ...
+
+    def cancel(self) -> None:
+        """The answer is not wanted (the step ended before reading it): whatever the call
+        holds is let go. Nothing once :meth:`batches` began reading."""
+        ...
+
+
 class Upstream(Protocol):
-    """Calls a provider and yields its normalised chunks in lists (those of one network read
-    together, maybe none), ending with exactly one ``finish``.
+    """Calls providers."""
 
-    A non-2xx answer raises :class:`tokenwire.providers.ProviderHTTPError` before any chunk;
-    a transport failure ends the stream with ``finish {error}`` (the contract of
-    :func:`tokenwire.providers.stream_batches`).
-    """
-
-    def stream(
-        self, route: Route, body: bytes, normaliser: Normaliser
-    ) -> AsyncGenerator[list[StreamChunk], None]: ...
+    def send(self, route: Route, body: bytes) -> UpstreamCall:
+        """Send ``body`` to the route, now where the transport can (so that the provider
+        works while the step is set up), and return the call to read or cancel."""
+        ...
 
 
 class HttpUpstream:
-    """The real :class:`Upstream`: one pooled aiohttp session for every provider call.
+    """The real :class:`Upstream`: one pooled :class:`tokenwire.providers.ProviderSession`
+    for every provider call.
 
     Build it inside the running event loop (``broker_deps`` does); close it with
     :meth:`aclose`.
@@ -45,13 +59,11 @@ class HttpUpstream:
     def __init__(self) -> None:
         self._session = ProviderSession()
 
-    def stream(
-        self, route: Route, body: bytes, normaliser: Normaliser
-    ) -> AsyncGenerator[list[StreamChunk], None]:
-        """Send ``body`` to the route and stream its chunks, a list per network read."""
+    def send(self, route: Route, body: bytes) -> SentRequest:
+        """Send ``body`` to the route: written at once on a pooled connection (else once the
+        answer is first read, after connecting)."""
         headers = {**route.headers, "content-type": "application/json"}
-        request = ProviderRequest(route.url, body, headers)
-        return stream_batches(self._session, request, normaliser)
+        return self._session.send(ProviderRequest(route.url, body, headers))
 
     async def aclose(self) -> None:
         """Close the pooled connections."""

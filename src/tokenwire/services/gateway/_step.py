@@ -60,7 +60,7 @@ from tokenwire.services.gateway._caller import (
     StepStream,
 )
 from tokenwire.services.gateway._contract import ContractCheck
-from tokenwire.services.gateway._deps import GatewayDeps
+from tokenwire.services.gateway._deps import GatewayDeps, UpstreamCall
 from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     GatewayError,
@@ -91,16 +91,18 @@ when the step ends): taking the counter's lock per chunk cost ~1% of the gateway
 
 @dataclass(frozen=True)
 class StepPlan:
-    """Everything a step needs, decided before the provider is called.
+    """Everything a step needs, decided once its request passed every check.
 
     ``claim`` gives the step's identity: known for an explicit triple, sent to the registry
     beside the provider call for an assigned one (the step waits for it before it publishes).
+    ``call`` is the provider call, already sent (the provider works while the step is set
+    up); the step reads it, or cancels it when it ends without reading.
     """
 
     session: str
     claim: StepClaim
     route: Route
-    body: bytes
+    call: UpstreamCall
     request_time_ns: int
     trace_headers: dict[str, str]
     secrets: tuple[str, ...] = ()
@@ -196,7 +198,7 @@ class StepRun:
         self._metrics.in_flight.inc()
         route = self.plan.route
         normaliser = self._head_read(self.output.normaliser(route.normaliser()))
-        self._chunks = self._deps.upstream.stream(route, self.plan.body, normaliser)
+        self._chunks = self.plan.call.batches(normaliser)
         try:
             await self._take(await self._bounded_first_batch(self._chunks))
         except asyncio.CancelledError:
@@ -328,6 +330,7 @@ class StepRun:
             self._watchdog.stop()
         if self._chunks is not None:
             await self._chunks.aclose()
+        self.plan.call.cancel()  # a call never read is let go (nothing once read)
 
     async def _claimed(self) -> StepIdentity:
         """The step's identity, waiting for its claim if it is still running."""
