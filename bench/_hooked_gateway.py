@@ -3,7 +3,9 @@
 - ``TW_BENCH_CLIENT=aiohttp``: provider calls through aiohttp instead of ``HttpClient``
   (ADR 0009's comparison on the full stack);
 - ``TW_BENCH_MARKS=<file>``: per-request timing marks (CLOCK_MONOTONIC, shared by every process
-  on the machine) appended to ``<file>`` as JSON lines, for the lone-caller breakdown.
+  on the machine) appended to ``<file>`` as JSON lines, for the lone-caller breakdown;
+- ``TW_BENCH_PROFILE=<file>``: the gateway under cProfile (CPU time), its stats written to
+  ``<file>`` at exit.
 """
 
 from __future__ import annotations

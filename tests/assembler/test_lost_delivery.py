@@ -17,6 +17,7 @@ back (naked) by an owner come to the next one in stream order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -98,15 +99,34 @@ def two_turns(session: str) -> Plan:
     return plan
 
 
-@pytest.mark.parametrize(
-    ("where", "lost"),
-    [
-        # later chunks arrive: the consumer sequence jumps under the same pin
-        ("lost", lambda env: env.turn == 0 and env.ordinal == 1),
-        # nothing arrives after it: the server reports more delivered than arrived
-        ("tail", lambda env: env.turn == 1 and env.ordinal == 3),
-    ],
-)
+LOSSES = [
+    # later chunks arrive: the consumer sequence jumps under the same pin
+    ("lost", lambda env: env.turn == 0 and env.ordinal == 1),
+    # nothing arrives after it: the server reports more delivered than arrived
+    ("tail", lambda env: env.turn == 1 and env.ordinal == 3),
+]
+
+
+@contextlib.asynccontextmanager
+async def lossy_assembler(
+    nats_url: str, t: Topology, db_url: str, db: Store, name: str,
+    lost: Callable[[ChunkEnvelope], bool],
+) -> AsyncIterator[tuple[Assembler, list[int]]]:  # fmt: skip
+    """A started assembler (gap and abandonment far beyond the test's bound) whose first
+    delivery matching ``lost`` is dropped on arrival; yields it and the sequences dropped."""
+    timeouts = AssemblyConfig(gap_timeout_s=120.0, abandon_timeout_s=120.0)
+    settings = settings_for(nats_url, t, db_url, burst=False, assembly=timeouts)
+    own = await connect(nats_url, name=name)
+    assembler = Assembler(settings, own, db)
+    await assembler.start()
+    try:
+        yield assembler, lose_first_delivery(assembler, lost)
+    finally:
+        await assembler.close()
+        await own.close()
+
+
+@pytest.mark.parametrize(("where", "lost"), LOSSES)
 async def test_a_delivery_lost_on_the_way_is_read_back_and_the_store_is_exact(
     nc: Client,
     nats_url: str,
@@ -116,16 +136,10 @@ async def test_a_delivery_lost_on_the_way_is_read_back_and_the_store_is_exact(
     where: str,
     lost: Callable[[ChunkEnvelope], bool],
 ) -> None:
-    t = slow_redelivery
     plan = two_turns(f"lost-{where}")
-    timeouts = AssemblyConfig(gap_timeout_s=120.0, abandon_timeout_s=120.0)
-    settings = settings_for(nats_url, t, db_url, burst=False, assembly=timeouts)
-    own = await connect(nats_url, name=f"lossy-{where}")
-    assembler = Assembler(settings, own, db)
-    await assembler.start()
-    dropped = lose_first_delivery(assembler, lost)
-    try:
-        await publish_in_order(nc, t, plan)
+    lossy = lossy_assembler(nats_url, slow_redelivery, db_url, db, f"lossy-{where}", lost)
+    async with lossy as (assembler, dropped):
+        await publish_in_order(nc, slow_redelivery, plan)
         await eventually(
             lambda: holds_every_step(db, plan),
             BOUND_S,
@@ -135,9 +149,6 @@ async def test_a_delivery_lost_on_the_way_is_read_back_and_the_store_is_exact(
         await check_store(db, plan)
         read_backs = assembler.metrics.read_backs.labels(where, "ok")._value.get()
         assert read_backs >= 1, f"stored, but not through a {where} read-back"
-    finally:
-        await assembler.close()
-        await own.close()
 
 
 def replica_catching_up(
@@ -165,13 +176,7 @@ def replica_catching_up(
     return short
 
 
-@pytest.mark.parametrize(
-    ("where", "lost"),
-    [
-        ("lost", lambda env: env.turn == 0 and env.ordinal == 1),
-        ("tail", lambda env: env.turn == 1 and env.ordinal == 3),
-    ],
-)
+@pytest.mark.parametrize(("where", "lost"), LOSSES)
 async def test_a_read_back_cut_short_by_a_lagging_replica_is_read_again(
     nc: Client,
     nats_url: str,
@@ -186,17 +191,11 @@ async def test_a_read_back_cut_short_by_a_lagging_replica_is_read_again(
     behind (it holds neither the lost message nor the last one that arrived before it): the
     short read fails and the next attempt, on a replica that caught up, finds the message.
     Before, the short read counted as a read-back done and the step waited for its gap."""
-    t = slow_redelivery
     plan = two_turns(f"lagging-{where}")
-    timeouts = AssemblyConfig(gap_timeout_s=120.0, abandon_timeout_s=120.0)
-    settings = settings_for(nats_url, t, db_url, burst=False, assembly=timeouts)
-    own = await connect(nats_url, name=f"lagging-{where}")
-    assembler = Assembler(settings, own, db)
-    await assembler.start()
-    dropped = lose_first_delivery(assembler, lost)
-    short = replica_catching_up(monkeypatch, lambda: dropped[0] - 1 if dropped else None)
-    try:
-        await publish_in_order(nc, t, plan)
+    lossy = lossy_assembler(nats_url, slow_redelivery, db_url, db, f"lagging-{where}", lost)
+    async with lossy as (assembler, dropped):
+        short = replica_catching_up(monkeypatch, lambda: dropped[0] - 1 if dropped else None)
+        await publish_in_order(nc, slow_redelivery, plan)
         await eventually(
             lambda: holds_every_step(db, plan),
             BOUND_S,
@@ -206,9 +205,6 @@ async def test_a_read_back_cut_short_by_a_lagging_replica_is_read_again(
         assert short, "no read-back was served short"
         await check_store(db, plan)
         assert assembler.metrics.read_backs.labels(where, "ok")._value.get() >= 1
-    finally:
-        await assembler.close()
-        await own.close()
 
 
 async def test_handed_back_messages_come_back_in_stream_order(
