@@ -44,9 +44,28 @@ def _run_demo(
     env = {**os.environ, "TOKENWIRE_DATA_DIR": str(data_dir)}
     env.pop("TOKENWIRE_NATS_URL", None)
     env.pop("TOKENWIRE_STORE", None)
-    return subprocess.run(
-        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    try:
+        return subprocess.run(
+            argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as exc:  # what it printed says how far it got, and why
+        out, err = (_text(part) for part in (exc.stdout, exc.stderr))
+        pytest.fail(f"{argv} ran past {timeout} s:\n{out[-3000:]}{err[-3000:]}")
+
+
+def _text(part: str | bytes | None) -> str:
+    return part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+
+
+def _why(done: subprocess.CompletedProcess[str], summary: Path) -> str:
+    """The fleet's unexpected request failures (from the summary JSON, when written) and the
+    tail of the demo's output: a failed run explains itself."""
+    failures = (
+        json.loads(summary.read_text())["fleet"]["failures"]
+        if summary.is_file()
+        else "(no summary JSON written)"
     )
+    return f"failures: {failures}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
 
 
 @pytest.mark.slow
@@ -57,18 +76,21 @@ def test_demo_summary_matches_the_plan_and_leaves_nothing_running(tmp_path: Path
     argv = [sys.executable, "-m", "tokenwire", "demo", "--sessions", "4", "--turns", "2",
             "--steps", "3", "--summary-json", str(summary)]  # fmt: skip
     done = _run_demo(tmp_path, argv, data, timeout=240)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    why = _why(done, summary)
+    assert done.returncode == 0, why
 
     expected = expected_totals(FleetPlan(4, 2, 3, run_id="x"))
     doc = json.loads(summary.read_text())
     observed = doc["observed"]
-    assert observed["steps"] == expected.steps == 24
-    assert observed["messages"] == expected.messages == 23
-    assert observed["errors"] == {"provider": 1}
-    assert observed["max_tokens_messages"] == 1
-    assert observed["ttfc_signals"] == expected.steps
-    assert observed["differences"] == []
-    assert doc["passed"] is True
+    assert doc["fleet"]["unexpected_failures"] == 0, why
+    assert doc["fleet"]["provider_errors"] == expected.errors == 1, why
+    assert observed["steps"] == expected.steps == 24, why
+    assert observed["messages"] == expected.messages == 23, why
+    assert observed["errors"] == {"provider": 1}, why
+    assert observed["max_tokens_messages"] == 1, why
+    assert observed["ttfc_signals"] == expected.steps, why
+    assert observed["differences"] == [], why
+    assert doc["passed"] is True, why
     assert "replay --verify" in done.stdout
     assert (data / "store.db").is_file()
     assert (data / "nats.url").is_file()
@@ -120,8 +142,10 @@ async def test_the_demo_fleet_runs_against_a_named_provider(tmp_path: Path) -> N
             cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         out, err = await asyncio.wait_for(proc.communicate(), 240)
-    assert proc.returncode == 0, out.decode()[-3000:] + err.decode()[-3000:]
-    doc = json.loads(summary.read_text())
+    doc = json.loads(summary.read_text()) if summary.is_file() else {"fleet": {"failures": None}}
+    why = f"failures: {doc['fleet']['failures']}\n{out.decode()[-3000:]}{err.decode()[-3000:]}"
+    assert proc.returncode == 0, why
+    assert doc["fleet"]["unexpected_failures"] == 0, why
     assert doc["observed"]["steps"] == 6
     assert doc["observed"]["messages"] == 6
     assert doc["observed"]["differences"] == []

@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 import msgspec
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -28,6 +29,8 @@ from tokenwire.schemas import ErrorEvent, MessageEvent, StreamStarted
 from tokenwire.store import Store, open_store
 
 PERSIST_TIMEOUT_S = 60.0
+SHOWN_FAILURES = 5
+"""Unexpected request failures printed one per line (the summary JSON keeps more)."""
 console = Console(highlight=False)
 
 
@@ -122,6 +125,7 @@ def _print_addresses(stack: Stack) -> None:
 async def _demo(stack: Stack, plan: FleetPlan, summary_json: str | None) -> bool:
     expected = expected_totals(plan)
     result = await _drive(stack, plan, expected.steps)
+    _announce_failures(result)
     store = open_store(stack.settings.store_url)
     nc = await connect(stack.nats_url)
     try:
@@ -133,7 +137,18 @@ async def _demo(stack: Stack, plan: FleetPlan, summary_json: str | None) -> bool
     if summary_json:
         document = msgspec.json.encode(_summary_doc(expected, result, observed))
         await asyncio.to_thread(Path(summary_json).write_bytes, document)
-    return _checks_pass(expected, observed)
+    return _checks_pass(expected, result, observed)
+
+
+def _announce_failures(result: FleetResult) -> None:
+    """Say at once, before the store is read (and waited for), that requests failed and why:
+    a step refused before anything was published never reaches the broker, and the checks
+    that follow can only say what is missing."""
+    if result.failures:
+        console.print(
+            f"[red]{result.unexpected_failures} requests failed unexpectedly[/red]; "
+            f"the first: {escape(result.failures[0].line())}"
+        )
 
 
 def _summary_doc(
@@ -152,10 +167,15 @@ def _summary_doc(
         },
         "fleet": {
             "sessions": result.sessions,
+            "completed_steps": result.completed_steps,
+            "provider_errors": result.provider_errors,
+            "unexpected_failures": result.unexpected_failures,
+            "failures": [dataclasses.asdict(f) for f in result.failures],
+            "retried_requests": result.retried_requests,
             "tool_calls": result.tool_calls,
             "wall_s": result.wall_s,
         },
-        "passed": _checks_pass(expected, observed),
+        "passed": _checks_pass(expected, result, observed),
     }
 
 
@@ -217,15 +237,20 @@ async def _ttfc(nc: Connection, t: Topology, sessions: set[str], steps: int) -> 
 
 
 async def _verify(nc: Connection, t: Topology, store: Store, sessions: list[str]) -> list[str]:
-    from tokenwire.replay import verify
+    from tokenwire.replay import SessionNotFound, verify
 
     differences: list[str] = []
     for session in sessions:
-        differences += [f"{session}: {d}" for d in await verify(nc, t, store, session)]
+        try:
+            differences += [f"{session}: {d}" for d in await verify(nc, t, store, session)]
+        except SessionNotFound as exc:  # every step of it refused: a difference, not a crash
+            differences.append(f"{session}: {exc}")
     return differences
 
 
-def _checks_pass(expected: ExpectedTotals, observed: Observed) -> bool:
+def _checks_pass(expected: ExpectedTotals, result: FleetResult, observed: Observed) -> bool:
+    if result.unexpected_failures:
+        return False
     if expected.messages < 0:  # a real provider: only the step count is known in advance
         return observed.steps == expected.steps and not observed.differences
     return (
@@ -258,8 +283,22 @@ def _summary(
     table.add_column("")
     table.add_column("observed", justify="right")
     table.add_column("expected", justify="right")
+    for row in _summary_rows(plan, expected, result, observed):
+        table.add_row(*row)
+    console.print(table)
+    for line in _failure_lines(result):
+        console.print(f"[red]failed[/red] {escape(line)}")
+    for difference in observed.differences[:20]:
+        console.print(f"[red]difference[/red] {escape(difference)}")
+    _print_pointers(stack, result)
+
+
+def _summary_rows(
+    plan: FleetPlan, expected: ExpectedTotals, result: FleetResult, observed: Observed
+) -> list[tuple[str, str, str]]:
+    """The summary table's rows: what, observed, expected."""
     errors = ", ".join(f"{k} {v}" for k, v in sorted(observed.errors.items())) or "none"
-    rows = [
+    return [
         ("sessions", str(len(result.sessions)), str(plan.sessions)),
         ("steps persisted", str(observed.steps), str(expected.steps)),
         ("chunks persisted", str(observed.chunks), ""),
@@ -270,6 +309,8 @@ def _summary(
             _known(expected.max_tokens_messages),
         ),
         ("recorded errors", f"{sum(observed.errors.values())} ({errors})", _known(expected.errors)),
+        ("requests failed unexpectedly", str(result.unexpected_failures), "0"),
+        ("requests retried (gateway busy)", str(result.retried_requests), ""),
         ("tool calls dispatched by agents", str(result.tool_calls), ""),
         ("time to first chunk p50 (telemetry)", _percentile(observed.ttfc_s, 50), ""),
         ("time to first chunk p99 (telemetry)", _percentile(observed.ttfc_s, 99), ""),
@@ -280,11 +321,19 @@ def _summary(
             "passed",
         ),
     ]
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
-    for difference in observed.differences[:20]:
-        console.print(f"[red]difference[/red] {difference}")
+
+
+def _failure_lines(result: FleetResult, shown: int = SHOWN_FAILURES) -> list[str]:
+    """The first ``shown`` unexpected failures, one line each, and how many more there were."""
+    lines = [failure.line() for failure in result.failures[:shown]]
+    more = result.unexpected_failures - len(lines)
+    if more > 0:
+        lines.append(f"... and {more} more (the first {len(result.failures)} in --summary-json)")
+    return lines
+
+
+def _print_pointers(stack: Stack, result: FleetResult) -> None:
+    """Where the data is, and the commands that look at a session."""
     session = result.sessions[min(1, len(result.sessions) - 1)]
     data = stack.settings.data_dir
     console.print(
