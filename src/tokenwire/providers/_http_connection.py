@@ -177,8 +177,10 @@ class Connection(asyncio.Protocol):
 
     def closed_before_answering(self) -> bool:
         """The server closed the connection without a byte of the response (the stale
-        keep-alive case: it closed an idle connection as the request went out)."""
-        return self.closed and self._received == 0 and not self.headers_done
+        keep-alive case: it closed an idle connection as the request went out). Not one this
+        side closed after ``read_s`` of silence: the provider may be working on the request."""
+        disconnected = self._error is not None and self._error.code == "server_disconnected"
+        return disconnected and self.closed and self._received == 0 and not self.headers_done
 
     def reusable(self) -> bool:
         """Read to its end, nothing left over, and both sides keep the connection."""

@@ -104,7 +104,8 @@ class StepClaim:
         """The claimed identity; :class:`BrokerUnavailableError` (503) when the registry
         does not answer."""
         if self._known is None:
-            assert self._pending is not None  # one of the two is always given
+            if self._pending is None:  # an earlier wait for it was cancelled: never answered
+                raise BrokerUnavailableError("the step registry did not answer the step's claim")
             pending, self._pending = self._pending, None
             try:
                 turn, step = await pending.result()

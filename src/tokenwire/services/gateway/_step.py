@@ -202,8 +202,10 @@ class StepRun:
         try:
             await self._take(await self._bounded_first_batch(self._chunks))
         except asyncio.CancelledError:
-            await self._abort()
-            await self._end()
+            try:
+                await self._abort()
+            finally:  # cancelled again while recording it, the step still ends (its call let go)
+                await self._end()
             raise
         except BaseException as exc:
             if self._call is not None:
