@@ -81,6 +81,33 @@ async def test_a_step_conflict_is_not_retried_by_the_sdk(gateway) -> None:
     assert info.value.response.request.headers.get("x-stainless-retry-count") == "0"
 
 
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_explicit_steps_failure_is_not_retried_into_a_conflict(gateway, stream) -> None:
+    """A named (turn, step) is claimed before the provider call and stays claimed when the
+    call fails; the SDK's default retry of a 429 would only meet a 409. The caller sees the
+    provider's rate limit, after one provider call."""
+    url, scripted = gateway
+    identity = {
+        "x-tokenwire-session": f"explicit-429-{stream}",
+        "x-tokenwire-turn": "0",
+        "x-tokenwire-step": "0",
+    }
+    sent = len(scripted.received)
+    async with openai.AsyncOpenAI(
+        base_url=url + "/v1", api_key=GATEWAY_KEY, max_retries=2, default_headers=identity
+    ) as oa:
+        with pytest.raises(openai.RateLimitError) as info:
+            await oa.chat.completions.create(
+                model="scripted/http-429", messages=[{"role": "user", "content": "x"}],
+                stream=stream,
+            )  # fmt: skip
+    headers = info.value.response.headers
+    assert (headers["x-should-retry"], headers["retry-after"]) == ("false", "1")
+    assert headers["x-tokenwire-step"] == "0"
+    assert len(scripted.received) == sent + 1
+    assert info.value.response.request.headers.get("x-stainless-retry-count") == "0"
+
+
 async def test_non_streaming_answers_carry_the_providers_id_and_model(gateway) -> None:
     url, scripted = gateway
     async with openai.AsyncOpenAI(base_url=url + "/v1", api_key=GATEWAY_KEY, max_retries=0) as oa:

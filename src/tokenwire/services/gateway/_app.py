@@ -261,8 +261,10 @@ class Gateway:
             headers["www-authenticate"] = "Bearer"
         if isinstance(exc, UpstreamError):
             headers.update(exc.relay_headers)
-        if exc.status in _NOT_RETRYABLE:
-            headers["x-should-retry"] = "false"  # the SDKs retry 409 (and more) by default
+        if exc.status in _NOT_RETRYABLE or (identity is not None and identity.explicit):
+            # the SDKs retry 409 (and more) by default; the same explicit triple, claimed, is
+            # a 409 whatever failed, so its caller is told the real failure instead
+            headers["x-should-retry"] = "false"
         body = scrub(codec.error_body(exc).decode(), self._secrets).encode()  # no credentials out
         return Response(body, exc.status, headers, media_type="application/json")
 

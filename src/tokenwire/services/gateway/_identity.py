@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tokenwire.broker import BrokerError, PendingAssignment, StepAllocator, StepClaimConflict
 from tokenwire.services.gateway._errors import (
@@ -29,11 +29,13 @@ _COUNT = re.compile(r"[0-9]{1,15}")
 
 @dataclass(frozen=True, slots=True)
 class StepIdentity:
-    """One model call."""
+    """One model call; ``explicit`` when the caller named the turn and step (a retry of the
+    same request, once claimed, is refused with 409)."""
 
     session: str
     turn: int
     step: int
+    explicit: bool = field(default=False, compare=False)
 
     def headers(self) -> dict[str, str]:
         """The three response headers echoing the identity."""
@@ -130,7 +132,7 @@ async def claim_explicit(session: str, turn: int, step: int, steps: StepAllocato
         raise StepConflictError(session, turn, step) from exc
     except BrokerError as exc:
         raise _unavailable(exc) from exc
-    return StepClaim(session, known=StepIdentity(session, turn, step))
+    return StepClaim(session, known=StepIdentity(session, turn, step, explicit=True))
 
 
 async def assign_next(session: str, steps: StepAllocator, *, new_turn: bool) -> StepClaim:
