@@ -45,6 +45,8 @@ from tokenwire.providers._http import (
     HttpResponse,
     Timeouts,
     TransportError,
+    check_header,
+    check_url,
 )
 from tokenwire.providers._openai_chat import OpenAIChatNormaliser
 from tokenwire.providers._openai_responses import OpenAIResponsesNormaliser
@@ -89,6 +91,8 @@ __all__ = [
     "Timeouts",
     "TransportError",
     "UnknownProviderError",
+    "check_header",
+    "check_url",
     "get_provider",
     "is_retryable",
     "normalise_body",

@@ -43,6 +43,8 @@ __all__ = [
     "PendingPost",
     "Timeouts",
     "TransportError",
+    "check_header",
+    "check_url",
 ]
 
 IDLE_PER_ORIGIN: Final = 256
@@ -52,7 +54,12 @@ _URL_CACHE: Final = 1024
 _OWN_HEADERS: Final = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 """A header name (RFC 9110 token)."""
-_UNSAFE_VALUE: Final = re.compile(r"[\x00\r\n]")
+_VISIBLE: Final = r"[\x21-\x7e\x80-\xff]+"
+_FIELD_VALUE: Final = re.compile(rf"(?:{_VISIBLE}(?:[ \t]+{_VISIBLE})*)?")
+"""A header value (RFC 9110 field-value; h11, httpx's HTTP/1.1 layer, requires the same):
+visible ASCII or latin-1 characters, spaces and tabs only between them; no control character
+or line break."""
+_URL_UNSAFE: Final = re.compile(r"[\x00-\x20\x7f]")
 _PATH_SAFE: Final = "/%:@!$&'()*+,;=-._~?"
 """Left as they are in a path or query; anything else (a space, a control character) is
 percent-encoded, so a model name from a request cannot break the request line."""
@@ -61,6 +68,32 @@ _MAX_TUNNEL_ANSWER: Final = 16 * 1024
 
 def _quote(text: str) -> str:
     return urllib.parse.quote(text, safe=_PATH_SAFE)
+
+
+def check_header(name: str, value: str) -> None:
+    """``ValueError`` unless ``name: value`` can go in a request's head: ``name`` a token,
+    ``value`` a field value (no line break, no control character, nothing outside latin-1, no
+    space at either end). What :meth:`HttpClient.send` refuses; the message names the header,
+    never its value (it may be a credential)."""
+    if not _TOKEN.fullmatch(name) or not _FIELD_VALUE.fullmatch(value):
+        raise ValueError(f"the request header {name!r} is not a valid name and value")
+
+
+def check_url(url: str) -> None:
+    """``ValueError`` unless :meth:`HttpClient.send` can post to ``url`` as it is written: an
+    ``http://`` or ``https://`` URL with a host (and a port from 0 to 65535), without spaces or
+    control characters (``urllib`` would drop a line break silently), whose host can be the
+    ``host`` header. The message never repeats the URL (it may hold a password)."""
+    if _URL_UNSAFE.search(url):
+        raise ValueError("a URL holds no space, line break or control character")
+    try:
+        netloc = _Target.parse(url).netloc
+    except ValueError:
+        raise ValueError("expected http:// or https://, a host and a valid port") from None
+    try:
+        check_header("host", netloc)
+    except ValueError:
+        raise ValueError("the host cannot be sent as the host header (ASCII or latin-1)") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,15 +469,14 @@ class _Tunnel(asyncio.Protocol):
 
 
 def _head(target: _Target, proxy: _Proxy | None, headers: Mapping[str, str], length: int) -> bytes:
-    """The request line and headers; ``ValueError`` for a header name that is not a token, or a
-    value holding CR, LF, NUL or a character outside latin-1."""
+    """The request line and headers; ``ValueError`` for a header :func:`check_header` refuses,
+    or a host outside latin-1."""
     absolute = proxy is not None and not target.tls
     path = f"http://{target.netloc}{target.path}" if absolute else target.path
     lines = [f"POST {path} HTTP/1.1\r\nhost: {target.netloc}\r\ncontent-length: {length}\r\n"]
     given = set()
     for name, value in headers.items():
-        if not _TOKEN.fullmatch(name) or _UNSAFE_VALUE.search(value):
-            raise ValueError(f"the request header {name!r} is not a valid name and value")
+        check_header(name, value)
         if name.lower() in _OWN_HEADERS:
             continue  # framing is this client's
         lines.append(f"{name}: {value}\r\n")

@@ -61,7 +61,7 @@ from tokenwire.services.gateway._openapi import openapi_document
 from tokenwire.services.gateway._provider_call import CallerInput, provider_call
 from tokenwire.services.gateway._routing import Route, resolve, with_identity
 from tokenwire.services.gateway._scrubbed import scrubbed
-from tokenwire.services.gateway._settings import GatewaySettings
+from tokenwire.services.gateway._settings import GatewaySettings, check_provider_env
 from tokenwire.services.gateway._step import StepPlan, StepRun
 from tokenwire.services.gateway._trace import start_step_span
 from tokenwire.services.gateway._validate import decode_object
@@ -388,8 +388,11 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
     """The gateway as an ASGI app; the caller owns ``deps`` (connections, publisher).
 
     ``app.state.gateway`` is the :class:`Gateway` (metrics, running steps). On shutdown the
-    app waits up to ``settings.ack_timeout_s`` for running steps.
+    app waits up to ``settings.ack_timeout_s`` for running steps. Raises
+    :class:`tokenwire.config.ConfigError` for a provider credential or base URL no request
+    could be sent with (``GatewaySettings.from_env`` refuses them too).
     """
+    check_provider_env(settings.provider_env)
     gw = Gateway(settings, deps)
 
     @contextlib.asynccontextmanager

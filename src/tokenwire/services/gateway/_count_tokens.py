@@ -71,9 +71,12 @@ class CountTokens:
         )
 
     async def _forward(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> Response:
+        # As bytes: httpx encodes str values as ASCII, and a caller's latin-1 byte (which
+        # HTTP allows, and the model endpoints forward as it came) was a 500 here.
+        raw = {k.encode("latin-1"): v.encode("latin-1") for k, v in headers.items()}
         try:
             async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
-                answer = await client.post(url, json=body, headers=headers)
+                answer = await client.post(url, json=body, headers=raw)
         except httpx.HTTPError as exc:
             message = f"the provider's token count failed: {type(exc).__name__}"
             raise UpstreamError(message, upstream_status=None, retryable=True) from exc

@@ -7,6 +7,7 @@ both endpoints reach it without translation.
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import assert_never
@@ -58,7 +59,9 @@ def resolve(value: str, caller: CallerDialect, env: Mapping[str, str]) -> Route:
         return _scripted(model, caller, env)
     try:
         spec = get_provider(provider)
-        url = spec.stream_url(env).replace("{model}", model)
+        # the model is one path segment (Gemini's): "#", "?" or "/" in it must not re-aim the
+        # gateway's credential at another path of the provider
+        url = spec.stream_url(env).replace("{model}", urllib.parse.quote(model, safe=""))
     except UnknownProviderError as exc:
         raise UnknownModelError(f"unknown provider {provider!r}", model=value) from exc
     except ProviderConfigError as exc:

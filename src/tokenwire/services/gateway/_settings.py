@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tokenwire import config
-from tokenwire.config import ConfigError, parse_addr, parse_int, parse_urls
+from tokenwire.config import ConfigError, parse_addr, parse_int, parse_urls, without_userinfo
+from tokenwire.providers import check_header, check_url, get_provider, provider_names
 from tokenwire.services.gateway._bounds import (
     DEFAULT_MAX_STEP_BYTES,
     DEFAULT_MAX_STEP_CHUNKS,
@@ -27,6 +28,11 @@ _PROVIDER_VAR = re.compile(
     r"^(TOKENWIRE_[A-Z0-9_]+_BASE_URL|TOKENWIRE_[A-Z0-9_]+_DROP_PARAMS|[A-Z0-9_]+_API_KEY)$"
 )
 _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+_SCRIPTED_BASE_URL = "TOKENWIRE_SCRIPTED_BASE_URL"
+_NOT_A_HEADER = (
+    "cannot be sent in the provider request's header: no line break, control character, "
+    "character outside latin-1, or space at either end"
+)
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,8 @@ class GatewaySettings:
         Raises :class:`tokenwire.config.ConfigError` on a malformed value.
         """
         env = os.environ if env is None else env
+        provider_env = {k: v for k, v in env.items() if _PROVIDER_VAR.match(k)}
+        check_provider_env(provider_env)
         host, port = parse_addr(env.get("TOKENWIRE_GATEWAY_ADDR", "127.0.0.1:8080"))
         keys = frozenset(k.strip() for k in env.get("TOKENWIRE_GATEWAY_KEYS", "").split(","))
         bounds = _step_bounds(env)
@@ -116,7 +124,7 @@ class GatewaySettings:
             port=port,
             nats_url=",".join(parse_urls(env.get("TOKENWIRE_NATS_URL", ""))) or None,
             keys=keys - {""},
-            provider_env={k: v for k, v in env.items() if _PROVIDER_VAR.match(k)},
+            provider_env=provider_env,
             max_body_bytes=parse_int("TOKENWIRE_GATEWAY_MAX_BODY_BYTES", max_body, 1024),
             continue_on_disconnect=_flag(env, "TOKENWIRE_GATEWAY_CONTINUE_ON_DISCONNECT", True),
             max_step_bytes=bounds.max_bytes,
@@ -132,6 +140,28 @@ class GatewaySettings:
                                    env.get("TOKENWIRE_GATEWAY_STEP_RETRIES", "16"), 0),
             step_retry_s=_seconds(env, "TOKENWIRE_GATEWAY_STEP_RETRY_S", 30.0),
         )  # fmt: skip
+
+
+def check_provider_env(env: Mapping[str, str]) -> None:
+    """Raise :class:`ConfigError`, naming the variable, for a provider credential or base URL
+    the gateway could not send: a credential goes into a request header (``Authorization:
+    Bearer KEY``, ``x-api-key: KEY``, ...), a base URL gives the host and the path. Checked at
+    start, so that no request meets it (each was a 500). A credential is never repeated, a URL
+    only without its user and password. Only the variables a provider reads are checked."""
+    specs = [get_provider(name) for name in provider_names()]
+    keys = sorted({spec.api_key_env for spec in specs if spec.api_key_env})
+    urls = sorted({_SCRIPTED_BASE_URL, *(spec.base_url_env for spec in specs)})
+    for name in keys:
+        try:
+            check_header("authorization", env.get(name, ""))
+        except ValueError:
+            raise ConfigError(name, "[redacted]", _NOT_A_HEADER) from None
+    for name in urls:
+        if value := env.get(name):
+            try:
+                check_url(value)
+            except ValueError as exc:
+                raise ConfigError(name, without_userinfo(value), str(exc)) from None
 
 
 def _step_bounds(env: Mapping[str, str]) -> StepBounds:
