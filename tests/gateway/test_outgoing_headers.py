@@ -166,6 +166,30 @@ def test_a_base_url_the_gateway_cannot_call_stops_the_start(variable: str, url: 
     assert "SECRET" not in str(info.value)  # a URL's password is never repeated
 
 
+BAD_PROXIES = {
+    "an https:// proxy": "https://user:SECRET@proxy.example:3128",
+    "a port that is not a number": "http://user:SECRET@proxy.example:abc",
+    "no scheme, a bad port": "user:SECRET@proxy.example:abc",
+    "no host": "http://",
+}
+
+
+@pytest.mark.parametrize("url", BAD_PROXIES.values(), ids=BAD_PROXIES.keys())
+@pytest.mark.parametrize("variable", ["HTTPS_PROXY", "http_proxy"])
+def test_a_proxy_the_client_cannot_use_stops_the_start(variable: str, url: str) -> None:
+    """Every provider call through it would fail (an https:// proxy was a 500 on each)."""
+    with pytest.raises(ConfigError) as info:
+        GatewaySettings.from_env({variable: url})
+    assert info.value.name == variable
+    assert "http://[user:password@]host[:port]" in info.value.why
+    assert "SECRET" not in str(info.value)  # a proxy's password is never repeated
+
+
+def test_a_proxy_the_client_can_use_starts() -> None:
+    for url in ("http://user:SECRET@proxy.example:3128", "proxy.example:3128"):
+        GatewaySettings.from_env({"HTTPS_PROXY": url, "NO_PROXY": "127.0.0.1"})
+
+
 async def test_settings_built_in_code_are_checked_when_the_server_is_built() -> None:
     """``GatewayServer`` (tests, ``tokenwire up``) and ``create_app`` take settings built
     without ``from_env``: the same check runs there, before anything listens."""

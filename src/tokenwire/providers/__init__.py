@@ -46,6 +46,7 @@ from tokenwire.providers._http import (
     Timeouts,
     TransportError,
     check_header,
+    check_proxy,
     check_url,
 )
 from tokenwire.providers._openai_chat import OpenAIChatNormaliser
@@ -92,6 +93,7 @@ __all__ = [
     "TransportError",
     "UnknownProviderError",
     "check_header",
+    "check_proxy",
     "check_url",
     "get_provider",
     "is_retryable",

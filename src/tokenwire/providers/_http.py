@@ -44,6 +44,7 @@ __all__ = [
     "Timeouts",
     "TransportError",
     "check_header",
+    "check_proxy",
     "check_url",
 ]
 
@@ -77,6 +78,12 @@ def check_header(name: str, value: str) -> None:
     never its value (it may be a credential)."""
     if not _TOKEN.fullmatch(name) or not _FIELD_VALUE.fullmatch(value):
         raise ValueError(f"the request header {name!r} is not a valid name and value")
+
+
+def check_proxy(url: str) -> None:
+    """``ValueError`` unless :class:`HttpClient` can use ``url`` as its proxy (``HTTP_PROXY``,
+    ``HTTPS_PROXY``): ``http://``, a host, a valid port. The message never repeats the URL."""
+    _Proxy.parse(url)
 
 
 def check_url(url: str) -> None:
@@ -136,15 +143,20 @@ class _Proxy:
 
     @classmethod
     def parse(cls, url: str) -> _Proxy:
-        parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
-        if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"only http:// proxies are supported, not {url!r}")
+        try:
+            parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+            port = parts.port
+        except ValueError:
+            port, parts = -1, urllib.parse.urlsplit("")
+        if parts.scheme != "http" or not parts.hostname or port == -1:
+            # never the URL itself: it may hold the proxy's password
+            raise ValueError("a proxy is http://[user:password@]host[:port] (no https:// proxy)")
         auth = None
         if parts.username is not None:
             user = urllib.parse.unquote(parts.username)
             secret = urllib.parse.unquote(parts.password or "")
             auth = "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode()
-        return cls(parts.hostname, parts.port or 80, auth)
+        return cls(parts.hostname, port or 80, auth)
 
 
 _PoolKey = tuple[bool, str, int, _Proxy | None]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from tokenwire import config
 from tokenwire.config import ConfigError, parse_addr, parse_int, parse_urls, without_userinfo
-from tokenwire.providers import check_header, check_url, get_provider, provider_names
+from tokenwire.providers import check_header, check_proxy, check_url, get_provider, provider_names
 from tokenwire.services.gateway._bounds import (
     DEFAULT_MAX_STEP_BYTES,
     DEFAULT_MAX_STEP_CHUNKS,
@@ -115,6 +115,7 @@ class GatewaySettings:
         env = os.environ if env is None else env
         provider_env = {k: v for k, v in env.items() if _PROVIDER_VAR.match(k)}
         check_provider_env(provider_env)
+        check_proxy_env(env)
         host, port = parse_addr(env.get("TOKENWIRE_GATEWAY_ADDR", "127.0.0.1:8080"))
         keys = frozenset(k.strip() for k in env.get("TOKENWIRE_GATEWAY_KEYS", "").split(","))
         bounds = _step_bounds(env)
@@ -162,6 +163,27 @@ def check_provider_env(env: Mapping[str, str]) -> None:
                 check_url(value)
             except ValueError as exc:
                 raise ConfigError(name, without_userinfo(value), str(exc)) from None
+
+
+_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+"""Where the provider client finds its proxies (``urllib.request.getproxies_environment``)."""
+
+
+def check_proxy_env(env: Mapping[str, str]) -> None:
+    """Raise :class:`ConfigError`, naming the variable, for a proxy the provider client cannot
+    use (an ``https://`` proxy, no host, a bad port): checked at start, as every request
+    through it would fail. The URL is shown without its user and password."""
+    for name in _PROXY_VARS:
+        if value := env.get(name):
+            try:
+                check_proxy(value)
+            except ValueError as exc:
+                raise ConfigError(name, _without_credentials(value), str(exc)) from None
+
+
+def _without_credentials(url: str) -> str:
+    """``url`` without ``user:password@``, with or without a scheme (a proxy may have none)."""
+    return without_userinfo(url) if "://" in url else url.rpartition("@")[2]
 
 
 def _step_bounds(env: Mapping[str, str]) -> StepBounds:
