@@ -35,6 +35,9 @@ MAX_SESSIONS_PAGE = 1000
 MAX_OFFSET = 2**63 - 1
 """The stores' integer range (SQLite and PostgreSQL bigint): a larger offset is a 400, not the
 driver's OverflowError (a 500, found by schemathesis)."""
+MAX_SEQ = 2**64 - 1
+"""JetStream's highest stream sequence (uint64): a resume id past it names no chunk that can
+ever exist, so it is a 400, not a response that waits forever for nothing."""
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -143,12 +146,13 @@ def _session(request: Request) -> str:
 
 def _from_seq(request: Request) -> int:
     """The first seq to send: Last-Event-ID + 1 if present (the browser's reconnect), else
-    ``?from_seq`` (inclusive), else 1."""
+    ``?from_seq`` (inclusive), else 1. Both are checked when both are given."""
+    raw = request.query_params.get("from_seq")
+    from_seq = 1 if raw is None else _parse_int("from_seq", raw, 1, MAX_SEQ)
     last = request.headers.get("last-event-id")
     if last is not None and last.strip():
-        return _parse_int("Last-Event-ID", last.strip(), 0, None) + 1
-    raw = request.query_params.get("from_seq")
-    return 1 if raw is None else _parse_int("from_seq", raw, 1, None)
+        return _parse_int("Last-Event-ID", last.strip(), 0, MAX_SEQ - 1) + 1
+    return from_seq
 
 
 def _flag(request: Request, name: str, *, default: bool) -> bool:
@@ -168,12 +172,16 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int | 
 
 
 def _parse_int(name: str, raw: str, low: int, high: int | None) -> int:
+    bound = f"{low}..{high}" if high is not None else f">= {low}"
+    digits = raw.strip().lstrip("+-").lstrip("0")
+    if high is not None and digits.isdigit() and len(digits) > len(str(high)):
+        # Before int(): past 4300 digits it raises, which would read "not an integer".
+        raise _BadRequestError(f"{name} must be {bound}, got {len(digits)} digits")
     try:
         value = int(raw)
     except ValueError:
         raise _BadRequestError(f"{name} must be an integer, got {raw[:40]!r}") from None
     if value < low or (high is not None and value > high):
-        bound = f"{low}..{high}" if high is not None else f">= {low}"
         raise _BadRequestError(f"{name} must be {bound}, got {value}")
     return value
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import msgspec
 
 from tokenwire.broker import BrokerError, Connection, Topology
-from tokenwire.replay._errors import ReplayError
+from tokenwire.replay._errors import ReplayError, UndecodableChunk
 from tokenwire.replay._events import ReplayEvent, ShownReasoning, ShownText
 from tokenwire.replay._read import rendered
 from tokenwire.replay._render import SessionRenderer
@@ -185,8 +185,17 @@ def lagged_frame(last_id: int) -> bytes:
 
 
 def error_frame(error: Exception) -> bytes:
-    """``event: error``: the broker read failed; the response ends."""
-    return b"event: error\ndata: %s\n\n" % json_encoder.encode({"message": scrub(str(error))})
+    """``event: error``: the broker read failed; the response ends.
+
+    For a payload that is not a chunk the frame carries its seq as ``id`` (and in ``seq``):
+    a client reconnecting with that ``Last-Event-ID`` (an EventSource does so by itself)
+    continues after it, instead of meeting it again on every reconnect.
+    """
+    message = scrub(str(error))
+    if isinstance(error, UndecodableChunk):
+        body = json_encoder.encode({"message": message, "seq": error.seq})
+        return b"id: %d\nevent: error\ndata: %s\n\n" % (error.seq, body)
+    return b"event: error\ndata: %s\n\n" % json_encoder.encode({"message": message})
 
 
 async def produce(

@@ -4,8 +4,9 @@ For every (turn, step) of the session, on either side:
 
 - ``missing-in-store``: the broker retains the step, the store has no outcome for it
   (in flight, or the assembler lost it);
-- ``not-retained``: the store has the step, the broker no longer retains any chunk of it
-  (retention removed it: it cannot be checked);
+- ``not-retained``: the store has the step, the broker no longer retains all of its chunks:
+  none of them, or only some, each equal to its stored copy (retention removed the rest: the
+  step cannot be checked);
 - ``outcome``: one side is a message, the other an error;
 - ``message`` / ``error``: the stored outcome differs from the fold of the retained chunks
   (the detail names the field: text, content, finish_reason, usage...);
@@ -15,7 +16,9 @@ For every (turn, step) of the session, on either side:
   step's stored chunks.
 
 A retained step without its finish (never finished, or chunks lost) folds to a ``gap`` or
-``abandoned`` error; a stored error of either kind matches it.
+``abandoned`` error; a stored error of either kind matches it. A retained chunk the assembler
+rejects (a negative ordinal, or one past the fold's reorder window) is left out of the fold as
+the assembler leaves it out of the step; it still shows as a ``chunks`` difference.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Literal
 import msgspec
 
 from tokenwire.broker import Connection, Topology, valid_session
-from tokenwire.fold import StepCollector
+from tokenwire.fold import InvalidOrdinal, ReorderWindowError, StepCollector
 from tokenwire.replay._errors import InvalidSessionId, SessionNotFound, UndecodableChunk
 from tokenwire.replay._source import stored_chunks
 from tokenwire.schemas import (
@@ -74,14 +77,23 @@ class _Retained:
         self.seqs.append(seq)
 
     def fold(self) -> Message | RecordedError:
+        """The step as the assembler folds it: a chunk it rejects is left out (dead-lettered
+        there), and one past the reorder window means the ordinals before it are missing."""
         collector = StepCollector()
+        too_far = False
         for ordinal in sorted(self.chunks):
             if collector.complete:
                 break
-            collector.add(ordinal, self.chunks[ordinal].chunk)
+            try:
+                collector.add(ordinal, self.chunks[ordinal].chunk)
+            except InvalidOrdinal:
+                continue
+            except ReorderWindowError:
+                too_far = True  # every later ordinal is further ahead still
+                break
         if collector.complete:
             return collector.result()
-        if collector.missing() or collector.buffered:
+        if too_far or collector.missing() or collector.buffered:
             return collector.fail("gap", "the retained chunks of the step have a gap")
         return collector.fail("abandoned", "the retained chunks end without a finish")
 
@@ -158,10 +170,32 @@ def _compare(
         first, last = min(retained.seqs), max(retained.seqs)
         detail = f"retained at stream seq {first}-{last}, no stored outcome"
         return [Difference(turn, step, "missing-in-store", detail)]
+    partly = _partly_retained(retained, log)
+    if partly:
+        return [Difference(turn, step, "not-retained", partly), *_compare_range(key, stored, log)]
     out = _compare_outcome(key, retained.fold(), stored)
     out += _compare_chunks(key, retained, log)
     out += _compare_range(key, stored, log)
     return out
+
+
+def _partly_retained(retained: _Retained, log: list[ChunkEvent]) -> str:
+    """Why the step cannot be checked when retention removed some of its chunks: the broker
+    retains only the stored chunks' last ordinals (a step is published in ordinal order, and
+    retention removes the stream's oldest messages), each equal to its stored copy (the store
+    only ever holds what the broker had). ``""`` when that is not the case."""
+    stored = {e.envelope.ordinal: e.envelope for e in log}
+    kept = retained.chunks
+    if not kept or len(kept) >= len(stored) or not kept.keys() <= stored.keys():
+        return ""
+    if kept.keys() != {ordinal for ordinal in stored if ordinal >= min(kept)}:
+        return ""  # a hole that is not the step's start: not retention's doing
+    if any(stored[ordinal] != envelope for ordinal, envelope in kept.items()):
+        return ""
+    return (
+        f"the broker retains {len(kept)} of its {len(stored)} stored chunks (ordinals "
+        f"{_span(kept)} of {_span(stored)}); retention removed the rest"
+    )
 
 
 def _compare_outcome(
