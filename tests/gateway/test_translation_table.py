@@ -571,7 +571,68 @@ PSEUDO: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"tools": RESPONSES_TOOLS},
     ),
 }
-NO_EFFECT = {"model", "messages", "input", "stream", "stream_options", "n"}
+_STRICT_SCHEMA = {"type": "object", "properties": {}, "additionalProperties": False}
+_TOOL_RESULTS = [
+    {"role": "user", "content": "go"},
+    {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "t", "name": "get_weather", "input": {}}],
+    },
+    {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x", "is_error": True}],
+    },
+]
+_CHAT_IMAGE = {
+    "type": "image_url",
+    "image_url": {"url": "https://example.invalid/a.png", "detail": "low"},
+}
+_RESPONSES_IMAGE = {
+    "type": "input_image",
+    "image_url": "https://example.invalid/a.png",
+    "detail": "low",
+}
+PSEUDO_OF: dict[tuple[str, str], dict[str, Any]] = {
+    # (caller, nested entry): the body holding it; without it is the same body without the key
+    ("openai-chat", "messages.name"): {"messages": [{"role": "user", "name": "a",
+                                                     "content": "hi"}]},
+    ("openai-chat", "messages.content.image_url.detail"): {"messages": [
+        {"role": "user", "content": [_CHAT_IMAGE]}]},
+    ("openai-chat", "tools.function.strict"): {"tools": [{"type": "function", "function": {
+        "name": "get_weather", "parameters": _STRICT_SCHEMA, "strict": True}}]},
+    ("anthropic-messages", "tools.strict"): {"tools": [{"name": "get_weather",
+                                                        "input_schema": _STRICT_SCHEMA,
+                                                        "strict": True}]},
+    ("anthropic-messages", "messages.content.is_error"): {"messages": _TOOL_RESULTS},
+    ("openai-responses", "tools.strict"): {"tools": [{"type": "function", "name": "get_weather",
+                                                      "parameters": _STRICT_SCHEMA,
+                                                      "strict": True}]},
+    ("openai-responses", "reasoning.summary"): {"reasoning": {"effort": "low",
+                                                              "summary": "auto"}},
+    ("openai-responses", "reasoning.generate_summary"): {"reasoning": {
+        "effort": "low", "generate_summary": "auto"}},
+    ("openai-responses", "text.verbosity"): {"text": {"verbosity": "low"}},
+    ("openai-responses", "input.content.detail"): {"input": [
+        {"role": "user", "content": [_RESPONSES_IMAGE]}]},
+}  # fmt: skip
+
+
+def _without_nested(body: dict[str, Any], entry: str) -> dict[str, Any]:
+    """``body`` without the key an entry ``field.[...].key`` names (anywhere in ``field``)."""
+    field, key = entry.split(".", 1)[0], entry.rsplit(".", 1)[1]
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != key}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return {k: strip(v) if k == field else v for k, v in body.items()}
+
+
+NO_EFFECT = {"model", "messages", "input", "stream", "stream_options", "n",
+             "reasoning.summary", "reasoning.generate_summary"}  # fmt: skip
 """Translated entries that change nothing in the provider body by design (docs table)."""
 ROUTE_OF = {
     "anthropic-messages": "anthropic/claude",
@@ -584,6 +645,9 @@ ENTRIES = [(pair, field) for pair, table in TABLE.items() for field in table]
 
 def _bodies(caller: str, field: str) -> tuple[dict[str, Any], dict[str, Any]]:
     base = BASES[caller]
+    if (caller, field) in PSEUDO_OF:
+        with_ = {**base, **PSEUDO_OF[caller, field]}
+        return with_, _without_nested(with_, field)
     if field in PSEUDO:
         with_, without = PSEUDO[field]
         return {**base, **with_}, {**base, **without}

@@ -2,10 +2,13 @@
 
 Same dialect as the provider: the body is forwarded with only ``model`` replaced (plus
 ``stream: true``, and for OpenAI ``stream_options.include_usage: true`` so usage is captured):
-the codec's ``forwarded_body``. Another dialect: every field is screened against the
-translation table first (a 400 naming the field and the route, or dropped and listed with the
-opt-in), then the request goes through the neutral request to the provider's dialect
-(``_dialects.translated``). Non-streaming callers are served from a streamed provider call.
+the codec's ``forwarded_body``; for a non-streaming caller, whose answer is folded from the
+stream, the fields the folded answer cannot carry (``translation.FOLDED``: logprobs...) are
+refused first, or dropped and listed with the opt-in. Another dialect: every field is
+screened against the translation table first (a 400 naming the field and the route, or
+dropped and listed with the opt-in), then the request goes through the neutral request to the
+provider's dialect (``_dialects.translated``). Non-streaming callers are served from a
+streamed provider call.
 """
 
 from __future__ import annotations
@@ -15,7 +18,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tokenwire.services.gateway._dialects import CallerCodec, R, translated
-from tokenwire.services.gateway._dialects.translation import DROPPED_HEADER, screen, wants_drop
+from tokenwire.services.gateway._dialects.translation import (
+    DROPPED_HEADER,
+    Screened,
+    screen,
+    screen_folded,
+    wants_drop,
+)
 from tokenwire.services.gateway._forward import forwarded_headers, merged
 from tokenwire.services.gateway._routing import Route
 
@@ -44,15 +53,23 @@ class CallerInput:
 def provider_call(codec: CallerCodec[R], req: R, route: Route, sent: CallerInput) -> ProviderCall:
     """The provider request for the parsed caller request ``req`` (see the module docstring)."""
     headers = forwarded_headers(sent.headers, route)
-    if route.dialect == codec.dialect:
-        routed = replace(route, headers={**route.headers, **headers})
-        return ProviderCall(routed, codec.forwarded_body(sent.body, route.model))
     name = f"{route.provider}/{route.model}"
     drop = wants_drop(sent.headers, sent.env, route.provider)
+    if route.dialect == codec.dialect:
+        routed = replace(route, headers={**route.headers, **headers})
+        kept = Screened(sent.body, ())
+        if not req.stream:
+            kept = screen_folded(sent.body, codec.dialect, name, drop=drop)
+        body = codec.forwarded_body(kept.body, route.model)
+        return ProviderCall(routed, body, _dropped(kept))
     screened = screen(sent.body, codec.dialect, route.dialect, name, drop=drop)
     if screened.dropped:
         req = codec.parse(screened.body)
     body, needs = translated(codec.to_neutral(req), route, sent.default_max_tokens)
     routed = replace(route, headers={**route.headers, **merged(headers, needs)})
-    answer = {DROPPED_HEADER: ",".join(screened.dropped)} if screened.dropped else {}
-    return ProviderCall(routed, body, answer)
+    return ProviderCall(routed, body, _dropped(screened))
+
+
+def _dropped(screened: Screened) -> dict[str, str]:
+    """The answer's header listing the dropped fields, if any were."""
+    return {DROPPED_HEADER: ",".join(screened.dropped)} if screened.dropped else {}

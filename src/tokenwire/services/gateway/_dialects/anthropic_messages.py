@@ -111,6 +111,7 @@ class _Tool(msgspec.Struct, frozen=True):
     name: str
     input_schema: dict[str, Any] | None = None
     description: str | None = None
+    strict: bool | None = None
 
 
 class AnthropicRequest(msgspec.Struct, frozen=True):
@@ -152,7 +153,10 @@ def anthropic_to_neutral(req: AnthropicRequest) -> NeutralRequest:
     return NeutralRequest(
         messages=messages,
         system=_system(req.system),
-        tools=[NeutralTool(t.name, t.description, t.input_schema or {}) for t in req.tools or []],
+        tools=[
+            NeutralTool(t.name, t.description, t.input_schema or {}, t.strict is True)
+            for t in req.tools or []
+        ],
         tool_choice=_tool_choice(req.tool_choice),
         max_tokens=req.max_tokens,
         temperature=req.temperature,
@@ -205,7 +209,21 @@ def _blocks(content: str | list[dict[str, Any]]) -> list[_Block]:
             raise InvalidRequestError(
                 f"content block {what!r} cannot be translated: {exc}", param=f"content[{i}]"
             ) from exc
+        if isinstance(out[-1], _Image) and not _carried(out[-1].source):
+            raise InvalidRequestError(
+                f"an image source of type {out[-1].source.type!r} cannot be translated (only "
+                "base64 data and url are)",
+                param=f"content[{i}].source",
+            )
     return out
+
+
+def _carried(source: _Source) -> bool:
+    """Whether an image source holds the image itself (a file id means nothing elsewhere)."""
+    return (source.type, source.data is None, source.url is None) in (
+        ("base64", False, True),
+        ("url", True, False),
+    )
 
 
 def _messages(m: _Message) -> list[NeutralMessage]:
@@ -281,6 +299,10 @@ def neutral_to_anthropic(
         if req.parallel_tool_calls is False:
             choice = body.setdefault("tool_choice", {"type": "auto"})
             choice["disable_parallel_tool_use"] = True
+    elif req.tool_choice is not None and req.tool_choice.mode in ("required", "tool"):
+        raise InvalidRequestError(  # Anthropic takes no tool_choice without tools
+            "tool_choice forces a tool call but the request has no tools", param="tool_choice"
+        )
     extra = {"temperature": req.temperature, "top_p": req.top_p}
     body.update({k: v for k, v in extra.items() if v is not None})
     if req.stop:
@@ -371,6 +393,8 @@ def _render_tool(t: NeutralTool) -> dict[str, Any]:
     tool: dict[str, Any] = {"name": t.name, "input_schema": t.parameters}
     if t.description is not None:
         tool["description"] = t.description
+    if t.strict:
+        tool["strict"] = True
     return tool
 
 

@@ -140,6 +140,8 @@ def _image(b: ImageBlock) -> dict[str, Any]:
 
 
 def _declaration(t: NeutralTool) -> dict[str, Any]:
+    if t.strict:  # the translation table refuses it first (or drops it on opt-in)
+        raise InvalidRequestError("Gemini has no strict function declarations", param="tools")
     declaration: dict[str, Any] = {"name": t.name, "parametersJsonSchema": t.parameters}
     if t.description is not None:
         declaration["description"] = t.description

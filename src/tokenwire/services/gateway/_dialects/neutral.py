@@ -29,11 +29,13 @@ class NeutralMessage(msgspec.Struct, frozen=True):
 
 
 class NeutralTool(msgspec.Struct, frozen=True):
-    """A tool the model may call; ``parameters`` is its JSON schema."""
+    """A tool the model may call; ``parameters`` is its JSON schema, which the model's
+    arguments must match exactly when ``strict``."""
 
     name: str
     description: str | None = None
     parameters: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object"})
+    strict: bool = False
 
 
 class ToolChoice(msgspec.Struct, frozen=True):

@@ -84,6 +84,7 @@ class _ToolFunction(msgspec.Struct, frozen=True):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
+    strict: bool | None = None
 
 
 class _Tool(msgspec.Struct, frozen=True):
@@ -230,7 +231,7 @@ def _text_of(content: str | list[dict[str, Any]] | None) -> str:
 
 def _tool(t: _Tool) -> NeutralTool:
     params = t.function.parameters or {"type": "object", "properties": {}}
-    return NeutralTool(t.function.name, t.function.description, params)
+    return NeutralTool(t.function.name, t.function.description, params, t.function.strict is True)
 
 
 def _tool_choice(choice: str | dict[str, Any] | None) -> ToolChoice | None:
@@ -302,6 +303,11 @@ def _render_message(m: NeutralMessage) -> list[dict[str, Any]]:
 
 
 def _render_result(b: ToolResultBlock) -> dict[str, Any]:
+    if b.is_error:  # the translation table refuses it first (or drops it on opt-in)
+        raise InvalidRequestError(
+            "a tool result's error flag has no counterpart in Chat Completions",
+            param="messages.content.is_error",
+        )
     return {"role": "tool", "tool_call_id": b.tool_call_id, "content": b.content}
 
 
@@ -330,6 +336,8 @@ def _render_tool(t: NeutralTool) -> dict[str, Any]:
     fn: dict[str, Any] = {"name": t.name, "parameters": t.parameters}
     if t.description is not None:
         fn["description"] = t.description
+    if t.strict:
+        fn["strict"] = True
     return {"type": "function", "function": fn}
 
 

@@ -24,8 +24,9 @@ What changes on the way (docs/gateway.md, "Translation"):
 - the conversation becomes ``input`` items: messages, ``function_call`` items for the
   assistant's tool calls and ``function_call_output`` items for their results (both keep the
   call id); the system prompt becomes ``instructions``;
-- function tools are sent with ``strict: false``, the meaning they have in Chat Completions
-  and Anthropic (Responses would otherwise make them strict);
+- function tools are sent with ``strict: false`` unless the caller's tool was strict: false
+  is the meaning they have in Chat Completions and Anthropic (Responses would otherwise make
+  them strict);
 - ``store: false`` unless the caller sent ``store``: the caller asked a stateless API, so
   nothing is kept at OpenAI on its behalf (tokenwire records the step itself);
 - stop sequences have no Responses equivalent: a request with ``stop`` is refused (400)
@@ -239,7 +240,7 @@ def _caller_tool(tool: dict[str, Any], i: int) -> NeutralTool:
             f"tool type {tool.get('type')!r} cannot be translated", param=f"tools[{i}]"
         )
     params = tool.get("parameters") or {"type": "object", "properties": {}}
-    return NeutralTool(tool["name"], tool.get("description"), params)
+    return NeutralTool(tool["name"], tool.get("description"), params, tool.get("strict") is True)
 
 
 def _tool_choice(choice: str | dict[str, Any] | None) -> ToolChoice | None:
@@ -345,8 +346,13 @@ def _render(b: ContentBlock, role: str) -> tuple[Item | None, Item | None]:
             return None, None
         case ToolCallBlock(id=id_, name=name, arguments=args):
             return {"type": "function_call", "call_id": id_, "name": name, "arguments": args}, None
-        case ToolResultBlock(tool_call_id=tid, content=content):
+        case ToolResultBlock(tool_call_id=tid, content=content, is_error=False):
             return {"type": "function_call_output", "call_id": tid, "output": content}, None
+        case ToolResultBlock():  # the translation table refuses it first (or drops it)
+            raise InvalidRequestError(
+                "a tool result's error flag has no counterpart in the Responses API",
+                param="messages.content.is_error",
+            )
         case _:
             assert_never(b)
 
@@ -356,7 +362,8 @@ def _image_url(b: ImageBlock) -> str:
 
 
 def _tool(t: NeutralTool) -> Item:
-    tool: Item = {"type": "function", "name": t.name, "parameters": t.parameters, "strict": False}
+    tool: Item = {"type": "function", "name": t.name, "parameters": t.parameters}
+    tool["strict"] = t.strict  # false unless asked: Responses would make the tool strict
     if t.description is not None:
         tool["description"] = t.description
     return tool

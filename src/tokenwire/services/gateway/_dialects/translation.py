@@ -12,12 +12,19 @@ A request crossing dialects is screened against its pair's table before it is tr
 Besides top-level fields the table has entries for what sits inside one (``tools: server
 tools``, ``cache_control``, ...), named as they appear in docs/providers.md, which is generated
 from :data:`TABLE` (``python -m tokenwire.services.gateway._dialects.translation``; a test
-fails on drift).
-Same-dialect routes never come here: their body is forwarded as sent.
+fails on drift). Inside the objects the translators read key by key (tool definitions,
+messages and their parts, ``reasoning``, ``text``, ``thinking``...), a key they do not read is
+an entry of its own, named by its path (``messages.name``, ``tools.strict``): refused unless
+the table translates it, as a top-level field is.
+
+Same-dialect routes never come here: their body is forwarded as sent. A non-streaming caller
+on one gets the answer folded from the provider's stream, which has no place for what
+:data:`FOLDED` lists: those fields are refused (or dropped on opt-in) the same way.
 """
 
 from __future__ import annotations
 
+import copy
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -37,11 +44,22 @@ class Fate:
 
     ``refused_value``: a value a translated field still cannot carry (``store: true`` toward a
     provider that stores nothing); such a value is refused like a refused field.
+    ``refused_beside``: another field sharing the one slot the provider has for both
+    (``safety_identifier`` and ``user`` toward Anthropic's ``metadata.user_id``); this field is
+    refused when that one holds a different value.
     """
 
     kind: Literal["translated", "refused"]
     how: str
     refused_value: Callable[[Any], bool] | None = None
+    refused_beside: str | None = None
+
+    def refuses(self, value: Any, body: Mapping[str, Any]) -> bool:
+        """Whether this field, holding ``value`` in ``body``, is refused."""
+        if self.kind == "refused" or (self.refused_value and self.refused_value(value)):
+            return True
+        other = body.get(self.refused_beside) if self.refused_beside else None
+        return other is not None and other != value
 
 
 def _t(how: str) -> Fate:
@@ -81,7 +99,11 @@ _CHAT_COMMON: dict[str, Fate] = {
     "prompt_cache_key": _r(_NO),
     "functions": _r("deprecated; use `tools`"),
     "function_call": _r("deprecated; use `tool_choice`"),
+    "messages.name": _r("participant names have no counterpart"),
+    "messages.content.image_url.detail": _r("image detail is not translated (`auto` is)"),
 }
+
+_ONE_USER_ID = "`metadata.user_id`; refused beside a different `user` (it holds one id)"
 
 CHAT_TO_ANTHROPIC: dict[str, Fate] = {
     **_CHAT_COMMON,
@@ -102,12 +124,13 @@ CHAT_TO_ANTHROPIC: dict[str, Fate] = {
     ),
     "parallel_tool_calls": _t("false -> `tool_choice.disable_parallel_tool_use: true`"),
     "user": _t("`metadata.user_id`"),
-    "safety_identifier": _t("`metadata.user_id`"),
+    "safety_identifier": Fate("translated", _ONE_USER_ID, refused_beside="user"),
     "metadata": _r("Anthropic's metadata holds only user_id"),
     "seed": _r(_NO),
     "store": Fate("translated", _STORES_NOTHING, _true),
     "frequency_penalty": _r(_NO),
     "presence_penalty": _r(_NO),
+    "tools.function.strict": _t("`strict: true` on the tool"),
 }
 
 CHAT_TO_RESPONSES: dict[str, Fate] = {
@@ -131,7 +154,10 @@ CHAT_TO_RESPONSES: dict[str, Fate] = {
     "presence_penalty": _r(_NO),
     "service_tier": _t("`service_tier`"),
     "prompt_cache_key": _t("`prompt_cache_key`"),
+    "tools.function.strict": _t("`strict: true` on the tool"),
 }
+
+_NO_STRICT = "Gemini's function declarations have no strict mode"
 
 CHAT_TO_GEMINI: dict[str, Fate] = {
     **_CHAT_COMMON,
@@ -157,6 +183,7 @@ CHAT_TO_GEMINI: dict[str, Fate] = {
     "safety_identifier": _r(_NO),
     "metadata": _r(_NO),
     "store": Fate("translated", _STORES_NOTHING, _true),
+    "tools.function.strict": _r(_NO_STRICT),
 }
 
 # -- Anthropic Messages callers --------------------------------------------------------------
@@ -185,9 +212,12 @@ ANTHROPIC_TO_CHAT: dict[str, Fate] = {
     "stop_sequences": _t("`stop`"),
     "metadata": _t("`metadata.user_id` -> `user`"),
     "thinking": _t(
-        "`reasoning_effort` by budget: <= 1024 low, <= 8192 medium, more high; disabled -> none"
+        "`reasoning_effort` by budget: <= 1024 low, <= 8192 medium, more high; disabled -> not "
+        "sent (the model's default)"
     ),
     "top_k": _r(_NO),
+    "tools.strict": _t("`function.strict: true`"),
+    "messages.content.is_error": _r("a Chat Completions tool message has no error flag"),
 }
 
 ANTHROPIC_TO_RESPONSES: dict[str, Fate] = {
@@ -202,6 +232,8 @@ ANTHROPIC_TO_RESPONSES: dict[str, Fate] = {
     "metadata": _t("`metadata.user_id` -> `user`"),
     "thinking": _t("`reasoning.effort` by budget (as for Chat)"),
     "top_k": _r(_NO),
+    "tools.strict": _t("`strict: true`"),
+    "messages.content.is_error": _r("a `function_call_output` has no error flag"),
 }
 
 ANTHROPIC_TO_GEMINI: dict[str, Fate] = {
@@ -219,6 +251,8 @@ ANTHROPIC_TO_GEMINI: dict[str, Fate] = {
         "`generationConfig.thinkingConfig` (`thinkingBudget` = budget_tokens, "
         "`includeThoughts`); disabled -> budget 0"
     ),
+    "tools.strict": _r(_NO_STRICT),
+    "messages.content.is_error": _t("`functionResponse.response.error` instead of `result`"),
 }
 
 # -- OpenAI Responses callers ------------------------------------------------------------------
@@ -248,22 +282,30 @@ _RESPONSES_COMMON: dict[str, Fate] = {
     "background": _r("background responses exist only at OpenAI"),
     "max_tool_calls": _r(_NO),
     "stream_options": _r(_NO),
+    "reasoning.summary": _t("reasoning the provider returns is sent as summary text"),
+    "reasoning.generate_summary": _t("as `reasoning.summary`"),
+    "text.verbosity": _r(_NO),
+    "input.content.detail": _r("image detail is not translated (`auto` is)"),
 }
 
 RESPONSES_TO_CHAT: dict[str, Fate] = {
     **_RESPONSES_COMMON,
     "parallel_tool_calls": _t("`parallel_tool_calls`"),
     "user": _t("`user`"),
-    "safety_identifier": _t("`user`"),
+    "safety_identifier": Fate(
+        "translated", "`user`; refused beside a different `user`", refused_beside="user"
+    ),
     "metadata": _r("Chat Completions keeps metadata only for stored completions"),
+    "tools.strict": _t("`function.strict: true`"),
 }
 
 RESPONSES_TO_ANTHROPIC: dict[str, Fate] = {
     **_RESPONSES_COMMON,
     "parallel_tool_calls": _t("false -> `tool_choice.disable_parallel_tool_use: true`"),
     "user": _t("`metadata.user_id`"),
-    "safety_identifier": _t("`metadata.user_id`"),
+    "safety_identifier": Fate("translated", _ONE_USER_ID, refused_beside="user"),
     "metadata": _r("Anthropic's metadata holds only user_id"),
+    "tools.strict": _t("`strict: true`"),
 }
 
 RESPONSES_TO_GEMINI: dict[str, Fate] = {
@@ -272,6 +314,7 @@ RESPONSES_TO_GEMINI: dict[str, Fate] = {
     "user": _r(_NO),
     "safety_identifier": _r(_NO),
     "metadata": _r(_NO),
+    "tools.strict": _r(_NO_STRICT),
 }
 
 TABLE: dict[tuple[str, str], dict[str, Fate]] = {
@@ -316,7 +359,7 @@ def screen(
     """Check every field of a body crossing ``caller`` -> ``target`` against the table.
 
     Raises :class:`UntranslatableFieldError` for the first refused or unknown field unless
-    ``drop``; then every such field is removed and listed.
+    ``drop``; then every such field is removed and listed (once).
     """
     table = TABLE.get((caller, target))
     if table is None:
@@ -325,15 +368,14 @@ def screen(
         )
     dropped: list[str] = []
     out = dict(body)
-    for field, remove in _present(out, caller):
-        fate = table.get(field, _r("not in the translation table"))
-        value = out.get(field)
-        if fate.kind == "translated" and not (fate.refused_value and fate.refused_value(value)):
+    for name, remove in _present(out, caller):
+        fate = table.get(name, _r("not in the translation table"))
+        if not fate.refuses(out.get(name), out):
             continue
         if not drop:
-            raise UntranslatableFieldError(field, caller, target, route, fate.how)
+            raise UntranslatableFieldError(name, caller, target, route, fate.how)
         out = remove(out)
-        dropped.append(field)
+        dropped += [] if name in dropped else [name]
     return Screened(out, tuple(dropped))
 
 
@@ -357,6 +399,9 @@ def _present(body: dict[str, Any], caller: CallerDialect) -> Iterator[tuple[str,
             pass
         case _:
             assert_never(caller)
+    for inside in _INSIDE[caller]:
+        for key in inside.unread(body):
+            yield f"{inside.path}.{key}", inside.without(key)
 
 
 def _present_anthropic(body: dict[str, Any]) -> Iterator[tuple[str, _Remove]]:
@@ -368,6 +413,145 @@ def _present_anthropic(body: dict[str, Any]) -> Iterator[tuple[str, _Remove]]:
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and choice.get("disable_parallel_tool_use"):
         yield "tool_choice.disable_parallel_tool_use", _without_parallel_switch
+
+
+# -- keys inside the objects the dialect modules read -----------------------------------------
+
+_Objects = Callable[[dict[str, Any]], Iterator[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class _Inside:
+    """Objects of a body that a dialect module reads key by key (``objects`` finds them, in
+    place), the keys it reads, and values that ask for nothing (``detail: auto``). Any other
+    key holding a value is an entry ``<path>.<key>`` of the table."""
+
+    path: str
+    objects: _Objects
+    read: frozenset[str]
+    idle: tuple[tuple[str, Any], ...] = ()
+
+    def unread(self, body: dict[str, Any]) -> list[str]:
+        """The keys asking for something that the dialect module does not read, in order."""
+        idle = dict(self.idle)
+        keys: dict[str, None] = {}
+        for obj in self.objects(body):
+            for key, value in obj.items():
+                if (
+                    key in self.read
+                    or value in (None, False, "", [], {})
+                    or idle.get(key, ...) == value
+                ):
+                    continue
+                keys[key] = None
+        return list(keys)
+
+    def without(self, key: str) -> _Remove:
+        def remove(body: dict[str, Any]) -> dict[str, Any]:
+            out = copy.deepcopy(body)
+            for obj in self.objects(out):
+                obj.pop(key, None)
+            return out
+
+        return remove
+
+
+def _dicts(value: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(value, dict):
+        yield value
+    elif isinstance(value, list):
+        yield from (v for v in value if isinstance(v, dict))
+
+
+def _field(name: str) -> _Objects:
+    return lambda body: _dicts(body.get(name))
+
+
+def _sub(name: str, sub: str) -> _Objects:
+    return lambda body: (v for d in _dicts(body.get(name)) for v in _dicts(d.get(sub)))
+
+
+def _parts(items: str, kinds: frozenset[str]) -> _Objects:
+    """The content parts (or blocks) of the given types in a message list."""
+
+    def parts(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        for m in _dicts(body.get(items)):
+            content = m.get("content")
+            if isinstance(content, list):
+                yield from (p for p in _dicts(content) if str(p.get("type")) in kinds)
+
+    return parts
+
+
+def _chat_images(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for part in _parts("messages", frozenset({"image_url"}))(body):
+        yield from _dicts(part.get("image_url"))
+
+
+def _client_tools(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    return (t for t in _dicts(body.get("tools")) if not _is_server_tool(t))
+
+
+def _function_tools(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    return (t for t in _dicts(body.get("tools")) if t.get("type") == "function")
+
+
+def _format(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    return (f for t in _dicts(body.get("text")) for f in _dicts(t.get("format")))
+
+
+def _json_schema(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    formats = _dicts(body.get("response_format"))
+    return (s for f in formats for s in _dicts(f.get("json_schema")))
+
+
+_ANSWER_METADATA = {"annotations", "citations", "logprobs"}
+"""What earlier answers carry about themselves (citations, logprobs): nothing for a model."""
+_INSIDE: dict[CallerDialect, tuple[_Inside, ...]] = {
+    Dialect.OPENAI_CHAT: (
+        # reasoning from the history is not sent: Gemini and Responses need their own, and
+        # Anthropic only signed reasoning (docs/gateway.md, "Translated")
+        _Inside("messages", _field("messages"), frozenset(
+            {"role", "content", "tool_calls", "tool_call_id", "reasoning_content",
+             *_ANSWER_METADATA})),
+        _Inside("messages.content", _parts("messages", frozenset({"text", "image_url"})),
+                frozenset({"type", "text", "image_url"})),
+        _Inside("messages.content.image_url", _chat_images, frozenset({"url"}),
+                (("detail", "auto"),)),
+        _Inside("tools", _field("tools"), frozenset({"type", "function"})),
+        _Inside("tools.function", _sub("tools", "function"),
+                frozenset({"name", "description", "parameters"})),
+        _Inside("response_format.json_schema", _json_schema,
+                frozenset({"name", "schema", "strict"})),
+    ),
+    Dialect.ANTHROPIC_MESSAGES: (
+        _Inside("messages.content", _parts("messages", frozenset(
+            {"text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking"})),
+            frozenset({"type", "text", "source", "id", "name", "input", "tool_use_id",
+                       "content", "thinking", "signature", "data", "cache_control",
+                       *_ANSWER_METADATA})),
+        _Inside("system", _field("system"),
+                frozenset({"type", "text", "cache_control", *_ANSWER_METADATA})),
+        _Inside("tools", _client_tools,
+                frozenset({"type", "name", "description", "input_schema", "cache_control"})),
+        _Inside("tool_choice", _field("tool_choice"),
+                frozenset({"type", "name", "disable_parallel_tool_use"})),
+        _Inside("thinking", _field("thinking"), frozenset({"type", "budget_tokens"})),
+    ),
+    Dialect.OPENAI_RESPONSES: (
+        _Inside("input.content", _parts("input", frozenset(
+            {"input_text", "output_text", "input_image", "refusal"})),
+            frozenset({"type", "text", "image_url", "refusal", *_ANSWER_METADATA}),
+            (("detail", "auto"),)),
+        _Inside("tools", _function_tools,
+                frozenset({"type", "name", "description", "parameters"})),
+        _Inside("reasoning", _field("reasoning"), frozenset({"effort"})),
+        _Inside("text", _field("text"), frozenset({"format"})),
+        _Inside("text.format", _format, frozenset({"type", "name", "schema", "strict"})),
+    ),
+}  # fmt: skip
+"""Per caller dialect, the objects its module reads key by key (what the others mean is in
+the table, or refused)."""
 
 
 def _without_key(key: str) -> _Remove:
@@ -436,6 +620,58 @@ def _env_name(provider: str) -> str:
     return provider.upper().replace("-", "_")
 
 
+# -- non-streaming answers on a same-dialect route ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Unfolded:
+    """A field whose output a folded answer has no place for, when ``asks`` holds for its
+    value (``logprobs: false`` asks for nothing)."""
+
+    why: str
+    asks: Callable[[Any], bool] = lambda value: True
+
+
+def _audio(value: Any) -> bool:
+    return isinstance(value, list) and "audio" in value
+
+
+_FOLDED_HAS_NO = "a non-streaming answer is folded from the provider's stream and has no {}"
+FOLDED: dict[CallerDialect, dict[str, Unfolded]] = {
+    Dialect.OPENAI_CHAT: {
+        "logprobs": Unfolded(_FOLDED_HAS_NO.format("logprobs"), _true),
+        "top_logprobs": Unfolded(_FOLDED_HAS_NO.format("logprobs")),
+        "modalities": Unfolded(_FOLDED_HAS_NO.format("audio") + " (when it lists audio)", _audio),
+        "audio": Unfolded(_FOLDED_HAS_NO.format("audio")),
+    },
+    Dialect.OPENAI_RESPONSES: {
+        "top_logprobs": Unfolded(_FOLDED_HAS_NO.format("logprobs")),
+        "include": Unfolded(
+            _FOLDED_HAS_NO.format("included extras (encrypted reasoning, logprobs, sources...)")
+        ),
+    },
+    Dialect.ANTHROPIC_MESSAGES: {},
+}
+"""Per caller dialect, what a folded answer (a non-streaming caller on a same-dialect route,
+whose body is otherwise forwarded as sent) has no place for: refused, or dropped on opt-in, as
+the table's refused fields are. A streaming caller gets the provider's events as they are."""
+
+
+def screen_folded(
+    body: dict[str, Any], caller: CallerDialect, route: str, *, drop: bool
+) -> Screened:
+    """Check a non-streaming same-dialect body against :data:`FOLDED` (as :func:`screen`)."""
+    fates = FOLDED[caller]
+    dropped = tuple(
+        k for k, v in body.items() if k in fates and v not in (None, [], {}) and fates[k].asks(v)
+    )
+    if dropped and not drop:
+        field, why = dropped[0], f"{fates[dropped[0]].why} (a streaming call gets it)"
+        target = f"a non-streaming {caller} answer"
+        raise UntranslatableFieldError(field, caller, target, route, why)
+    return Screened({k: v for k, v in body.items() if k not in dropped}, dropped)
+
+
 # -- the docs table ---------------------------------------------------------------------------
 
 DOC_BEGIN = (
@@ -464,6 +700,15 @@ def render_markdown() -> str:
         lines.append("| --- | --- | --- |")
         for field, fate in sorted(table.items()):
             lines.append(f"| `{field}` | {fate.kind} | {fate.how} |")
+    lines += ["", "### non-streaming answers on a same-dialect route", ""]
+    lines.append(
+        "The body is forwarded as sent, but the answer is folded from the provider's stream; "
+        "these fields are refused for a non-streaming caller (dropped with the opt-in):"
+    )
+    lines += ["", "| caller | field | why |", "| --- | --- | --- |"]
+    for caller, unfolded in FOLDED.items():
+        for field, what in sorted(unfolded.items()):
+            lines.append(f"| {caller} | `{field}` | {what.why} |")
     lines += ["", DOC_END]
     return "\n".join(lines) + "\n"
 
