@@ -163,6 +163,9 @@ def test_usage_errors_exit_2(env, capsys):
     assert main(["replay", "s-1", "--max", "--speed", "2"]) == 2
     assert main(["replay", "bad session!", "--max"]) == 2
     assert main(["messages", "bad session!"]) == 2
+    for flag in (["--from-seq", "5"], ["--speed", "2"], ["--max"]):  # verify would ignore it
+        assert main(["replay", "s-1", "--verify", *flag]) == 2
+        assert "--verify compares whole sessions" in capsys.readouterr().err
 
 
 def test_verify_passes_on_a_clean_run(env, capsys):

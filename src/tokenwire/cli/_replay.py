@@ -114,6 +114,10 @@ def replay(
     """
     if speed is not None and fastest:
         raise UsageError("--speed and --max exclude each other")
+    if check and (from_seq is not None or speed is not None or fastest):
+        # verify always compares whole sessions, unpaced: a flag it would ignore is refused
+        raise UsageError("--verify compares whole sessions: --from-seq, --speed and --max "
+                         "do not apply to it")  # fmt: skip
     for one in sessions:
         checked_session(one)
     url = resolve_nats_url()
