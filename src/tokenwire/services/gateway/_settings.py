@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tokenwire import config
@@ -157,12 +157,7 @@ def check_provider_env(env: Mapping[str, str]) -> None:
             check_header("authorization", env.get(name, ""))
         except ValueError:
             raise ConfigError(name, "[redacted]", _NOT_A_HEADER) from None
-    for name in urls:
-        if value := env.get(name):
-            try:
-                check_url(value)
-            except ValueError as exc:
-                raise ConfigError(name, without_userinfo(value), str(exc)) from None
+    _check_each(env, urls, check_url)
 
 
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
@@ -173,10 +168,16 @@ def check_proxy_env(env: Mapping[str, str]) -> None:
     """Raise :class:`ConfigError`, naming the variable, for a proxy the provider client cannot
     use (an ``https://`` proxy, no host, a bad port): checked at start, as every request
     through it would fail. The URL is shown without its user and password."""
-    for name in _PROXY_VARS:
+    _check_each(env, _PROXY_VARS, check_proxy)
+
+
+def _check_each(env: Mapping[str, str], names: Iterable[str], check: Callable[[str], None]) -> None:
+    """``check`` each URL variable set in ``env``; :class:`ConfigError` naming the first it
+    refuses, the URL shown without its user and password."""
+    for name in names:
         if value := env.get(name):
             try:
-                check_proxy(value)
+                check(value)
             except ValueError as exc:
                 raise ConfigError(name, _without_credentials(value), str(exc)) from None
 
