@@ -20,7 +20,10 @@ class ChunkEnvelope(msgspec.Struct, frozen=True):
     consumers detect missing, duplicated and out-of-order chunks from it. ``time_ns`` is the
     gateway's wall clock (Unix ns) when it normalised the chunk; ``request_time_ns`` is when
     the gateway received the request, set on ordinal 0 so that time to first chunk can be read
-    off the first chunk alone.
+    off the first chunk alone. ``key_name`` and ``tenant`` name the gateway key that made the
+    request (never the key itself) and its tenant, also on ordinal 0 only: the step's owner,
+    for scoped reads and the usage ledger. Unset (left off the wire) on every other chunk and
+    when the gateway runs without named keys.
     """
 
     session: str
@@ -33,6 +36,8 @@ class ChunkEnvelope(msgspec.Struct, frozen=True):
     chunk: StreamChunk
     v: int = SCHEMA_VERSION
     request_time_ns: int | None = None
+    key_name: str | msgspec.UnsetType = msgspec.UNSET
+    tenant: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class StepPersisted(msgspec.Struct, frozen=True):
