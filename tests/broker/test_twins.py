@@ -8,7 +8,8 @@ implementation's output checked against the other's.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from nats.aio.client import Client
@@ -18,7 +19,11 @@ from tokenwire.broker import (
     ChunkPublisher,
     ChunkSink,
     MemoryPublisher,
+    MemorySessionOwners,
     MemoryStepRegistry,
+    Owner,
+    SessionOwners,
+    SessionOwnership,
     StepAllocator,
     StepClaimConflict,
     StepRegistry,
@@ -119,3 +124,77 @@ async def test_the_memory_publisher_fails_like_a_lost_broker() -> None:
         await sink.publish(_envelope("twin-f", 1), "twin-f", 0, 0, 1, first=False)
     with pytest.raises(BrokerUnavailable):
         await MemoryPublisher(fail_acks=True).wait_acked("twin-f", 0, 0)
+
+
+RetainStep = Callable[[str, "str | None"], Awaitable[None]]
+"""Makes the stream retain a step of the session whose first chunk names the tenant."""
+
+
+@pytest.fixture(params=["real", "memory"])
+async def owners(
+    request: pytest.FixtureRequest, nc: Client, topology: Topology
+) -> AsyncIterator[tuple[SessionOwnership, RetainStep]]:
+    if request.param == "memory":
+        memory = MemorySessionOwners()
+
+        async def remember(session: str, tenant: str | None) -> None:
+            memory.retained_owners.setdefault(session, Owner(tenant))
+
+        yield memory, remember
+        return
+    publisher = await ChunkPublisher(nc, topology).start()
+    turns = iter(range(1000))
+
+    async def publish(session: str, tenant: str | None) -> None:
+        chunk = TextDelta(index=0, text="x")
+        turn = next(turns)
+        envelope = ChunkEnvelope(session=session, turn=turn, step=0, ordinal=0, time_ns=1,
+                                 provider="p", model="m", chunk=chunk,
+                                 **({"tenant": tenant} if tenant is not None else {}))  # fmt: skip
+        await publisher.publish(json_encoder.encode(envelope), session, turn, 0, 0, first=True)
+        await publisher.wait_acked(session, turn, 0, timeout_s=10.0)
+
+    try:
+        yield SessionOwners(nc, topology), publish
+    finally:
+        await publisher.close()
+
+
+async def test_a_session_no_one_wrote_has_no_retained_owner(
+    owners: tuple[SessionOwnership, RetainStep],
+) -> None:
+    registry, _ = owners
+    assert await registry.retained("twin-unknown") is None
+
+
+async def test_the_first_retained_step_names_the_owner(
+    owners: tuple[SessionOwnership, RetainStep],
+) -> None:
+    registry, retain = owners
+    await retain("twin-o", "team-a")
+    await retain("twin-o", "team-b")  # a later step does not change the first one's tenant
+    await retain("twin-none", None)
+    assert await registry.retained("twin-o") == Owner("team-a")
+    assert await registry.retained("twin-none") == Owner(None)
+
+
+async def test_the_first_owner_record_wins(owners: tuple[SessionOwnership, RetainStep]) -> None:
+    registry, _ = owners
+    assert await registry.adopt("twin-r", Owner("team-a")) == Owner("team-a")
+    assert await registry.adopt("twin-r", Owner("team-b")) == Owner("team-a")
+    assert await registry.adopt("twin-r", Owner(None)) == Owner("team-a")
+    assert await registry.adopt("twin-r2", Owner(None)) == Owner(None)
+    assert await registry.adopt("twin-r2", Owner("team-a")) == Owner(None)
+
+
+async def test_two_writers_of_a_new_session_at_once_get_one_owner(
+    owners: tuple[SessionOwnership, RetainStep],
+) -> None:
+    registry, _ = owners
+    for n in range(5):
+        a, b = await asyncio.gather(
+            registry.adopt(f"twin-race-{n}", Owner("team-a")),
+            registry.adopt(f"twin-race-{n}", Owner("team-b")),
+        )
+        assert a == b
+        assert a in (Owner("team-a"), Owner("team-b"))

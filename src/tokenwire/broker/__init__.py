@@ -55,7 +55,12 @@ from tokenwire.broker._inspect import (
     stream_info,
     stream_subjects,
 )
-from tokenwire.broker._memory import MemoryPublisher, MemoryStepRegistry, Published
+from tokenwire.broker._memory import (
+    MemoryPublisher,
+    MemorySessionOwners,
+    MemoryStepRegistry,
+    Published,
+)
 from tokenwire.broker._messages import (
     StoredMessage,
     last_by_subject,
@@ -64,8 +69,14 @@ from tokenwire.broker._messages import (
     stored_with_msg_id,
 )
 from tokenwire.broker._ordered import ordered_subscribe, read_range, reader_name
+from tokenwire.broker._owners import Owner, SessionOwners, session_owner
 from tokenwire.broker._partitions import partition_consumer
-from tokenwire.broker._protocol import ChunkSink, PendingAssignment, StepAllocator
+from tokenwire.broker._protocol import (
+    ChunkSink,
+    PendingAssignment,
+    SessionOwnership,
+    StepAllocator,
+)
 from tokenwire.broker._provision import ensure_topology
 from tokenwire.broker._publisher import ChunkPublisher, PublisherStats
 from tokenwire.broker._reader import SessionReader, StoredChunk
@@ -113,8 +124,10 @@ __all__ = [
     "FlushTimeout",
     "Handler",
     "MemoryPublisher",
+    "MemorySessionOwners",
     "MemoryStepRegistry",
     "NodeConfig",
+    "Owner",
     "PartitionConsumer",
     "PayloadTooLarge",
     "PendingAssignment",
@@ -133,6 +146,8 @@ __all__ = [
     "Retry",
     "ServerInfo",
     "ServerStartError",
+    "SessionOwners",
+    "SessionOwnership",
     "SessionReader",
     "StepAllocator",
     "StepAssignmentContention",
@@ -170,6 +185,7 @@ __all__ = [
     "retained_sessions",
     "server_info",
     "session_batches",
+    "session_owner",
     "stored_subject",
     "stored_with_msg_id",
     "stream_info",

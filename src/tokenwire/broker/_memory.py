@@ -1,7 +1,8 @@
-"""In-memory twins of the publisher and the step registry, for unit tests of the gateway
-alone. They raise the real exceptions (``BrokerUnavailable``, ``StepClaimConflict``) and pass
-the same contract suite as the real ones (tests/broker/test_twins.py); they never replace the
-broker in a test that claims the system works.
+"""In-memory twins of the publisher, the step registry and the session owners, for unit
+tests of the gateway alone. They raise the real exceptions (``BrokerUnavailable``,
+``StepClaimConflict``) and pass the same contract suite as the real ones
+(tests/broker/test_twins.py); they never replace the broker in a test that claims the system
+works.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tokenwire.broker._errors import BrokerUnavailable, StepClaimConflict
+from tokenwire.broker._owners import Owner
 from tokenwire.broker._publisher import PublisherStats
 from tokenwire.schemas import ChunkEnvelope, envelope_decoder
 
@@ -99,3 +101,20 @@ class Assigned:
 
     def drop(self) -> None:
         """Nothing to forget."""
+
+
+@dataclass
+class MemorySessionOwners:
+    """Owners in two dicts: ``retained`` (what the stream's first retained steps would name;
+    a test fills it) and ``records`` (the owner records, first writer wins)."""
+
+    retained_owners: dict[str, Owner] = field(default_factory=dict)
+    records: dict[str, Owner] = field(default_factory=dict)
+
+    async def retained(self, session: str) -> Owner | None:
+        """The owner of the session's first retained step, if any."""
+        return self.retained_owners.get(session)
+
+    async def adopt(self, session: str, owner: Owner) -> Owner:
+        """``owner`` unless a record exists; the recorded owner."""
+        return self.records.setdefault(session, owner)

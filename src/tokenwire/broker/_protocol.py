@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from tokenwire.broker._owners import Owner
 from tokenwire.broker._publisher import PublisherStats
 
 
@@ -61,3 +62,15 @@ class StepAllocator(Protocol):
     async def claim(self, session: str, turn: int, step: int) -> None: ...
 
     async def begin_next_step(self, session: str, new_turn: bool) -> PendingAssignment: ...
+
+
+class SessionOwnership(Protocol):
+    """Whose a session is (``broker._owners``): ``retained`` names the owner on the session's
+    first retained step (None: the stream holds none); ``adopt`` records an owner for a
+    session the stream does not hold yet, unless one is recorded, and returns the recorded
+    one (the first writer's). A broker that does not answer raises
+    :class:`~tokenwire.broker.BrokerError`."""
+
+    async def retained(self, session: str) -> Owner | None: ...
+
+    async def adopt(self, session: str, owner: Owner) -> Owner: ...

@@ -2,14 +2,17 @@
 
 Order of checks (each failure is a 4xx in the endpoint's dialect; nothing is claimed or
 published before the last one passed): gateway key, body size, JSON, field types, tokenwire
-headers, model routing, translation; then the step is claimed (409 / 503) and run.
+headers, model routing, translation, the named session's tenant (``_owners.py``); then the
+step is claimed (409 / 503) and run.
+
+Every authenticated request carries its :class:`~._keys.Caller` as ``request.state.caller``
+(the session routes and ``GET /v1/usage`` scope their reads by it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import importlib.metadata
 import logging
 import random
@@ -24,6 +27,7 @@ from starlette.routing import Route as HttpRoute
 from starlette.types import Receive, Scope, Send
 
 from tokenwire.broker import BrokerError
+from tokenwire.config import ConfigError
 from tokenwire.schemas import RecordedError
 from tokenwire.scrub import register, scrub
 from tokenwire.services.gateway._caller import CallerOutput, FoldingOutput, stream_output
@@ -56,8 +60,10 @@ from tokenwire.services.gateway._identity import (
     claim_explicit,
     read_identity,
 )
+from tokenwire.services.gateway._keys import ANONYMOUS, KEYS_FILE_VAR, Caller, offered_key
 from tokenwire.services.gateway._metrics import GatewayMetrics
 from tokenwire.services.gateway._openapi import openapi_document
+from tokenwire.services.gateway._owners import SessionGuard
 from tokenwire.services.gateway._provider_call import CallerInput, provider_call
 from tokenwire.services.gateway._routing import Route, resolve, with_identity
 from tokenwire.services.gateway._scrubbed import scrubbed
@@ -76,6 +82,11 @@ class Gateway:
     def __init__(self, settings: GatewaySettings, deps: GatewayDeps) -> None:
         self.settings = settings
         self.deps = deps
+        self.keys = settings.key_ring()
+        if self.keys.tenants and deps.owners is None:
+            why = "the gateway needs the broker's session owners (deps.owners)"
+            raise ConfigError(KEYS_FILE_VAR, "[keys with tenants]", why)
+        self.guard = SessionGuard(deps.owners, active=self.keys.tenants, monotonic=deps.monotonic)
         self.metrics = GatewayMetrics(lambda: float(deps.sink.stats().in_flight))
         self._tasks: set[asyncio.Task[None]] = set()
         self._secrets = settings.secrets()
@@ -131,7 +142,7 @@ class Gateway:
 
     async def _serve(self, request: Request, codec: CallerCodec[R], received_ns: int) -> Response:
         """Check the request, plan the step, start it, and return its answer."""
-        self.authenticate(request.headers)
+        caller = request.state.caller = self.authenticate(request.headers)
         raw = decode_object(await self._read_body(request))
         req = codec.parse(raw)
         wanted = read_identity(request.headers)
@@ -141,6 +152,7 @@ class Gateway:
         )
         call = provider_call(codec, req, route, sent)
         session = wanted.session or self.deps.new_id()
+        await self.guard.admit(caller, session, named=wanted.session is not None)
         claim = await self._claim(wanted, session, req.ends_with_tool_result)
         # The provider is called before the step is set up (span, output, run): it works
         # while they are built (see docs/gateway.md, "Performance").
@@ -153,7 +165,15 @@ class Gateway:
             )
             output = self._output(codec, req, routed, reply)
             run = self._step_run(
-                request, routed, upstream, output, session, claim, received_ns, call_start_ns
+                request,
+                routed,
+                upstream,
+                output,
+                session,
+                claim,
+                received_ns,
+                call_start_ns,
+                caller,
             )
         except BaseException:
             upstream.cancel()
@@ -176,7 +196,7 @@ class Gateway:
 
     def _step_run(
         self, request: Request, route: Route, upstream: UpstreamCall, output: CallerOutput,
-        session: str, claim: StepClaim, received_ns: int, call_start_ns: int,
+        session: str, claim: StepClaim, received_ns: int, call_start_ns: int, caller: Caller,
     ) -> StepRun:  # fmt: skip
         """The planned step over its sent provider call, with its call span started (its
         trace headers go on the step's first chunk)."""
@@ -190,23 +210,23 @@ class Gateway:
         observer = self.calls.observe(route, session, span, call_start_ns)
         plan = StepPlan(
             session, claim, route, upstream, received_ns, trace_headers, self._secrets,
-            settings.continue_on_disconnect,
+            settings.continue_on_disconnect, caller,
         )  # fmt: skip
         return StepRun(
             plan, output, settings.caller_buffer_bytes, self.deps, self.metrics,
             settings.ack_timeout_s, settings.step_bounds, call=observer, running=self._tasks,
         )  # fmt: skip
 
-    def authenticate(self, headers: Mapping[str, str]) -> None:
-        """Raise AuthenticationError unless the headers carry a gateway key (when keys are set)."""
-        if not self.settings.keys:
-            return
-        auth = headers.get("authorization", "")
-        offered = auth[7:].strip() if auth[:7].lower() == "bearer " else headers.get("x-api-key")
-        if not offered or not any(
-            hmac.compare_digest(offered.encode(), k.encode()) for k in self.settings.keys
-        ):
+    def authenticate(self, headers: Mapping[str, str]) -> Caller:
+        """The caller whose gateway key the headers carry (:data:`ANONYMOUS` without keys);
+        AuthenticationError when they carry none the gateway accepts."""
+        if not self.keys:
+            return ANONYMOUS
+        offered = offered_key(headers)
+        caller = self.keys.match(offered) if offered is not None else None
+        if caller is None:
             raise AuthenticationError("missing or invalid gateway API key")
+        return caller
 
     async def _read_body(self, request: Request) -> bytes:
         limit = self.settings.max_body_bytes
@@ -310,14 +330,15 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 
 
 def _require_key(gw: Gateway, route: BaseRoute) -> BaseRoute:
-    """``route`` answering 401 (OpenAI-style error) without a valid gateway key."""
+    """``route`` answering 401 (OpenAI-style error) without a valid gateway key, and with the
+    caller in ``request.state.caller`` otherwise."""
     if not isinstance(route, HttpRoute) or route.path == "/viewer":
         return route
     endpoint = route.endpoint
 
     async def guarded(request: Request) -> Response:
         try:
-            gw.authenticate(request.headers)
+            request.state.caller = gw.authenticate(request.headers)
         except AuthenticationError as exc:
             return JSONResponse(
                 {"error": {"message": str(exc), "type": "authentication_error", "param": None,

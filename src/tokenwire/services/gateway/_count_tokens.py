@@ -34,7 +34,7 @@ class CountTokens:
     def __init__(
         self,
         env: Mapping[str, str],
-        authenticate: Callable[[Mapping[str, str]], None],
+        authenticate: Callable[[Mapping[str, str]], object],
         read_body: Callable[[Request], Awaitable[bytes]],
         secrets: tuple[str, ...],
     ) -> None:

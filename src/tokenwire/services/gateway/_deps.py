@@ -15,7 +15,7 @@ from typing import Protocol
 
 from starlette.routing import BaseRoute
 
-from tokenwire.broker import ChunkSink, StepAllocator
+from tokenwire.broker import ChunkSink, SessionOwnership, StepAllocator
 from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.providers import Normaliser, ProviderRequest, ProviderSession, SentRequest
 from tokenwire.schemas import StreamChunk
@@ -96,7 +96,10 @@ class GatewayDeps:
     - ``extra_routes``: routes served beside the gateway's own (the session events, sessions,
       messages and viewer routes of ``tokenwire.replay``);
     - ``otel``: the OpenTelemetry providers the model calls' spans and metrics go to (the
-      API's no-op ones unless an OTLP endpoint is configured, docs/telemetry.md).
+      API's no-op ones unless an OTLP endpoint is configured, docs/telemetry.md);
+    - ``owners``: whose a session is (``broker.SessionOwners``, or its memory twin), for a
+      gateway whose keys have tenants (``_owners.py``); ``create_app`` refuses such keys
+      without it.
     """
 
     upstream: Upstream
@@ -109,3 +112,4 @@ class GatewayDeps:
     monotonic: Callable[[], float] = time.perf_counter
     extra_routes: Sequence[BaseRoute] = ()
     otel: OtelProviders = field(default_factory=no_otel)
+    owners: SessionOwnership | None = None

@@ -6,6 +6,7 @@ GatewayError                        status, code, message, param
 │   ├── InvalidRequestError         400: malformed JSON, wrong types, bad header values
 │   ├── AuthenticationError         401: missing or wrong gateway key
 │   ├── UnknownModelError           404: unknown provider or malformed `provider/model`
+│   ├── SessionNotFoundError        404: the named session is another tenant's
 │   ├── StepConflictError           409: an explicit (session, turn, step) was already used
 │   ├── BodyTooLargeError           413: body above the configured maximum
 │   └── TranslationUnsupportedError 400: no translation between the two dialects (yet)
@@ -62,6 +63,23 @@ class UnknownModelError(RequestError):
     def __init__(self, message: str, *, model: str) -> None:
         super().__init__(message, param="model")
         self.model = model
+
+
+class SessionNotFoundError(RequestError):
+    """The request names a session (``X-Tokenwire-Session``) of another tenant than its key's:
+    answered as the session routes answer an unknown session, before anything is claimed,
+    published or sent to a provider (``_owners.py``)."""
+
+    status = 404
+    code = "not_found_error"
+
+    def __init__(self, session: str, *, param: str | None = None) -> None:
+        super().__init__(
+            f"session {session!r} not found for this key: name one of its own sessions, or "
+            "none for a new one",
+            param=param,
+        )
+        self.session = session
 
 
 class StepConflictError(RequestError):

@@ -22,6 +22,7 @@ from tokenwire.broker import (
     BrokerError,
     ChunkPublisher,
     Connection,
+    SessionOwners,
     StepRegistry,
     Topology,
     connect,
@@ -63,11 +64,12 @@ def _edge_options(settings: GatewaySettings) -> dict[str, Any]:
 
 def check_bind(settings: GatewaySettings) -> None:
     """Without gateway keys the gateway must not listen beyond loopback."""
-    if not settings.keys and not settings.loopback_only:
+    if not settings.authenticated and not settings.loopback_only:
         raise ConfigError(
             "TOKENWIRE_GATEWAY_ADDR",
             f"{settings.host}:{settings.port}",
-            "without TOKENWIRE_GATEWAY_KEYS the gateway listens on loopback only",
+            "without TOKENWIRE_GATEWAY_KEYS or TOKENWIRE_GATEWAY_KEYS_FILE the gateway listens "
+            "on loopback only",
         )
 
 
@@ -116,7 +118,7 @@ async def broker_deps(
 
     deps = GatewayDeps(
         upstream=upstream, sink=publisher, steps=steps, ready=ready, live=live,
-        otel=otel or no_otel(),
+        otel=otel or no_otel(), owners=SessionOwners(nc, topology),
     )  # fmt: skip
     return BrokerDeps(deps, publisher, steps, upstream)
 

@@ -22,6 +22,13 @@ from tokenwire.services.gateway._bounds import (
     StepBounds,
 )
 from tokenwire.services.gateway._edge import EdgeLimits
+from tokenwire.services.gateway._keys import (
+    KEYS_FILE_VAR,
+    KeyRing,
+    NamedKey,
+    key_ring,
+    load_keys_file,
+)
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 _PROVIDER_VAR = re.compile(
@@ -39,8 +46,10 @@ _NOT_A_HEADER = (
 class GatewaySettings:
     """How the gateway listens, whom it accepts, where providers are, and its bounds.
 
-    - ``keys``: accepted gateway keys (``Authorization: Bearer`` or ``x-api-key``); empty means
-      no authentication, and then :func:`run` refuses any non-loopback ``host``.
+    - ``keys``: accepted gateway keys (``Authorization: Bearer`` or ``x-api-key``), the flat
+      list: operators without a tenant (``_keys.py``); ``named_keys``: the named keys of the
+      keys file (hashes, names, tenants, scopes). Both empty means no authentication, and
+      then :func:`run` refuses any non-loopback ``host``.
     - ``provider_env``: the provider base URLs (``TOKENWIRE_<PROVIDER>_BASE_URL``),
       credentials (``OPENAI_API_KEY``, ...) and the translation drop opt-ins
       (``TOKENWIRE_GATEWAY_DROP_PARAMS``, ``TOKENWIRE_<PROVIDER>_DROP_PARAMS``) as
@@ -70,6 +79,7 @@ class GatewaySettings:
     port: int = 8080
     nats_url: str | None = None
     keys: frozenset[str] = field(default=frozenset(), repr=False)
+    named_keys: tuple[NamedKey, ...] = field(default=(), repr=False)
     provider_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     continue_on_disconnect: bool = True
@@ -87,6 +97,15 @@ class GatewaySettings:
     store_url: str | None = None
     step_retries: int = 16  # tokenwire.broker.StepRegistry's defaults
     step_retry_s: float = 30.0
+
+    @property
+    def authenticated(self) -> bool:
+        """Whether any gateway key is configured (else no authentication, loopback only)."""
+        return bool(self.keys or self.named_keys)
+
+    def key_ring(self) -> KeyRing:
+        """Every accepted key; :class:`ConfigError` when a key or a name is configured twice."""
+        return key_ring(self.keys, self.named_keys)
 
     @property
     def loopback_only(self) -> bool:
@@ -118,13 +137,15 @@ class GatewaySettings:
         check_proxy_env(env)
         host, port = parse_addr(env.get("TOKENWIRE_GATEWAY_ADDR", "127.0.0.1:8080"))
         keys = frozenset(k.strip() for k in env.get("TOKENWIRE_GATEWAY_KEYS", "").split(","))
+        keys_file = env.get(KEYS_FILE_VAR, "")
         bounds = _step_bounds(env)
         max_body = env.get("TOKENWIRE_GATEWAY_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES))
-        return cls(
+        settings = cls(
             host=host,
             port=port,
             nats_url=",".join(parse_urls(env.get("TOKENWIRE_NATS_URL", ""))) or None,
             keys=keys - {""},
+            named_keys=load_keys_file(keys_file) if keys_file else (),
             provider_env=provider_env,
             max_body_bytes=parse_int("TOKENWIRE_GATEWAY_MAX_BODY_BYTES", max_body, 1024),
             continue_on_disconnect=_flag(env, "TOKENWIRE_GATEWAY_CONTINUE_ON_DISCONNECT", True),
@@ -141,6 +162,8 @@ class GatewaySettings:
                                    env.get("TOKENWIRE_GATEWAY_STEP_RETRIES", "16"), 0),
             step_retry_s=_seconds(env, "TOKENWIRE_GATEWAY_STEP_RETRY_S", 30.0),
         )  # fmt: skip
+        settings.key_ring()  # a key or a name in both sources stops the start
+        return settings
 
 
 def check_provider_env(env: Mapping[str, str]) -> None:

@@ -4,7 +4,8 @@ caller.
 Semantics (docs/gateway.md, "Publishing"):
 
 - every chunk is published in order as a :class:`ChunkEnvelope` (ordinal from 0, ``first`` on
-  ordinal 0, ``request_time_ns`` and the step's trace headers on ordinal 0);
+  ordinal 0, ``request_time_ns``, the caller's key name and tenant and the step's trace
+  headers on ordinal 0);
   publishing waits only when the publisher's bounded window is full;
 - a provider failure before any chunk (HTTP error, transport failure, an immediate error
   event) is still published as a one-chunk step ``finish {error}``, so the assembler records
@@ -71,6 +72,7 @@ from tokenwire.services.gateway._errors import (
 from tokenwire.services.gateway._fit import ChunkTooLarge, DeltaLedger, fitted
 from tokenwire.services.gateway._genai import CallObserver
 from tokenwire.services.gateway._identity import StepClaim, StepIdentity
+from tokenwire.services.gateway._keys import ANONYMOUS, Caller
 from tokenwire.services.gateway._metrics import GatewayMetrics
 from tokenwire.services.gateway._routing import Route
 from tokenwire.services.gateway._watchdog import Watchdog
@@ -108,6 +110,13 @@ class StepPlan:
     secrets: tuple[str, ...] = ()
     continue_on_disconnect: bool = True
     """Whether the step reads the provider to the end when its caller leaves."""
+    caller: Caller = ANONYMOUS
+    """Whose step it is: its key's name and tenant go on the first chunk (``_keys.py``)."""
+
+
+def _or_unset(value: str | None) -> str | msgspec.UnsetType:
+    """A caller's name or tenant as an envelope field: left off the wire when None."""
+    return msgspec.UNSET if value is None else value
 
 
 def scrub(text: str, secrets: tuple[str, ...]) -> str:
@@ -409,11 +418,19 @@ class StepRun:
     def _encode(self, ident: StepIdentity, chunk: StreamChunk) -> bytes:
         route, ordinal = self.plan.route, self._ordinal
         self._last_ns = self._deps.clock_ns()
-        envelope = ChunkEnvelope(
-            session=ident.session, turn=ident.turn, step=ident.step, ordinal=ordinal,
-            time_ns=self._last_ns, provider=route.provider, model=route.model,
-            chunk=chunk, request_time_ns=self.plan.request_time_ns if ordinal == 0 else None,
-        )  # fmt: skip
+        if ordinal == 0:
+            caller = self.plan.caller
+            envelope = ChunkEnvelope(
+                session=ident.session, turn=ident.turn, step=ident.step, ordinal=0,
+                time_ns=self._last_ns, provider=route.provider, model=route.model,
+                chunk=chunk, request_time_ns=self.plan.request_time_ns,
+                key_name=_or_unset(caller.name), tenant=_or_unset(caller.tenant),
+            )  # fmt: skip
+        else:
+            envelope = ChunkEnvelope(
+                session=ident.session, turn=ident.turn, step=ident.step, ordinal=ordinal,
+                time_ns=self._last_ns, provider=route.provider, model=route.model, chunk=chunk,
+            )  # fmt: skip
         return json_encoder.encode(envelope)
 
     async def _publish_encoded(self, envelope_bytes: bytes) -> None:

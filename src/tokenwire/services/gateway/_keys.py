@@ -1,0 +1,212 @@
+"""Gateway keys: who a request's caller is, and which sessions it may read.
+
+Keys come from two places, merged at start (docs/gateway.md, "Keys and tenants"):
+
+- ``TOKENWIRE_GATEWAY_KEYS_FILE``: a TOML file of named keys, each with the SHA-256 of the
+  key (never the key), a ``name``, an optional ``tenant`` and a ``scope``::
+
+      [[keys]]
+      name = "team-a-ci"
+      tenant = "team-a"          # optional: a tenant-scoped key without one is its own tenant
+      sha256 = "<64 hex digits: tokenwire keys hash>"
+
+      [[keys]]
+      name = "ops"
+      scope = "operator"         # reads every tenant's sessions
+      sha256 = "..."
+
+- ``TOKENWIRE_GATEWAY_KEYS``: the flat list of plain keys, as before: each is an operator key
+  without a tenant named ``key-<first 8 hex digits of its SHA-256>``.
+
+A request's key is hashed once (SHA-256) and compared with every configured hash in constant
+time (``hmac.compare_digest``, no early exit). Neither the key nor its hash is ever logged or
+echoed: errors name the file and the entry's position and field, never a value.
+
+A :class:`Caller` is what the rest of the gateway sees (``request.state.caller`` on every
+authenticated route): ``name`` and ``tenant`` go on each step's first chunk, and
+:func:`may_read` / :func:`visible_tenant` answer what it may read. Without any key the gateway
+listens on loopback only and every caller is :data:`ANONYMOUS`, an operator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+
+from tokenwire.config import ConfigError
+
+KEYS_FILE_VAR = "TOKENWIRE_GATEWAY_KEYS_FILE"
+_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_MAX_FILE_BYTES = 1024 * 1024
+Name = Annotated[str, msgspec.Meta(pattern=_NAME_PATTERN)]
+Digest = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-fA-F]{64}$")]
+Scope = Literal["tenant", "operator"]
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who made a request: the key's ``name`` (None without keys), its ``tenant`` (None for a
+    key without one) and whether it is an ``operator`` (reads every tenant's sessions).
+
+    A tenant-scoped caller always has a tenant (its key's, or the key's name)."""
+
+    name: str | None
+    tenant: str | None
+    operator: bool
+
+
+ANONYMOUS = Caller(name=None, tenant=None, operator=True)
+"""The caller of a gateway without keys (loopback only): an operator without a name."""
+
+
+def may_read(caller: Caller, tenant: str | None) -> bool:
+    """Whether ``caller`` may read a session whose tenant is ``tenant`` (None: a session
+    recorded without one, which only operators read)."""
+    return caller.operator or (tenant is not None and tenant == caller.tenant)
+
+
+def visible_tenant(caller: Caller) -> str | None:
+    """The one tenant whose records ``caller`` may read, or None when it reads all of them
+    (an operator). Filters of rows by tenant use it: ``WHERE tenant = ?`` unless None."""
+    return None if caller.operator else caller.tenant
+
+
+def key_digest(key: str) -> bytes:
+    """The SHA-256 of a key's UTF-8 bytes (what the keys file holds, as hex)."""
+    return hashlib.sha256(key.encode()).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class NamedKey:
+    """One configured key: its SHA-256 ``digest`` and the :class:`Caller` it makes."""
+
+    digest: bytes = field(repr=False)
+    caller: Caller
+
+
+def flat_keys(keys: Iterable[str]) -> tuple[NamedKey, ...]:
+    """The keys of ``TOKENWIRE_GATEWAY_KEYS``: operators without a tenant, each named
+    ``key-<first 8 hex digits of its SHA-256>`` (stable across list edits)."""
+    named = []
+    for key in sorted(keys):
+        digest = key_digest(key)
+        named.append(NamedKey(digest, Caller(f"key-{digest.hex()[:8]}", None, operator=True)))
+    return tuple(named)
+
+
+class KeyRing:
+    """The accepted keys; :meth:`match` finds a request's."""
+
+    def __init__(self, keys: Iterable[NamedKey]) -> None:
+        self._keys = tuple(keys)
+        self.tenants = any(k.caller.tenant is not None for k in self._keys)
+        """Whether any key has a tenant (else every session is tenant-less: no ownership)."""
+
+    def __bool__(self) -> bool:
+        return bool(self._keys)
+
+    def match(self, offered: str) -> Caller | None:
+        """The caller of ``offered``, or None. Every configured digest is compared, in
+        constant time, whatever matched before."""
+        digest = key_digest(offered)
+        found: Caller | None = None
+        for key in self._keys:
+            if hmac.compare_digest(digest, key.digest):
+                found = key.caller
+        return found
+
+
+def offered_key(headers: Mapping[str, str]) -> str | None:
+    """The key a request carries: ``Authorization: Bearer KEY`` (OpenAI), else ``x-api-key``
+    (Anthropic)."""
+    auth = headers.get("authorization", "")
+    offered = auth[7:].strip() if auth[:7].lower() == "bearer " else headers.get("x-api-key")
+    return offered or None
+
+
+# -- the keys file ------------------------------------------------------------------------
+
+
+class _Entry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: Name
+    sha256: Digest
+    tenant: Name | None = None
+    scope: Scope = "tenant"
+
+
+class _KeysFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    keys: list[_Entry] = []
+
+
+def load_keys_file(path: str) -> tuple[NamedKey, ...]:
+    """The named keys of a TOML keys file; :class:`ConfigError` naming the file and, for a
+    bad entry, its position and field (never a hash)."""
+    try:
+        with Path(path).open("rb") as handle:
+            data = handle.read(_MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(KEYS_FILE_VAR, path, f"cannot read it: {exc.strerror}") from None
+    if len(data) > _MAX_FILE_BYTES:
+        raise ConfigError(KEYS_FILE_VAR, path, f"larger than {_MAX_FILE_BYTES} bytes")
+    return parse_keys(data, path)
+
+
+def parse_keys(data: bytes, path: str = "<keys>") -> tuple[NamedKey, ...]:
+    """The named keys of a keys file's bytes (see the module); :class:`ConfigError`."""
+    try:
+        parsed = msgspec.toml.decode(data, type=_KeysFile)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(KEYS_FILE_VAR, path, _validation(exc)) from None
+    except msgspec.DecodeError:
+        raise ConfigError(KEYS_FILE_VAR, path, "not a TOML file") from None
+    return _named(parsed.keys, path)
+
+
+def _validation(exc: msgspec.ValidationError) -> str:
+    """msgspec's message (it never quotes a string that failed its pattern), or for a
+    pattern, what the field must look like."""
+    text = str(exc)
+    where = text.rpartition(" - at `")[2].rstrip("`")
+    if "matching regex" in text:
+        return f"{where}: malformed (names: 1-64 letters, digits, '.', '_', '-'; sha256: 64 hex)"
+    return text
+
+
+def _named(entries: list[_Entry], path: str) -> tuple[NamedKey, ...]:
+    names: set[str] = set()
+    digests: set[bytes] = set()
+    keys = []
+    for index, entry in enumerate(entries):
+        digest = bytes.fromhex(entry.sha256)
+        if entry.name in names:
+            raise ConfigError(KEYS_FILE_VAR, path, f"$.keys[{index}].name: used twice")
+        if digest in digests:
+            raise ConfigError(KEYS_FILE_VAR, path, f"$.keys[{index}].sha256: the same key twice")
+        names.add(entry.name)
+        digests.add(digest)
+        operator = entry.scope == "operator"
+        tenant = entry.tenant if entry.tenant is not None or operator else entry.name
+        keys.append(NamedKey(digest, Caller(entry.name, tenant, operator)))
+    return tuple(keys)
+
+
+def key_ring(flat: Iterable[str], named: Iterable[NamedKey]) -> KeyRing:
+    """Both sources as one ring; :class:`ConfigError` when a key or a name is in both."""
+    flat_named = flat_keys(flat)
+    named = tuple(named)
+    digests = {k.digest for k in named}
+    names = {k.caller.name for k in named}
+    for key in flat_named:
+        if key.digest in digests:
+            raise ConfigError("TOKENWIRE_GATEWAY_KEYS", "[redacted]",
+                              f"a key is also in {KEYS_FILE_VAR}")  # fmt: skip
+        if key.caller.name in names:
+            why = f"the name {key.caller.name} is a TOKENWIRE_GATEWAY_KEYS key's"
+            raise ConfigError(KEYS_FILE_VAR, "[redacted]", why)
+    return KeyRing((*flat_named, *named))
