@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import msgspec
 import pytest
 from nats.aio.client import Client
 
@@ -150,7 +151,7 @@ async def owners(
         turn = next(turns)
         envelope = ChunkEnvelope(session=session, turn=turn, step=0, ordinal=0, time_ns=1,
                                  provider="p", model="m", chunk=chunk,
-                                 **({"tenant": tenant} if tenant is not None else {}))  # fmt: skip
+                                 tenant=msgspec.UNSET if tenant is None else tenant)  # fmt: skip
         await publisher.publish(json_encoder.encode(envelope), session, turn, 0, 0, first=True)
         await publisher.wait_acked(session, turn, 0, timeout_s=10.0)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import pytest
 
 from tokenwire.schemas import (
@@ -355,6 +356,37 @@ async def test_sessions_and_stats(store: Store) -> None:
     assert [s.session for s in await store.sessions(limit=1, offset=1)] == ["mid"]
     assert await store.sessions(limit=10, offset=3) == []
     assert await store.stats() == StoreStats(sessions=3, steps=4, messages=3, errors=1, chunks=6)
+
+
+def _owned(record: StepRecord, tenant: str) -> StepRecord:
+    """``record`` whose first chunk names ``tenant`` (what the gateway writes for a tenant key)."""
+    first = msgspec.structs.replace(record.chunks[0], key_name=f"{tenant}-key", tenant=tenant)
+    return msgspec.structs.replace(record, chunks=[first, *record.chunks[1:]])
+
+
+async def test_a_session_takes_the_tenant_of_its_first_stored_step(store: Store) -> None:
+    await store.commit([_owned(message_record("a1", 0, 0, 2, completed_ns=BASE_NS + 1), "team-a")])
+    await store.commit(
+        [
+            _owned(message_record("a1", 0, 1, 1, completed_ns=BASE_NS + 2), "team-b"),  # later
+            _owned(message_record("b1", 0, 0, 1, completed_ns=BASE_NS + 3), "team-b"),
+            message_record("none", 0, 0, 1, completed_ns=BASE_NS + 4),
+            _owned(message_record("a2", 0, 0, 1, completed_ns=BASE_NS + 5), "team-a"),
+        ]
+    )
+    a1, b1, none = [await store.session(name) for name in ("a1", "b1", "none")]
+    assert a1 is not None
+    assert (a1.tenant, a1.steps) == ("team-a", 2)
+    assert b1 is not None
+    assert b1.tenant == "team-b"
+    assert none is not None
+    assert none.tenant is None
+    assert await store.session("unknown") is None
+    assert [s.session for s in await store.sessions(tenant="team-a")] == ["a2", "a1"]
+    assert [s.session for s in await store.sessions(tenant="team-b")] == ["b1"]
+    assert await store.sessions(tenant="team-c") == []
+    assert [s.session for s in await store.sessions(tenant="team-a", limit=1, offset=1)] == ["a1"]
+    assert len(await store.sessions()) == 4
 
 
 # -- rebuild ----------------------------------------------------------------------------------

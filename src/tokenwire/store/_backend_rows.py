@@ -57,6 +57,7 @@ SESSION_COLUMNS = (
     "chunks",
     "first_ns",
     "last_ns",
+    "tenant",
 )
 SEQ_MAX = 2**62
 """Stands for "no upper bound" in sequence range queries."""
@@ -112,6 +113,7 @@ class SessionState(msgspec.Struct, array_like=True):
     chunks: int = 0
     first_ns: int | None = None
     last_ns: int | None = None
+    tenant: str | None = None
 
     def values(self) -> tuple[object, ...]:
         """The column values in :data:`SESSION_COLUMNS` order."""
@@ -128,6 +130,7 @@ class SessionState(msgspec.Struct, array_like=True):
             last_seq=self.last_seq,
             first_ns=self.first_ns or 0,
             last_ns=self.last_ns or 0,
+            tenant=self.tenant,
         )
 
 

@@ -78,8 +78,11 @@ def plan_commit(
 
 
 def _new_row(record: StepRecord, state: SessionState, committed_ns: int) -> StepRow:
-    """The row of a new step, advancing the session's state past it."""
+    """The row of a new step, advancing the session's state past it (a new session takes the
+    step's tenant)."""
     count = len(record.chunks)
+    if state.steps == 0:
+        state.tenant = step_tenant(record)
     first_ns = record.chunks[0].time_ns if record.chunks else record.completed_ns
     row = StepRow(
         session=record.session,
@@ -101,6 +104,14 @@ def _new_row(record: StepRecord, state: SessionState, committed_ns: int) -> Step
     )
     _advance(state, row)
     return row
+
+
+def step_tenant(record: StepRecord) -> str | None:
+    """The tenant on the step's first chunk (ordinal 0), None when it has none."""
+    if not record.chunks or record.chunks[0].ordinal != 0:
+        return None
+    tenant = record.chunks[0].tenant
+    return tenant if isinstance(tenant, str) else None
 
 
 def _advance(state: SessionState, row: StepRow) -> None:

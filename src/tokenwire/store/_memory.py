@@ -71,11 +71,20 @@ class MemoryStore:
         row = self._index.get((session, turn, step))
         return None if row is None else outcome_event(row)
 
-    async def sessions(self, limit: int = 100, offset: int = 0) -> list[SessionSummary]:
+    async def sessions(
+        self, limit: int = 100, offset: int = 0, *, tenant: str | None = None
+    ) -> list[SessionSummary]:
         """See :meth:`Store.sessions`."""
         self._check_open()
-        ordered = sorted(self._sessions.values(), key=lambda s: (-(s.last_ns or 0), s.session))
+        kept = [s for s in self._sessions.values() if tenant is None or s.tenant == tenant]
+        ordered = sorted(kept, key=lambda s: (-(s.last_ns or 0), s.session))
         return [s.summary() for s in ordered[offset : offset + limit]]
+
+    async def session(self, session: str) -> SessionSummary | None:
+        """See :meth:`Store.session`."""
+        self._check_open()
+        state = self._sessions.get(session)
+        return None if state is None else state.summary()
 
     async def stats(self) -> StoreStats:
         """See :meth:`Store.stats`."""

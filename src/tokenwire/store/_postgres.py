@@ -129,14 +129,22 @@ class PostgresStore:
         rows = await self._rows("session = %s AND turn = %s AND step = %s", (session, turn, step))
         return outcome_event(rows[0]) if rows else None
 
-    async def sessions(self, limit: int = 100, offset: int = 0) -> list[SessionSummary]:
+    async def sessions(
+        self, limit: int = 100, offset: int = 0, *, tenant: str | None = None
+    ) -> list[SessionSummary]:
         """See :meth:`Store.sessions`."""
+        where, params = (" WHERE tenant = %s", (tenant,)) if tenant is not None else ("", ())
         sql = (
-            f"SELECT {_SESSIONS} FROM sessions"
+            f"SELECT {_SESSIONS} FROM sessions{where}"
             " ORDER BY last_ns DESC NULLS LAST, session LIMIT %s OFFSET %s"
         )
-        rows = await self._read(sql, (limit, offset))
+        rows = await self._read(sql, (*params, limit, offset))
         return [session_state(row).summary() for row in rows]
+
+    async def session(self, session: str) -> SessionSummary | None:
+        """See :meth:`Store.session`."""
+        rows = await self._read(f"SELECT {_SESSIONS} FROM sessions WHERE session = %s", (session,))
+        return session_state(rows[0]).summary() if rows else None
 
     async def stats(self) -> StoreStats:
         """See :meth:`Store.stats`."""

@@ -61,8 +61,15 @@ class Store(Protocol):
         """The outcome of one step, or None when it is not stored."""
         ...
 
-    async def sessions(self, limit: int = 100, offset: int = 0) -> list[SessionSummary]:
-        """Session summaries, most recently completed first (ties by session id)."""
+    async def sessions(
+        self, limit: int = 100, offset: int = 0, *, tenant: str | None = None
+    ) -> list[SessionSummary]:
+        """Session summaries, most recently completed first (ties by session id); with
+        ``tenant``, only that tenant's sessions."""
+        ...
+
+    async def session(self, session: str) -> SessionSummary | None:
+        """One session's summary, None when no step of it is stored."""
         ...
 
     async def stats(self) -> StoreStats:

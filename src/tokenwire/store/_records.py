@@ -53,7 +53,9 @@ class CommittedStep(msgspec.Struct, frozen=True):
 
 class SessionSummary(msgspec.Struct, frozen=True):
     """One session's counters. ``first_ns`` is its earliest chunk time (or step completion
-    when it has no chunk), ``last_ns`` its latest step completion (Unix ns)."""
+    when it has no chunk), ``last_ns`` its latest step completion (Unix ns). ``tenant``: the
+    tenant of the first step stored for it (the gateway key's, on its first chunk), None when
+    that step had none; it never changes after."""
 
     session: str
     steps: int
@@ -63,6 +65,7 @@ class SessionSummary(msgspec.Struct, frozen=True):
     last_seq: int
     first_ns: int
     last_ns: int
+    tenant: str | None = None
 
 
 class StoreStats(msgspec.Struct, frozen=True):

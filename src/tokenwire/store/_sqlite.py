@@ -143,12 +143,26 @@ class SQLiteStore:
 
         return await self._run(read)
 
-    async def sessions(self, limit: int = 100, offset: int = 0) -> list[SessionSummary]:
+    async def sessions(
+        self, limit: int = 100, offset: int = 0, *, tenant: str | None = None
+    ) -> list[SessionSummary]:
         """See :meth:`Store.sessions`."""
-        sql = f"SELECT {_SESSIONS} FROM sessions ORDER BY last_ns DESC, session LIMIT ? OFFSET ?"
-        return await self._run(
-            lambda conn: [session_state(r).summary() for r in conn.execute(sql, (limit, offset))]
+        where, params = ("WHERE tenant = ? ", (tenant,)) if tenant is not None else ("", ())
+        sql = (
+            f"SELECT {_SESSIONS} FROM sessions {where}"
+            "ORDER BY last_ns DESC, session LIMIT ? OFFSET ?"
         )
+        return await self._run(
+            lambda conn: [
+                session_state(r).summary() for r in conn.execute(sql, (*params, limit, offset))
+            ]
+        )
+
+    async def session(self, session: str) -> SessionSummary | None:
+        """See :meth:`Store.session`."""
+        sql = f"SELECT {_SESSIONS} FROM sessions WHERE session = ?"
+        row = await self._run(lambda conn: conn.execute(sql, (session,)).fetchone())
+        return None if row is None else session_state(row).summary()
 
     async def stats(self) -> StoreStats:
         """See :meth:`Store.stats`."""
