@@ -11,18 +11,27 @@
 
 Errors are JSON ``{"error": {"type", "message"}}``: 400 for a bad session id or parameter,
 404 for an unknown session's messages, 503 when the broker or the store is unavailable.
+
+Scoped reads: an app that authenticates its callers puts each one in ``request.state.caller``
+(the gateway's ``Caller``: see :class:`Reader`). A caller that is not an operator reads only
+its tenant's sessions: ``/v1/sessions`` lists only them, and every other session is, on the
+events and messages routes, exactly an unknown one: the same 404, the same body and headers,
+after the same single lookup (the owner of the session's first retained step on the broker for
+the events; the session's stored tenant for the messages), so neither the answer nor its cost
+tells one from the other. Without a caller (an app without keys) every session is readable.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import resources
+from typing import Protocol
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route, Router
 
-from tokenwire.broker import Topology, valid_session
+from tokenwire.broker import BrokerError, Topology, session_owner, valid_session
 from tokenwire.replay._sse import NcProvider, SlowReaderPolicy, SseStats, stream
 from tokenwire.schemas import json_encoder
 from tokenwire.scrub import scrub
@@ -39,6 +48,27 @@ MAX_SEQ = 2**64 - 1
 """JetStream's highest stream sequence (uint64): a resume id past it names no chunk that can
 ever exist, so it is a 400, not a response that waits forever for nothing."""
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class Reader(Protocol):
+    """Who reads (``request.state.caller``, the gateway's ``Caller``): an ``operator`` reads
+    every session; any other reader only those of its ``tenant``."""
+
+    @property
+    def operator(self) -> bool: ...
+
+    @property
+    def tenant(self) -> str | None: ...
+
+
+def read_scope(request: Request) -> str | None:
+    """The tenant the request's reads are limited to, None when it reads every session (an
+    operator, or no caller at all). A non-operator without a tenant reads nothing (``""``
+    is no tenant's)."""
+    caller: Reader | None = getattr(request.state, "caller", None)
+    if caller is None or caller.operator:
+        return None
+    return caller.tenant or ""
 
 
 class _BadRequestError(Exception):
@@ -98,6 +128,14 @@ class _Routes:
             nc = self._nc()
         except Exception as exc:
             return _error(503, "unavailable", f"broker not available: {exc}")
+        scope = read_scope(request)
+        if scope is not None:
+            try:
+                owner = await session_owner(nc, self._topology, session)
+            except BrokerError as exc:
+                return _error(503, "unavailable", f"broker not available: {exc}")
+            if owner is None or owner.tenant != scope:
+                return _not_found(session)
         body = stream(nc, self._topology, session, from_seq, follow, self._policy, self._stats)
         return StreamingResponse(body, media_type="text/event-stream", headers=_SSE_HEADERS)
 
@@ -108,7 +146,9 @@ class _Routes:
         except _BadRequestError as exc:
             return _error(400, "invalid_request_error", exc.message)
         try:
-            found = await self._store().sessions(limit=limit, offset=offset)
+            found = await self._store().sessions(
+                limit=limit, offset=offset, tenant=read_scope(request)
+            )
         except StoreError as exc:
             return _error(503, "unavailable", f"store not available: {exc}")
         return _json({"sessions": found, "limit": limit, "offset": offset})
@@ -119,12 +159,22 @@ class _Routes:
         except _BadRequestError as exc:
             return _error(400, "invalid_request_error", exc.message)
         try:
-            found = await self._store().messages(session)
+            found = await self._stored_messages(session, read_scope(request))
         except StoreError as exc:
             return _error(503, "unavailable", f"store not available: {exc}")
         if not found:
             return _error(404, "not_found", f"session {session!r} has no stored messages")
         return _json({"session": session, "messages": found})
+
+    async def _stored_messages(self, session: str, scope: str | None) -> list[object]:
+        """The session's stored outcomes; none when it is not ``scope``'s (a tenant's reader
+        looks the session up first, whether or not it exists: one query either way)."""
+        store = self._store()
+        if scope is not None:
+            summary = await store.session(session)
+            if summary is None or summary.tenant != scope:
+                return []
+        return list(await store.messages(session))
 
     async def viewer(self, request: Request) -> Response:
         return HTMLResponse(viewer_html())
@@ -188,6 +238,11 @@ def _parse_int(name: str, raw: str, low: int, high: int | None) -> int:
 
 def _json(body: object, status: int = 200) -> Response:
     return Response(json_encoder.encode(body), status, media_type="application/json")
+
+
+def _not_found(session: str) -> Response:
+    """A session the reader may not read, or that no one wrote."""
+    return _error(404, "not_found", f"session {session!r} not found")
 
 
 def _error(status: int, kind: str, message: str) -> Response:
