@@ -63,9 +63,16 @@ VARIABLES: tuple[Variable, ...] = (
              "`HOST:PORT` the gateway listens on (`[::1]:PORT` for IPv6).",
              ("gateway", *STACK_COMMANDS)),
     Variable("TOKENWIRE_GATEWAY_KEYS", "gateway-keys", "absent",
-             "Comma-separated keys accepted as `Authorization: Bearer` or `x-api-key`. Absent: "
-             "loopback only. Prefer the variable: a flag is visible to other local users.",
+             "Comma-separated keys accepted as `Authorization: Bearer` or `x-api-key`, each an "
+             "operator (reads every session) named `key-<8 hex of its SHA-256>`. Absent (and "
+             "no keys file): loopback only. Prefer the variable: a flag is visible to other "
+             "local users.",
              ("gateway", *STACK_COMMANDS), secret=True),
+    Variable("TOKENWIRE_GATEWAY_KEYS_FILE", "gateway-keys-file", "absent",
+             "TOML file of named keys (`[[keys]]` with `name`, `sha256`, optional `tenant`, "
+             "`scope` `tenant` or `operator`; `tokenwire keys hash` makes the hash). A tenant "
+             "key reads only its tenant's sessions. Absent (and no `TOKENWIRE_GATEWAY_KEYS`): "
+             "loopback only.", ("gateway", *STACK_COMMANDS)),
     Variable("TOKENWIRE_GATEWAY_MAX_BODY_BYTES", "max-body-bytes", "`8388608`",
              "Larger request bodies get 413 (at least 1024).", ("gateway",)),
     Variable("TOKENWIRE_GATEWAY_CONTINUE_ON_DISCONNECT", "continue-on-disconnect", "`true`",

@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "provision": "_services:provision",
     "scripted-provider": "_services:scripted_provider",
     "fold": "_fold:fold",
+    "keys": "_keys:keys",
     "replay": "_replay:replay",
     "tail": "_tail:tail",
     "messages": "_messages:messages",

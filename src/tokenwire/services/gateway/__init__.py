@@ -6,13 +6,17 @@ streamed chunk published, in order and deduplicated, to the broker.
 - :func:`run` serves it for real (``tokenwire gateway``), :func:`main` blocks running it on
   uvloop; :class:`GatewayServer` serves it on a socket inside a running event loop;
 - :class:`CannedUpstream` answers provider calls for unit tests (the broker's twins,
-  ``broker.MemoryPublisher`` and ``broker.MemoryStepRegistry``, live beside the real ones).
+  ``broker.MemoryPublisher``, ``broker.MemoryStepRegistry`` and
+  ``broker.MemorySessionOwners``, live beside the real ones);
+- :class:`Caller` is who made a request (``request.state.caller`` on every authenticated
+  route): :func:`may_read` and :func:`visible_tenant` scope what it reads (the keys file:
+  :func:`parse_keys`, :func:`key_digest`; ``_keys.py``).
 
 The request path: the modules one model call passes through, in order (``_dialects/X`` is the
 caller's dialect module, ``_dialects/Y`` the provider's when it differs)::
 
     _run, _edge          the socket, bounded HTTP parsing (uvicorn)
-    _app                 the route -> the caller's CallerCodec; key, body size
+    _app, _keys          the route -> the caller's CallerCodec; key (the Caller), body size
     _validate            the body is a JSON object
     _dialects/X          validated into the dialect's request
     _identity            the tokenwire identity headers
@@ -21,6 +25,7 @@ caller's dialect module, ``_dialects/Y`` the provider's when it differs)::
       _forward             the caller headers the provider may see
       _dialects/translation  each field's fate for the pair
       _dialects/X -> neutral -> _dialects/Y   the neutral request, the provider's body
+    _owners              a named session is the caller's tenant's (else 404)
     _identity            the step claimed (explicit) or its claim sent (assigned)
     _trace, _genai       the call's span and figures
     _caller              the caller's output: forwarded (X's Forwarder) or encoded (X's
@@ -47,6 +52,7 @@ from tokenwire.services.gateway._errors import (
     GatewayError,
     InvalidRequestError,
     RequestError,
+    SessionNotFoundError,
     StepConflictError,
     StepFailureError,
     TranslationUnsupportedError,
@@ -54,6 +60,14 @@ from tokenwire.services.gateway._errors import (
     UpstreamError,
 )
 from tokenwire.services.gateway._identity import StepIdentity
+from tokenwire.services.gateway._keys import (
+    ANONYMOUS,
+    Caller,
+    key_digest,
+    may_read,
+    parse_keys,
+    visible_tenant,
+)
 from tokenwire.services.gateway._routing import Route, resolve, split_model
 from tokenwire.services.gateway._run import (
     BrokerDeps,
@@ -67,10 +81,12 @@ from tokenwire.services.gateway._run import (
 from tokenwire.services.gateway._settings import GatewaySettings
 
 __all__ = [
+    "ANONYMOUS",
     "AuthenticationError",
     "BodyTooLargeError",
     "BrokerDeps",
     "BrokerUnavailableError",
+    "Caller",
     "CannedUpstream",
     "Gateway",
     "GatewayApp",
@@ -82,6 +98,7 @@ __all__ = [
     "InvalidRequestError",
     "RequestError",
     "Route",
+    "SessionNotFoundError",
     "StepConflictError",
     "StepFailureError",
     "StepIdentity",
@@ -92,9 +109,13 @@ __all__ = [
     "broker_deps",
     "check_bind",
     "create_app",
+    "key_digest",
     "main",
+    "may_read",
+    "parse_keys",
     "resolve",
     "run",
     "split_model",
     "tune_gc",
+    "visible_tenant",
 ]
