@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import re
 import subprocess
 import sys
@@ -70,18 +71,42 @@ def _service(args: list[str], env: dict[str, str], log: Path) -> Iterator[subpro
             proc.wait(timeout=5)
 
 
-def _get(url: str, proc: subprocess.Popen[bytes], log: Path) -> str:
+def _get(url: str, proc: subprocess.Popen[bytes], log: Path, key: str | None = None) -> str:
     """The body of the first 200 from ``url``, polled while the service starts (bounded)."""
     deadline = time.monotonic() + READY_TIMEOUT_S
+    headers = {"authorization": f"Bearer {key}"} if key is not None else {}
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"exited {proc.returncode}:\n{log.read_text()[-3000:]}"
         with (
             contextlib.suppress(urllib.error.URLError, OSError),
-            urllib.request.urlopen(url, timeout=5) as response,
+            urllib.request.urlopen(
+                urllib.request.Request(url, headers=headers), timeout=5
+            ) as response,
         ):
             return str(response.read().decode())
         time.sleep(0.1)
     raise AssertionError(f"{url} never answered 200:\n{log.read_text()[-3000:]}")
+
+
+def _status(url: str, key: str, body: bytes | None = None, **headers: str) -> int:
+    """The status of one request with ``key`` (a POST when ``body`` is given)."""
+    headers = {"authorization": f"Bearer {key}", "content-type": "application/json", **headers}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, body, headers), timeout=30) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+TENANT_KEY, OPS_KEY = "tw-tenant-" + "1" * 32, "tw-ops-" + "2" * 32
+
+
+def _keys_file(path: Path) -> Path:
+    digest = {k: hashlib.sha256(k.encode()).hexdigest() for k in (TENANT_KEY, OPS_KEY)}
+    tenant = f'[[keys]]\nname = "team-a"\nsha256 = "{digest[TENANT_KEY]}"\n'
+    ops = f'[[keys]]\nname = "ops"\nscope = "operator"\nsha256 = "{digest[OPS_KEY]}"\n'
+    path.write_text(tenant + ops)
+    return path
 
 
 async def _publish_step(url: str) -> None:
@@ -112,6 +137,8 @@ def test_gateway_and_telemetry_serve_as_their_users_without_provisioning(tmp_pat
         gw_env = _service_env(
             tmp_path, node.url("gateway"), TOKENWIRE_GATEWAY_ADDR=f"127.0.0.1:{gw_port}",
             TOKENWIRE_STORE=f"sqlite:///{tmp_path / 'store.db'}",
+            TOKENWIRE_GATEWAY_KEYS_FILE=str(_keys_file(tmp_path / "keys.toml")),
+            TOKENWIRE_SCRIPTED_BASE_URL=f"http://127.0.0.1:{free_port()}/v1",  # refuses
         )  # fmt: skip
         tel_env = _service_env(tmp_path, node.url("telemetry"))
         tel_args = ["telemetry", "--metrics-addr", f"127.0.0.1:{metrics_port}"]
@@ -123,8 +150,18 @@ def test_gateway_and_telemetry_serve_as_their_users_without_provisioning(tmp_pat
             base = f"http://127.0.0.1:{gw_port}"
             _get(f"{base}/readyz", gateway, gw_log)  # connected, the chunk stream answers
             # The replay route reads the stream under the gateway user: every chunk, in order.
-            sse = _get(f"{base}/v1/sessions/sess-a/events?follow=false", gateway, gw_log)
+            events = f"{base}/v1/sessions/{{}}/events?follow=false"
+            sse = _get(events.format("sess-a"), gateway, gw_log, OPS_KEY)
             assert re.findall(r"^id: (\d+)$", sse, re.M) == ["1", "2", "3", "4", "5", "6"]
+            # A tenant key: the session's owner read by subject, under the gateway user (a
+            # refused read would be a 503); sess-a has no tenant, so it is unknown to it.
+            assert _status(events.format("sess-a"), TENANT_KEY) == 404
+            # Its model call writes the new session's owner record, then the provider's
+            # refusal is recorded as the step (502): a session of its own it reads.
+            call = b'{"model": "scripted/text", "messages": [{"role": "user", "content": "x"}]}'
+            url = f"{base}/v1/chat/completions"
+            assert _status(url, TENANT_KEY, call, **{"x-tokenwire-session": "sess-t"}) == 502
+            assert "id: " in _get(events.format("sess-t"), gateway, gw_log, TENANT_KEY)
             # The telemetry consumer pulled the first chunk with its durable consumer.
             metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
             started = 'tokenwire_stream_starts_total{model="mod",provider="prov"} 1.0'
