@@ -26,6 +26,8 @@ from nats.aio.client import Client
 
 from tests.assembler.harness import settings_for
 from tests.gateway._helpers import provider_env
+from tests.replay.test_viewer import chromium as find_chromium
+from tests.replay.test_viewer import run_chromium
 from tokenwire.broker import Topology
 from tokenwire.replay import events_router, stored_chunks
 from tokenwire.schemas import envelope_decoder
@@ -271,3 +273,28 @@ async def test_no_key_appears_in_answers_or_logs(
         assert secret not in logged
         assert not [a for a in answers if secret in a]
     assert "SENTINEL" not in logged
+
+
+@pytest.fixture
+def browser() -> str:
+    """Chromium, as the viewer's own tests find it (skipped, or failed on CI, without it)."""
+    return str(find_chromium.__wrapped__())  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+async def test_the_viewer_with_a_tenant_key_shows_its_sessions_only(
+    stack: Stack, browser: str, tmp_path: Path
+) -> None:
+    """The viewer page in headless Chromium, opened as a tenant would (``#key=``): it lists
+    and loads that tenant's sessions; another tenant's, named in the URL, does not load."""
+    own, other = stack.sessions["b"], stack.sessions["a"]
+    page = f"{stack.url}/viewer?session={own}&speed=max&autoplay=1#key={KEY_B}"
+    dom = (await run_chromium(browser, tmp_path, "--dump-dom", page)).decode()
+    assert "played to the end" in dom
+    assert f">{own} (1 steps" in dom  # listed by the store, for this tenant
+    assert other not in dom
+    assert stack.sessions["flat"] not in dom
+    page = f"{stack.url}/viewer?session={other}#key={KEY_B}"
+    dom = (await run_chromium(browser, tmp_path, "--dump-dom", page)).decode()
+    assert f"could not load {other}: events: HTTP 404" in dom
+    assert "event " not in dom.partition("Assembled messages")[0].split("could not load")[1]

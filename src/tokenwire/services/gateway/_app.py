@@ -165,16 +165,9 @@ class Gateway:
             )
             output = self._output(codec, req, routed, reply)
             run = self._step_run(
-                request,
-                routed,
-                upstream,
-                output,
-                session,
-                claim,
-                received_ns,
-                call_start_ns,
+                request, routed, upstream, output, session, claim, received_ns, call_start_ns,
                 caller,
-            )
+            )  # fmt: skip
         except BaseException:
             upstream.cancel()
             claim.drop()
