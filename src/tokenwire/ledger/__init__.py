@@ -36,6 +36,7 @@ from tokenwire.ledger._lines import (
     line_totals,
 )
 from tokenwire.ledger._query import USAGE_BY, UsageBy, day_of, parse_since, usage_by
+from tokenwire.ledger._report import line_json, session_report, totals_json, usage_report
 
 __all__ = [
     "PICO_PER_USD",
@@ -50,12 +51,16 @@ __all__ = [
     "UsageGroup",
     "UsageTotals",
     "day_of",
+    "line_json",
     "line_totals",
     "parse_since",
     "preload",
     "price_step",
     "price_version",
+    "session_report",
     "to_pusd",
     "to_usd",
+    "totals_json",
     "usage_by",
+    "usage_report",
 ]
