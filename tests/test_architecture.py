@@ -36,7 +36,7 @@ ALLOWED: dict[str, set[str]] = {
     "broker": {"schemas", "config", "scrub"},
     "ledger": {"schemas"},
     "store": {"schemas", "ledger", "scrub"},
-    "replay": {"schemas", "fold", "broker", "store", "config", "scrub"},
+    "replay": {"schemas", "fold", "broker", "store", "ledger", "config", "scrub"},
     "observability": {"schemas"},
 }
 # Third-party packages a layer may import; the wire contract stays importable from anywhere.

@@ -7,10 +7,12 @@
   ``?follow=false`` ends the response once caught up;
 - ``GET /v1/sessions?limit=&offset=``: session summaries from the store, newest first;
 - ``GET /v1/sessions/{session}/messages``: the session's stored outcomes;
+- ``GET /v1/sessions/{session}/usage``: the session's ledger lines (tokens and cost per step,
+  docs/ledger.md), the viewer's usage column;
 - ``GET /viewer``: the session viewer (one static page).
 
 Errors are JSON ``{"error": {"type", "message"}}``: 400 for a bad session id or parameter,
-404 for an unknown session's messages, 503 when the broker or the store is unavailable.
+404 for an unknown session's messages or usage, 503 when the broker or the store is unavailable.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route, Router
 
 from tokenwire.broker import Topology, valid_session
+from tokenwire.ledger import session_report
 from tokenwire.replay._sse import NcProvider, SlowReaderPolicy, SseStats, stream
 from tokenwire.schemas import json_encoder
 from tokenwire.scrub import scrub
@@ -67,6 +70,7 @@ def events_router(
             Route("/v1/sessions", routes.sessions, methods=["GET"]),
             Route("/v1/sessions/{session}/events", routes.events, methods=["GET"]),
             Route("/v1/sessions/{session}/messages", routes.messages, methods=["GET"]),
+            Route("/v1/sessions/{session}/usage", routes.usage, methods=["GET"]),
             Route("/viewer", routes.viewer, methods=["GET"]),
         ]
     )
@@ -125,6 +129,19 @@ class _Routes:
         if not found:
             return _error(404, "not_found", f"session {session!r} has no stored messages")
         return _json({"session": session, "messages": found})
+
+    async def usage(self, request: Request) -> Response:
+        try:
+            session = _session(request)
+        except _BadRequestError as exc:
+            return _error(400, "invalid_request_error", exc.message)
+        try:
+            lines = await self._store().session_usage(session)
+        except StoreError as exc:
+            return _error(503, "unavailable", f"store not available: {exc}")
+        if not lines:
+            return _error(404, "not_found", f"session {session!r} has no usage lines")
+        return _json(session_report(session, lines))
 
     async def viewer(self, request: Request) -> Response:
         return HTMLResponse(viewer_html())

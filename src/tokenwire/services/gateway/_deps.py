@@ -20,6 +20,7 @@ from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.providers import Normaliser, ProviderRequest, ProviderSession, SentRequest
 from tokenwire.schemas import StreamChunk
 from tokenwire.services.gateway._routing import Route
+from tokenwire.store import Store
 
 
 class UpstreamCall(Protocol):
@@ -96,7 +97,9 @@ class GatewayDeps:
     - ``extra_routes``: routes served beside the gateway's own (the session events, sessions,
       messages and viewer routes of ``tokenwire.replay``);
     - ``otel``: the OpenTelemetry providers the model calls' spans and metrics go to (the
-      API's no-op ones unless an OTLP endpoint is configured, docs/telemetry.md).
+      API's no-op ones unless an OTLP endpoint is configured, docs/telemetry.md);
+    - ``store``: returns the store the gateway's read routes use (``GET /v1/usage``); None:
+      the gateway has none, and those routes answer 503.
     """
 
     upstream: Upstream
@@ -109,3 +112,4 @@ class GatewayDeps:
     monotonic: Callable[[], float] = time.perf_counter
     extra_routes: Sequence[BaseRoute] = ()
     otel: OtelProviders = field(default_factory=no_otel)
+    store: Callable[[], Store] | None = None
