@@ -21,6 +21,7 @@ LIBRARIES = {
     "providers",
     "broker",
     "store",
+    "ledger",
     "config",
     "telemetry_names",
     "scrub",
@@ -33,14 +34,16 @@ ALLOWED: dict[str, set[str]] = {
     "scrub": set(),
     "providers": {"schemas", "sse", "scrub"},
     "broker": {"schemas", "config", "scrub"},
-    "store": {"schemas", "scrub"},
-    "replay": {"schemas", "fold", "broker", "store", "config", "scrub"},
+    "ledger": {"schemas"},
+    "store": {"schemas", "ledger", "scrub"},
+    "replay": {"schemas", "fold", "broker", "store", "ledger", "config", "scrub"},
     "observability": {"schemas"},
 }
 # Third-party packages a layer may import; the wire contract stays importable from anywhere.
 THIRD_PARTY: dict[str, set[str]] = {"schemas": {"msgspec"}, "fold": {"msgspec"}}
 # Third-party packages only one layer may import: the broker boundary is closed (issue 13).
-OWNED_BY: dict[str, str] = {"nats": "broker"}
+# The price library is the ledger's (ADR 0028): one place prices, every other layer asks it.
+OWNED_BY: dict[str, str] = {"nats": "broker", "genai_prices": "ledger"}
 
 
 def _layer(module: str) -> str:

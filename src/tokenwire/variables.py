@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 BROKER_COMMANDS = ("replay", "tail", "status", "rebuild", "gateway", "assembler", "telemetry",
                    "provision")  # fmt: skip
-READ_COMMANDS = ("replay", "tail", "messages", "status", "rebuild")
+READ_COMMANDS = ("replay", "tail", "messages", "status", "rebuild", "usage")
 STACK_COMMANDS = ("demo", "up")
 
 
@@ -41,7 +41,7 @@ VARIABLES: tuple[Variable, ...] = (
              "services refuse to start.", BROKER_COMMANDS),
     Variable("TOKENWIRE_STORE", "store", "`sqlite:///<data dir>/store.db`",
              "`sqlite:///PATH` or `postgresql://user:password@host:5432/db`.",
-             ("replay", "messages", "status", "rebuild", "gateway", "assembler",
+             ("replay", "messages", "status", "rebuild", "usage", "gateway", "assembler",
               *STACK_COMMANDS)),
     Variable("TOKENWIRE_DATA_DIR", "data-dir", "`./.tokenwire`",
              "Embedded broker data, the SQLite file, the recorded NATS URL (`nats.url`).",
@@ -58,7 +58,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TOKENWIRE_CONNECT_TIMEOUT_S", "connect-timeout-s", "`5`",
              "Seconds the first connection to the broker and to the store may take before the "
              "command fails with one line naming the URL (exit 1). Later reconnects keep their "
-             "own bounds.", (*BROKER_COMMANDS, "messages")),
+             "own bounds.", (*BROKER_COMMANDS, "messages", "usage")),
     Variable("TOKENWIRE_GATEWAY_ADDR", "gateway-addr", "`127.0.0.1:8080`",
              "`HOST:PORT` the gateway listens on (`[::1]:PORT` for IPv6).",
              ("gateway", *STACK_COMMANDS)),

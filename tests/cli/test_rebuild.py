@@ -10,6 +10,7 @@ from nats.aio.client import Client
 
 from tokenwire.broker import ChunkPublisher, Topology
 from tokenwire.cli._rebuild import rebuild_store
+from tokenwire.ledger import StepUsage
 from tokenwire.schemas import (
     ChunkEnvelope,
     Finish,
@@ -84,6 +85,14 @@ async def _events(url: str, sessions: list[str]) -> dict[str, list[object]]:
         await store.close()
 
 
+async def _lines(url: str, sessions: list[str]) -> dict[str, list[StepUsage]]:
+    store = open_store(url)
+    try:
+        return {s: list(await store.session_usage(s)) for s in sessions}
+    finally:
+        await store.close()
+
+
 async def test_rebuild_into_an_empty_store_equals_the_assembler_store(
     nc: Client, nats_url: str, topology: Topology, tmp_path: Path
 ) -> None:
@@ -106,6 +115,9 @@ async def test_rebuild_into_an_empty_store_equals_the_assembler_store(
 
     complete = ["rb-a", "rb-b"]
     assert await _events(rebuilt, complete) == await _events(assembled, complete)
+    # the usage ledger comes with the steps: the same lines, from the same chunks
+    assert await _lines(rebuilt, complete) == await _lines(assembled, complete)
+    assert (await _lines(rebuilt, ["rb-a"]))["rb-a"][0].usage == TokenUsage(3, 2)
     assert past == []
     by_session = {r.session: r for r in report}
     assert by_session["rb-a"].inserted == 2

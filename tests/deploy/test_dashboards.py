@@ -103,3 +103,11 @@ def test_prometheus_jobs_have_unique_names() -> None:
         j["job_name"] for j in load_yaml(DEPLOY / "prometheus" / "prometheus.yml")["scrape_configs"]
     ]
     assert len(jobs) == len(set(jobs))
+
+
+def test_usage_and_cost_panels_read_the_ledger_counters() -> None:
+    assert _panel_with(
+        r"sum by \(tenant, provider, model\) \(rate\(tokenwire_assembler_usage_cost_usd_total"
+    )
+    assert _panel_with(r"sum by \(tenant, type\) \(rate\(tokenwire_assembler_usage_tokens_total")
+    assert _panel_with(r"rate\(tokenwire_assembler_usage_unpriced_steps_total")

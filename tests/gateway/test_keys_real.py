@@ -164,7 +164,8 @@ EVENT_PATHS = (
 async def _events(client: httpx.AsyncClient, session: str) -> list[httpx.Response]:
     answers = [await client.get(p.format(s=session)) for p in EVENT_PATHS]
     resumed = await client.get(EVENT_PATHS[0].format(s=session), headers={"last-event-id": "1"})
-    return [*answers, resumed, await client.get(f"/v1/sessions/{session}/messages")]
+    stored = [await client.get(f"/v1/sessions/{session}/{part}") for part in ("messages", "usage")]
+    return [*answers, resumed, *stored]
 
 
 def _shape(response: httpx.Response, session: str) -> tuple[int, str, dict[str, str]]:
@@ -205,7 +206,8 @@ async def test_operators_and_the_flat_list_read_every_session(stack: Stack) -> N
 async def test_without_a_valid_key_every_route_is_401(stack: Stack) -> None:
     session = stack.sessions["a"]
     paths = ["/v1/sessions", *(p.format(s=session) for p in EVENT_PATHS),
-             f"/v1/sessions/{session}/messages", "/v1/models"]  # fmt: skip
+             f"/v1/sessions/{session}/messages", f"/v1/sessions/{session}/usage",
+             "/v1/usage", "/v1/models"]  # fmt: skip
     for key in (None, "tw-wrong-SENTINEL-key", KEY_A[:-1]):
         async with stack.http(key) as client:
             for path in paths:

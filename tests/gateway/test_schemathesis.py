@@ -94,7 +94,9 @@ class _Live:
                 await ensure_topology(nc, topology, ack_wait_s=30.0, priority_timeout_s=2.0)
                 real = await broker_deps(nc, topology)
                 routes = events_router(lambda: nc, topology, lambda: store).routes
-                real.deps = dataclasses.replace(real.deps, extra_routes=routes)
+                real.deps = dataclasses.replace(
+                    real.deps, extra_routes=routes, store=lambda: store
+                )  # as the gateway's run() wires it
                 settings = GatewaySettings(
                     port=0, keys=frozenset({GATEWAY_KEY}), provider_env=env,
                     partitions=topology.partitions, ack_timeout_s=10.0,

@@ -9,6 +9,7 @@ fetches are waited for).
 from __future__ import annotations
 
 import asyncio
+import html
 import os
 import shutil
 import uuid
@@ -26,7 +27,10 @@ from tests.replay.sessions import (
     envelopes,
     publish,
 )
+from tests.store.ledger_fleet import CLAUDE, PRICED, expected_line, step
+from tokenwire.ledger import StepUsage
 from tokenwire.replay import events_router
+from tokenwire.schemas import TokenUsage
 from tokenwire.store import open_store
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -122,3 +126,46 @@ async def test_stepping_moves_the_cursor_one_event_at_a_time(chromium, viewer, t
     data = shot.read_bytes()
     assert data.startswith(PNG_SIGNATURE)
     assert len(data) > 10_000
+
+
+def usage_text(line: StepUsage) -> str:
+    """What the viewer must print for a ledger line (written out here from the line)."""
+    names = {"input_tokens": "in", "output_tokens": "out", "cache_read_tokens": "cache read",
+             "cache_write_tokens": "cache write", "reasoning_tokens": "reasoning"}  # fmt: skip
+    usage = line.usage
+    counts = [f"{getattr(usage, k)} {v}" for k, v in names.items() if usage and getattr(usage, k)]
+    tokens = f"tokens {' · '.join(counts)}" if counts else "no usage reported"
+    if line.cost_pusd is not None:
+        return f"{tokens} · cost ${line.cost_pusd / 10**12:.6f}"
+    return f"{tokens} · cost — ({line.cost_reason})"
+
+
+@pytest.mark.slow
+async def test_the_store_column_shows_each_steps_tokens_and_cost(
+    chromium, nc, topology, sqlite_url, tmp_path
+):
+    session = f"u-{uuid.uuid4().hex[:10]}"
+    records = [
+        step(session, 0, 0, PRICED),
+        step(session, 0, 1, CLAUDE, provider="anthropic", model="claude-sonnet-4-5"),
+        step(session, 1, 0, None),
+        step(session, 1, 1, TokenUsage(input_tokens=10, output_tokens=8), provider="scripted",
+             model="tools"),
+    ]  # fmt: skip
+    await publish(nc, topology, [e for r in records for e in r.chunks])
+    store = open_store(sqlite_url)
+    try:
+        await store.commit(records)
+        router = events_router(lambda: nc, topology, lambda: store)
+        async with serve(Starlette(routes=router.routes)) as url:
+            page = f"{url}/viewer?session={session}"
+            dom = (await run_chromium(chromium, tmp_path, "--dump-dom", page)).decode()
+    finally:
+        await store.close()
+    _, messages = sections(html.unescape(dom))
+    lines = [expected_line(r) for r in records]
+    for line in lines:
+        assert usage_text(line) in messages
+    total = sum(line.cost_pusd or 0 for line in lines) / 10**12
+    assert "session: tokens " in messages
+    assert f"cost ${total:.6f} (2 steps unpriced)" in messages

@@ -45,7 +45,14 @@ def test_split_statements() -> None:
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_migrations_are_numbered_and_define_the_tables(backend: Backend) -> None:
     migrations = load_migrations(backend)
-    assert [m.version for m in migrations] == [1, 2]
+    assert [(m.version, m.name) for m in migrations] == [
+        (1, "initial"),
+        (2, "session_tenant"),
+        (3, "usage_ledger"),
+    ]
     text = " ".join(migrations[0].statements)
     for table in ("CREATE TABLE sessions", "CREATE TABLE steps"):
         assert table in text
+    ledger = " ".join(migrations[2].statements)
+    for table in ("CREATE TABLE step_usage", "CREATE TABLE usage_daily"):
+        assert table in ledger

@@ -46,6 +46,7 @@ COMMANDS: dict[str, str] = {
     "messages": "_messages:messages",
     "status": "_status:status",
     "rebuild": "_rebuild:rebuild",
+    "usage": "_usage:usage",
 }
 """Each command's module and function, imported only when the command runs (or for --help):
 ``tokenwire status`` neither pays for nor needs what ``demo`` imports (openai)."""

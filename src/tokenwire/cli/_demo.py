@@ -345,6 +345,8 @@ def _print_pointers(stack: Stack, result: FleetResult) -> None:
         f"tokenwire replay {session} --verify",
         f"tokenwire tail {session}",
         f"tokenwire messages {session}",
+        f"tokenwire usage --session {session}",
+        "tokenwire usage --by model",
         f"open {stack.addresses['gateway']}/viewer?session={session}",
     ):
         console.print(f"  {command}")

@@ -7,18 +7,21 @@
   ``?follow=false`` ends the response once caught up;
 - ``GET /v1/sessions?limit=&offset=``: session summaries from the store, newest first;
 - ``GET /v1/sessions/{session}/messages``: the session's stored outcomes;
+- ``GET /v1/sessions/{session}/usage``: the session's ledger lines (tokens and cost per step,
+  docs/ledger.md), the viewer's usage column;
 - ``GET /viewer``: the session viewer (one static page).
 
 Errors are JSON ``{"error": {"type", "message"}}``: 400 for a bad session id or parameter,
-404 for an unknown session's messages, 503 when the broker or the store is unavailable.
+404 for an unknown session's messages or usage, 503 when the broker or the store is unavailable.
 
 Scoped reads: an app that authenticates its callers puts each one in ``request.state.caller``
 (the gateway's ``Caller``: see :class:`Reader`). A caller that is not an operator reads only
 its tenant's sessions: ``/v1/sessions`` lists only them, and every other session is, on the
-events and messages routes, exactly an unknown one: the same 404, the same body and headers,
-after the same single lookup (the owner of the session's first retained step on the broker for
-the events; the session's stored tenant for the messages), so neither the answer nor its cost
-tells one from the other. Without a caller (an app without keys) every session is readable.
+events, messages and usage routes, exactly an unknown one: the same 404, the same body and
+headers, after the same single lookup (the owner of the session's first retained step on the
+broker for the events; the session's stored tenant for the messages and the usage), so neither
+the answer nor its cost tells one from the other. Without a caller (an app without keys) every
+session is readable.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route, Router
 
 from tokenwire.broker import BrokerError, Topology, session_owner, valid_session
+from tokenwire.ledger import StepUsage, session_report
 from tokenwire.replay._sse import NcProvider, SlowReaderPolicy, SseStats, stream
 from tokenwire.schemas import json_encoder
 from tokenwire.scrub import scrub
@@ -97,6 +101,7 @@ def events_router(
             Route("/v1/sessions", routes.sessions, methods=["GET"]),
             Route("/v1/sessions/{session}/events", routes.events, methods=["GET"]),
             Route("/v1/sessions/{session}/messages", routes.messages, methods=["GET"]),
+            Route("/v1/sessions/{session}/usage", routes.usage, methods=["GET"]),
             Route("/viewer", routes.viewer, methods=["GET"]),
         ]
     )
@@ -170,14 +175,40 @@ class _Routes:
         """The session's stored outcomes; none when it is not ``scope``'s (a tenant's reader
         looks the session up first, whether or not it exists: one query either way)."""
         store = self._store()
-        if scope is not None:
-            summary = await store.session(session)
-            if summary is None or summary.tenant != scope:
-                return []
+        if scope is not None and not await _owned(store, session, scope):
+            return []
         return list(await store.messages(session))
+
+    async def usage(self, request: Request) -> Response:
+        try:
+            session = _session(request)
+        except _BadRequestError as exc:
+            return _error(400, "invalid_request_error", exc.message)
+        try:
+            lines = await self._stored_usage(session, read_scope(request))
+        except StoreError as exc:
+            return _error(503, "unavailable", f"store not available: {exc}")
+        if not lines:
+            return _error(404, "not_found", f"session {session!r} has no usage lines")
+        return _json(session_report(session, lines))
+
+    async def _stored_usage(self, session: str, scope: str | None) -> list[StepUsage]:
+        """The session's ledger lines; none when it is not ``scope``'s (looked up as for the
+        messages: one query either way)."""
+        store = self._store()
+        if scope is not None and not await _owned(store, session, scope):
+            return []
+        return list(await store.session_usage(session))
 
     async def viewer(self, request: Request) -> Response:
         return HTMLResponse(viewer_html())
+
+
+async def _owned(store: Store, session: str, scope: str) -> bool:
+    """Whether the store records ``session`` as ``scope``'s (a tenant's reader asks before it
+    reads, whether or not the session exists)."""
+    summary = await store.session(session)
+    return summary is not None and summary.tenant == scope
 
 
 def viewer_html() -> str:

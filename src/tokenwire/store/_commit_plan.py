@@ -1,8 +1,10 @@
 """The commit planner: which records to write and which seq range each one gets.
 
-Pure and shared by every backend. A backend opens its transaction, locks and loads the
-session rows and the already stored ranges of the batch's steps, calls :func:`plan_commit`,
-writes ``plan.rows`` and ``plan.sessions``, and commits. Doing the idempotency check inside
+Pure and shared by every backend. A backend prices the records' ledger lines
+(:func:`~tokenwire.store._usage_rows.usage_lines`, before its transaction: pricing takes
+time), opens its transaction, locks and loads the session rows and the already stored ranges
+of the batch's steps, calls :func:`plan_commit`, writes ``plan.rows``, ``plan.sessions`` and
+``plan.lines`` (with their rollup deltas), and commits. Doing the idempotency check inside
 the transaction, after the session rows are locked, is what makes it exact.
 """
 
@@ -12,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
+from tokenwire.ledger import StepUsage
 from tokenwire.store._backend_rows import SessionState, StepRow
 from tokenwire.store._errors import StoreIntegrityError
 from tokenwire.store._packing import PACKING_ZLIB_JSON, encode_outcome, pack_chunks
@@ -22,12 +25,13 @@ StepKey = tuple[str, int, int]
 
 
 class CommitPlan(msgspec.Struct, frozen=True):
-    """What one commit writes: new ``rows``, updated ``sessions``, and the ``results`` to
-    return (one per record, in record order)."""
+    """What one commit writes: new ``rows``, updated ``sessions``, the ledger ``lines`` of
+    the new rows, and the ``results`` to return (one per record, in record order)."""
 
     rows: list[StepRow]
     sessions: list[SessionState]
     results: list[CommittedStep]
+    lines: list[StepUsage] = msgspec.field(default_factory=list)
 
 
 def step_key(record: StepRecord) -> StepKey:
@@ -52,29 +56,33 @@ def plan_commit(
     stored: Mapping[StepKey, CommittedStep],
     sessions: Mapping[str, SessionState],
     committed_ns: int,
+    lines: Sequence[StepUsage],
 ) -> CommitPlan:
     """Assign seq ranges in batch order; a step already in ``stored`` (or earlier in the
     batch) is not written again and returns its range with ``inserted=False``.
 
     ``sessions`` must hold the current row of every session in the batch (a fresh
-    ``SessionState`` for a new one); it is not modified.
+    ``SessionState`` for a new one); it is not modified. ``lines`` are the records' ledger
+    lines, in record order: a new row's line is written with it, exactly once, since a step
+    row is.
     """
     states = {name: msgspec.structs.replace(state) for name, state in sessions.items()}
     known = dict(stored)
-    rows: list[StepRow] = []
-    results: list[CommittedStep] = []
+    plan = CommitPlan(rows=[], sessions=[], results=[])
     touched: dict[str, SessionState] = {}
-    for record in records:
+    for record, line in zip(records, lines, strict=True):
         key = step_key(record)
         if (prior := known.get(key)) is not None:
-            results.append(msgspec.structs.replace(prior, inserted=False))
+            plan.results.append(msgspec.structs.replace(prior, inserted=False, usage=None))
             continue
         row = _new_row(record, states[record.session], committed_ns)
-        rows.append(row)
-        results.append(row.committed(inserted=True))
-        known[key] = results[-1]
+        plan.rows.append(row)
+        plan.lines.append(line)
+        plan.results.append(msgspec.structs.replace(row.committed(inserted=True), usage=line))
+        known[key] = plan.results[-1]
         touched[record.session] = states[record.session]
-    return CommitPlan(rows=rows, sessions=list(touched.values()), results=results)
+    plan.sessions.extend(touched.values())
+    return plan
 
 
 def _new_row(record: StepRecord, state: SessionState, committed_ns: int) -> StepRow:

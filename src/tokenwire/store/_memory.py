@@ -9,11 +9,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from tokenwire.ledger import StepUsage, UsageBy, UsageGroup
 from tokenwire.schemas import ErrorEvent, MessageEvent, SessionEvent
 from tokenwire.store._backend_rows import SessionState, StepRow, outcome_event, rows_events
 from tokenwire.store._commit_plan import StepKey, plan_commit, step_key, validate
 from tokenwire.store._errors import StoreUnavailable
 from tokenwire.store._records import CommittedStep, SessionSummary, StepRecord, StoreStats
+from tokenwire.store._usage_rows import group_lines, usage_lines
 
 
 class MemoryStore:
@@ -27,6 +29,7 @@ class MemoryStore:
         self._sessions: dict[str, SessionState] = {}
         self._rows: dict[str, list[StepRow]] = {}
         self._index: dict[StepKey, StepRow] = {}
+        self._lines: dict[StepKey, StepUsage] = {}
         self._closed = False
 
     @property
@@ -44,11 +47,12 @@ class MemoryStore:
         states = {
             r.session: self._sessions.get(r.session) or SessionState(r.session) for r in records
         }
-        plan = plan_commit(records, stored, states, self._clock())
+        plan = plan_commit(records, stored, states, self._clock(), usage_lines(records))
         for row in plan.rows:
             self._rows.setdefault(row.session, []).append(row)
             self._index[(row.session, row.turn, row.step)] = row
         self._sessions.update((s.session, s) for s in plan.sessions)
+        self._lines.update(((li.session, li.turn, li.step), li) for li in plan.lines)
         return plan.results
 
     async def session_events(
@@ -98,6 +102,19 @@ class MemoryStore:
             chunks=sum(s.chunks for s in states),
         )
 
+    async def usage(
+        self, by: UsageBy, since: str | None = None, tenant: str | None = None
+    ) -> list[UsageGroup]:
+        """See :meth:`Store.usage`."""
+        self._check_open()
+        return group_lines(self._lines.values(), by, since, tenant)
+
+    async def session_usage(self, session: str) -> list[StepUsage]:
+        """See :meth:`Store.session_usage`."""
+        self._check_open()
+        keys = [(r.session, r.turn, r.step) for r in self._rows.get(session, [])]
+        return [self._lines[k] for k in keys if k in self._lines]
+
     async def delete_session(self, session: str) -> int:
         """See :meth:`Store.delete_session`."""
         self._check_open()
@@ -105,6 +122,7 @@ class MemoryStore:
         self._sessions.pop(session, None)
         for row in rows:
             del self._index[(row.session, row.turn, row.step)]
+            self._lines.pop((row.session, row.turn, row.step), None)
         return len(rows)
 
     async def truncate(self) -> None:
@@ -113,6 +131,7 @@ class MemoryStore:
         self._sessions.clear()
         self._rows.clear()
         self._index.clear()
+        self._lines.clear()
 
     async def ping(self) -> None:
         """See :meth:`Store.ping`."""

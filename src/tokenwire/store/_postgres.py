@@ -8,11 +8,13 @@ same session therefore serialise on the session row, and the idempotency check i
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 
 import msgspec
 
+from tokenwire.ledger import StepUsage, UsageBy, UsageGroup
 from tokenwire.schemas import ErrorEvent, MessageEvent, SessionEvent
 from tokenwire.store._backend_rows import (
     SEQ_MAX,
@@ -31,6 +33,18 @@ from tokenwire.store._errors import StoreUnavailable
 from tokenwire.store._migrations import CREATE_MIGRATIONS_TABLE, load_migrations, pending
 from tokenwire.store._pgconn import PgConnection, PgLink
 from tokenwire.store._records import CommittedStep, SessionSummary, StepRecord, StoreStats
+from tokenwire.store._usage_rows import (
+    LINE_COLUMNS,
+    group_query,
+    group_rows,
+    insert_lines,
+    line_from_row,
+    line_values,
+    rollup_deltas,
+    session_lines_sql,
+    upsert_rollup,
+    usage_lines,
+)
 
 # The transaction-scoped advisory lock that serialises migrations (any 64-bit constant
 # unique to tokenwire; it is per database, so it also serialises schemas side by side).
@@ -60,6 +74,10 @@ _SELECT_RANGES = (
     " JOIN unnest(%s::text[], %s::bigint[], %s::bigint[]) AS k(session, turn, step)"
     " ON s.session = k.session AND s.turn = k.turn AND s.step = k.step"
 )
+_INSERT_LINE = insert_lines("%s")
+_UPSERT_ROLLUP = upsert_rollup("%s")
+_SESSION_LINES = session_lines_sql("%s")
+_SESSION_LINES_FOR_DELETE = f"SELECT {', '.join(LINE_COLUMNS)} FROM step_usage WHERE session = %s"
 _STATS = (
     "SELECT count(*), coalesce(sum(steps), 0)::bigint, coalesce(sum(messages), 0)::bigint,"
     " coalesce(sum(errors), 0)::bigint, coalesce(sum(chunks), 0)::bigint FROM sessions"
@@ -103,8 +121,10 @@ class PostgresStore:
         if not records:
             return []
         await self._ensure_migrated()
+        # Priced off the event loop and before the transaction (its session locks) opens.
+        lines = await asyncio.to_thread(usage_lines, records)
         async with self._writer.use() as conn, conn.transaction():
-            return await self._commit(conn, records)
+            return await self._commit(conn, records, lines)
 
     async def session_events(
         self, session: str, from_seq: int = 1, to_seq: int | None = None
@@ -151,11 +171,23 @@ class PostgresStore:
         [row] = await self._read(_STATS, ())
         return StoreStats(*msgspec.convert(row, tuple[int, int, int, int, int]))
 
+    async def usage(
+        self, by: UsageBy, since: str | None = None, tenant: str | None = None
+    ) -> list[UsageGroup]:
+        """See :meth:`Store.usage`."""
+        sql, params = group_query(by, since, tenant, "%s")
+        return group_rows(by, await self._read(sql, params))
+
+    async def session_usage(self, session: str) -> list[StepUsage]:
+        """See :meth:`Store.session_usage`."""
+        return [line_from_row(row) for row in await self._read(_SESSION_LINES, (session,))]
+
     async def delete_session(self, session: str) -> int:
         """See :meth:`Store.delete_session`."""
         await self._ensure_migrated()
         async with self._writer.use() as conn, conn.transaction():
             await conn.execute("SELECT 1 FROM sessions WHERE session = %s FOR UPDATE", (session,))
+            await _take_from_rollup(conn, session)
             cur = await conn.execute("DELETE FROM steps WHERE session = %s", (session,))
             await conn.execute("DELETE FROM sessions WHERE session = %s", (session,))
             return cur.rowcount
@@ -164,7 +196,7 @@ class PostgresStore:
         """See :meth:`Store.truncate`."""
         await self._ensure_migrated()
         async with self._writer.use() as conn:
-            await conn.execute("TRUNCATE steps, sessions")
+            await conn.execute("TRUNCATE steps, sessions, step_usage, usage_daily")
 
     async def ping(self) -> None:
         """See :meth:`Store.ping`."""
@@ -221,7 +253,7 @@ class PostgresStore:
         return [m.version for m in todo]
 
     async def _commit(
-        self, conn: PgConnection, records: Sequence[StepRecord]
+        self, conn: PgConnection, records: Sequence[StepRecord], lines: list[StepUsage]
     ) -> list[CommittedStep]:
         names = sorted({r.session for r in records})
         async with conn.cursor() as cur:
@@ -236,12 +268,27 @@ class PostgresStore:
                 (s, t, st): CommittedStep(s, t, st, a, b, kind, inserted=False)
                 for s, t, st, a, b, kind in await cur.fetchall()
             }
-            plan = plan_commit(records, stored, states, self._clock())
+            plan = plan_commit(records, stored, states, self._clock(), lines)
             if plan.rows:
                 await cur.executemany(_INSERT_STEP, [row.values() for row in plan.rows])
             if plan.sessions:
                 await cur.executemany(_UPDATE_SESSION, [_session_params(s) for s in plan.sessions])
+            if plan.lines:
+                await cur.executemany(_INSERT_LINE, [line_values(line) for line in plan.lines])
+                await cur.executemany(_UPSERT_ROLLUP, rollup_deltas(plan.lines))
         return plan.results
+
+
+async def _take_from_rollup(conn: PgConnection, session: str) -> None:
+    """Remove a session's ledger lines and what they added to the rollup."""
+    cur = await conn.execute(_SESSION_LINES_FOR_DELETE, (session,))
+    lines = [line_from_row(row) for row in await cur.fetchall()]
+    deltas = rollup_deltas(lines, sign=-1)
+    if deltas:
+        async with conn.cursor() as write:
+            await write.executemany(_UPSERT_ROLLUP, deltas)
+        await conn.execute("DELETE FROM usage_daily WHERE steps = 0")
+    await conn.execute("DELETE FROM step_usage WHERE session = %s", (session,))
 
 
 def _session_params(state: SessionState) -> tuple[object, ...]:

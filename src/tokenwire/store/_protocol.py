@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from tokenwire.ledger import StepUsage, UsageBy, UsageGroup
 from tokenwire.schemas import ErrorEvent, MessageEvent, SessionEvent
 from tokenwire.store._records import CommittedStep, SessionSummary, StepRecord, StoreStats
 
@@ -76,8 +77,24 @@ class Store(Protocol):
         """Counts over the whole store."""
         ...
 
+    async def usage(
+        self, by: UsageBy, since: str | None = None, tenant: str | None = None
+    ) -> list[UsageGroup]:
+        """The ledger's totals grouped ``by`` one dimension, ordered by the group's value.
+
+        ``since`` is the first UTC day counted (``YYYY-MM-DD``; None: every day). ``tenant``
+        restricts the lines to one tenant's (``""``: the lines without a tenant; None: every
+        line). Every grouping but ``session`` reads the daily rollup.
+        """
+        ...
+
+    async def session_usage(self, session: str) -> list[StepUsage]:
+        """The ledger lines of a session's steps, in step order (``[]``: unknown session)."""
+        ...
+
     async def delete_session(self, session: str) -> int:
-        """Delete a session (its steps and its seq counter); return how many steps it had.
+        """Delete a session (its steps, ledger lines and seq counter; its lines are taken
+        out of the rollup); return how many steps it had.
 
         For rebuilding one session from the broker: its seqs start at 1 again.
         """

@@ -6,6 +6,7 @@ from typing import Literal
 
 import msgspec
 
+from tokenwire.ledger import StepUsage
 from tokenwire.schemas import ChunkEnvelope, Message, RecordedError
 
 OutcomeKind = Literal["message", "error"]
@@ -40,6 +41,8 @@ class CommittedStep(msgspec.Struct, frozen=True):
 
     A step without chunks has ``seq_end == seq_start - 1``. ``inserted`` is False when the
     step was already stored (an idempotent replay); the range and kind are then the stored ones.
+    ``usage`` is the ledger line this commit wrote with the step (``None`` when it wrote
+    none: the step was already stored).
     """
 
     session: str
@@ -49,6 +52,7 @@ class CommittedStep(msgspec.Struct, frozen=True):
     seq_end: int
     outcome_kind: OutcomeKind
     inserted: bool
+    usage: StepUsage | None = None
 
 
 class SessionSummary(msgspec.Struct, frozen=True):

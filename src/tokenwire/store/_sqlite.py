@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal, TypeVar
 
+from tokenwire.ledger import StepUsage, UsageBy, UsageGroup
 from tokenwire.schemas import ErrorEvent, MessageEvent, SessionEvent
 from tokenwire.store._backend_rows import (
     SEQ_MAX,
@@ -38,6 +39,18 @@ from tokenwire.store._errors import (
 )
 from tokenwire.store._migrations import CREATE_MIGRATIONS_TABLE, load_migrations, pending
 from tokenwire.store._records import CommittedStep, SessionSummary, StepRecord, StoreStats
+from tokenwire.store._usage_rows import (
+    LINE_COLUMNS,
+    group_query,
+    group_rows,
+    insert_lines,
+    line_from_row,
+    line_values,
+    rollup_deltas,
+    session_lines_sql,
+    upsert_rollup,
+    usage_lines,
+)
 
 T = TypeVar("T")
 Synchronous = Literal["NORMAL", "FULL"]
@@ -54,6 +67,9 @@ _UPSERT_SESSION = (
 _SELECT_RANGE = (
     "SELECT seq_start, seq_end, outcome_kind FROM steps WHERE session = ? AND turn = ? AND step = ?"
 )
+_INSERT_LINE = insert_lines("?")
+_UPSERT_ROLLUP = upsert_rollup("?")
+_SESSION_LINES = session_lines_sql("?")
 
 
 class SQLiteStore:
@@ -172,11 +188,25 @@ class SQLiteStore:
         )
         return await self._run(lambda conn: StoreStats(*conn.execute(sql).fetchone()))
 
+    async def usage(
+        self, by: UsageBy, since: str | None = None, tenant: str | None = None
+    ) -> list[UsageGroup]:
+        """See :meth:`Store.usage`."""
+        sql, params = group_query(by, since, tenant, "?")
+        return await self._run(lambda conn: group_rows(by, conn.execute(sql, params)))
+
+    async def session_usage(self, session: str) -> list[StepUsage]:
+        """See :meth:`Store.session_usage`."""
+        return await self._run(
+            lambda conn: [line_from_row(r) for r in conn.execute(_SESSION_LINES, (session,))]
+        )
+
     async def delete_session(self, session: str) -> int:
         """See :meth:`Store.delete_session`."""
 
         def delete(conn: sqlite3.Connection) -> int:
             with _immediate(conn):
+                _take_from_rollup(conn, session)
                 count: int = conn.execute(
                     "DELETE FROM steps WHERE session = ?", (session,)
                 ).rowcount
@@ -190,8 +220,8 @@ class SQLiteStore:
 
         def truncate(conn: sqlite3.Connection) -> None:
             with _immediate(conn):
-                conn.execute("DELETE FROM steps")
-                conn.execute("DELETE FROM sessions")
+                for table in ("steps", "sessions", "step_usage", "usage_daily"):
+                    conn.execute(f"DELETE FROM {table}")
 
         await self._run(truncate)
 
@@ -274,12 +304,15 @@ class SQLiteStore:
     def _commit(
         self, conn: sqlite3.Connection, records: Sequence[StepRecord]
     ) -> list[CommittedStep]:
+        lines = usage_lines(records)  # priced before the write lock is taken
         with _immediate(conn):
             states = {r.session: _load_state(conn, r.session) for r in records}
             stored = _load_stored(conn, {step_key(r) for r in records})
-            plan = plan_commit(records, stored, states, self._clock())
+            plan = plan_commit(records, stored, states, self._clock(), lines)
             conn.executemany(_INSERT_STEP, [row.values() for row in plan.rows])
             conn.executemany(_UPSERT_SESSION, [state.values() for state in plan.sessions])
+            conn.executemany(_INSERT_LINE, [line_values(line) for line in plan.lines])
+            conn.executemany(_UPSERT_ROLLUP, rollup_deltas(plan.lines))
         return plan.results
 
     def _translate(self, exc: sqlite3.Error) -> StoreError:
@@ -314,6 +347,15 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
     except sqlite3.Error:
         pass
+
+
+def _take_from_rollup(conn: sqlite3.Connection, session: str) -> None:
+    """Remove a session's ledger lines and what they added to the rollup."""
+    sql = f"SELECT {', '.join(LINE_COLUMNS)} FROM step_usage WHERE session = ?"
+    lines = [line_from_row(r) for r in conn.execute(sql, (session,))]
+    conn.executemany(_UPSERT_ROLLUP, rollup_deltas(lines, sign=-1))
+    conn.execute("DELETE FROM usage_daily WHERE steps = 0")
+    conn.execute("DELETE FROM step_usage WHERE session = ?", (session,))
 
 
 def _load_state(conn: sqlite3.Connection, session: str) -> SessionState:

@@ -250,6 +250,8 @@ class Committer:
             self._metrics.duplicates.labels("store").inc()
             return
         self._metrics.steps.labels(closed.reason).inc()
+        if result.usage is not None:
+            self._metrics.usage.count(result.usage)
         outcome = closed.record.outcome
         match outcome:
             case Message():

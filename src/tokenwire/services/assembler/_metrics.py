@@ -16,6 +16,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
+from tokenwire.services.assembler._usage_metrics import UsageMetrics
+
 _NS = "tokenwire_assembler"
 
 
@@ -76,6 +78,7 @@ class AssemblerMetrics:
         self.store_up = Gauge(
             f"{_NS}_store_up", "1 when the last store call succeeded, else 0.", registry=r
         )
+        self.usage = UsageMetrics(r)
         self._membership(r)
 
     def _membership(self, r: CollectorRegistry) -> None:

@@ -70,6 +70,7 @@ from tokenwire.services.gateway._scrubbed import scrubbed
 from tokenwire.services.gateway._settings import GatewaySettings, check_provider_env
 from tokenwire.services.gateway._step import StepPlan, StepRun
 from tokenwire.services.gateway._trace import start_step_span
+from tokenwire.services.gateway._usage import usage_route
 from tokenwire.services.gateway._validate import decode_object
 
 log = logging.getLogger("tokenwire.gateway")
@@ -422,6 +423,7 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
         # The session routes read recorded content: behind the same gateway keys as the model
         # endpoints (the viewer page itself holds no data and sends the key it is given).
         *(_require_key(gw, r) for r in deps.extra_routes),
+        _require_key(gw, usage_route(deps.store)),
         HttpRoute("/healthz", gw.healthz, methods=["GET"]),
         HttpRoute("/readyz", gw.readyz, methods=["GET"]),
         HttpRoute("/metrics", gw.metrics_text, methods=["GET"]),

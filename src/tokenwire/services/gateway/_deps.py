@@ -20,6 +20,7 @@ from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.providers import Normaliser, ProviderRequest, ProviderSession, SentRequest
 from tokenwire.schemas import StreamChunk
 from tokenwire.services.gateway._routing import Route
+from tokenwire.store import Store
 
 
 class UpstreamCall(Protocol):
@@ -100,6 +101,8 @@ class GatewayDeps:
     - ``owners``: whose a session is (``broker.SessionOwners``, or its memory twin), for a
       gateway whose keys have tenants (``_owners.py``); ``create_app`` refuses such keys
       without it.
+    - ``store``: returns the store the gateway's read routes use (``GET /v1/usage``); None:
+      the gateway has none, and those routes answer 503.
     """
 
     upstream: Upstream
@@ -113,3 +116,4 @@ class GatewayDeps:
     extra_routes: Sequence[BaseRoute] = ()
     otel: OtelProviders = field(default_factory=no_otel)
     owners: SessionOwnership | None = None
+    store: Callable[[], Store] | None = None

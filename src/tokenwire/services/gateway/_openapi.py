@@ -93,6 +93,13 @@ _EVENTS = [
     _query("from_seq", "first stream sequence (else `Last-Event-ID` + 1)", {"type": "integer"}),
     _query("follow", "false: end once caught up (default true)", {"type": "boolean"}),
 ]
+_USAGE = [
+    _query("by", "model (default), provider, key, tenant, session or day",
+           {"type": "string", "enum": ["model", "provider", "key", "tenant", "session", "day"]}),
+    _query("since", "first UTC day counted: YYYY-MM-DD, or Nd (the last N days)",
+           {"type": "string"}),
+    _query("tenant", "only this tenant's steps ('' for those without one)", {"type": "string"}),
+]  # fmt: skip
 
 
 def _get(
@@ -208,6 +215,12 @@ def openapi_document(version: str) -> dict[str, Any]:
             ),
             "/v1/sessions/{session}/messages": _get(
                 "a session's messages (docs/replay.md)", session=True
+            ),
+            "/v1/sessions/{session}/usage": _get(
+                "a session's steps with their tokens and cost (docs/ledger.md)", session=True
+            ),
+            "/v1/usage": _get(
+                "tokens and cost from the usage ledger, grouped (docs/ledger.md)", query=_USAGE
             ),
             "/viewer": _get("the session viewer page", "text/html", public=True),
         },

@@ -221,7 +221,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> N
             nc, topology, otel=otel, step_retry=(settings.step_retries, settings.step_retry_s)
         )
         routes = events_router(lambda: nc, topology, lambda: store).routes
-        real.deps = dataclasses.replace(real.deps, extra_routes=routes)
+        real.deps = dataclasses.replace(real.deps, extra_routes=routes, store=lambda: store)
         try:
             config = uvicorn.Config(
                 create_app(settings, real.deps), host=settings.host, port=settings.port,
