@@ -325,6 +325,7 @@ class ConsumerStats:
     pulls: int = 0
     pin_changes: int = 0
     batches: int = 0
+    declined: int = 0
 
 
 @dataclass
@@ -369,8 +370,7 @@ class PullConsumer:
     _last_pull: float = field(default=0.0, init=False)
     _stopping: bool = field(default=False, init=False)
     _settled: asyncio.Event = field(default_factory=asyncio.Event, init=False)
-    offering: bool = field(default=True, init=False)
-    """While unpinned, keep a standby pull open (False: stay out until set again)."""
+    _offering: bool = field(default=True, init=False)
     _paused: bool = field(default=False, init=False)
     _void_pin: str | None = field(default=None, init=False)
     _late: set[asyncio.Task[None]] = field(default_factory=set, init=False)
@@ -381,6 +381,18 @@ class PullConsumer:
     def __post_init__(self) -> None:
         if (self.handler is None) == (self.batch_handler is None):
             raise ValueError("PullConsumer needs exactly one of handler or batch_handler")
+
+    @property
+    def offering(self) -> bool:
+        """While unpinned, keep a standby pull open (False: stay out until set again, and
+        decline a pin that a standby pull sent earlier still wins: see :meth:`_decline`)."""
+        return self._offering
+
+    @offering.setter
+    def offering(self, value: bool) -> None:
+        if value and not self._offering:
+            self._wake.set()  # stand by now, not at the next tick
+        self._offering = value
 
     @property
     def pinned(self) -> bool:
@@ -499,8 +511,8 @@ class PullConsumer:
                 pass
             elif self.pinned:
                 await self._top_up()
-            elif not self._pulls and self.offering:
-                await self._pull(self.settings.batch, self.settings.standby_expires_s)
+            elif not self._pulls and self._offering:
+                await self._pull(1, self.settings.standby_expires_s)  # see _on_delivery
             self._wake.clear()
             tick = min(self.settings.standby_expires_s, self.settings.pin_keepalive_s) / 2
             with contextlib.suppress(TimeoutError):
@@ -592,8 +604,15 @@ class PullConsumer:
             self._nak_late(cm)  # sent before our release: the next owner's
             return
         if pin is not None and pin != self._pin_id:
+            if self._pin_id is None and not self._offering:
+                self._decline(cm)
+                return
+            # A standby pull asks for one message: the pin comes with it, and the owner's
+            # full pulls follow at once under the pin id. So a standby that must decline
+            # (below) hands back one message, not a batch.
             self._pin_id = pin
             self.stats.pin_changes += 1
+            self._wake.set()
         # A delivery carries the stream subject, not the pull's reply subject; the server
         # serves one client's waiting pulls first come, first served, so charge the oldest.
         oldest = next(iter(self._pulls), None)
@@ -606,6 +625,27 @@ class PullConsumer:
         self.last_delivery = cm
         self._inbox.append(cm)
         self._ready.set()
+
+    def _decline(self, cm: ConsumedMessage) -> None:
+        """A standby pull sent while offering won a pin after the owner stopped offering
+        (its open pull outlives the decision by up to ``standby_expires_s``): hand the message
+        back and release the pin, so the client that offers now gets the partition with the
+        redelivery, instead of this one holding it until it hands it over later (the server
+        answers this client's voided pull with 423 from then on)."""
+        self._void_pin = cm.pin_id
+        self._pulls.clear()
+        self.stats.declined += 1
+        log.info("%s: declined a pin its earlier standby pull won (no longer offering)",
+                 self.consumer)  # fmt: skip
+
+        async def decline() -> None:
+            with contextlib.suppress(BrokerError):
+                await cm.nak()
+            await self._unpin()
+
+        task = asyncio.ensure_future(decline())
+        self._late.add(task)
+        task.add_done_callback(self._late.discard)
 
     def _nak_late(self, cm: ConsumedMessage) -> None:
         """Hand back a delivery that arrived under a released pin (in a task: this runs in
