@@ -24,8 +24,9 @@ stays bytes until a handler reads :attr:`ConsumedMessage.headers`, and only the 
 is used otherwise).
 
 Pinning (ADR-42): a grouped consumer that holds no pin keeps one pull without ``id``
-outstanding (a standby, polling every ``standby_expires_s``). When the server pins it, the
-first delivered message carries ``Nats-Pin-Id`` and later pulls repeat that id. The server
+outstanding (a standby, polling every ``standby_expires_s``, for one message). When the server
+pins it, which it does only when it delivers a message, that message carries ``Nats-Pin-Id``
+and later pulls (full batches from then on) repeat that id. The server
 unpins a client that sends no new pull request for the consumer's ``priority_timeout`` (however
 long its open pulls last), so a pinned client sends one at least every ``pin_renew_s``, even
 with its buffer full. A 423 means the server moved the pin to another client: drop the id and
@@ -35,7 +36,9 @@ Hand-over (elastic shares, ADR 0016): an owner may stop offering itself as a sta
 (``offering = False``: no standby pull while unpinned), :meth:`PullConsumer.pause` its pulls on
 a partition it holds, and :meth:`PullConsumer.release` the pin (``$JS.API.CONSUMER.UNPIN``):
 what it had buffered is naked, and a late delivery under the released pin is naked on arrival,
-so the next pinned client gets it.
+so the next pinned client gets it. A standby pull sent while offering can still win a pin after
+``offering`` was set False (a pull cannot be cancelled): that pin is declined the same way,
+naked and released at once (ADR 0026).
 """
 
 from __future__ import annotations
@@ -607,9 +610,8 @@ class PullConsumer:
             if self._pin_id is None and not self._offering:
                 self._decline(cm)
                 return
-            # A standby pull asks for one message: the pin comes with it, and the owner's
-            # full pulls follow at once under the pin id. So a standby that must decline
-            # (below) hands back one message, not a batch.
+            # A standby pull asks for one message (so a declined pin hands back one message,
+            # not a batch): wake the pull loop, the owner's full pulls follow at once.
             self._pin_id = pin
             self.stats.pin_changes += 1
             self._wake.set()
@@ -630,8 +632,7 @@ class PullConsumer:
         """A standby pull sent while offering won a pin after the owner stopped offering
         (its open pull outlives the decision by up to ``standby_expires_s``): hand the message
         back and release the pin, so the client that offers now gets the partition with the
-        redelivery, instead of this one holding it until it hands it over later (the server
-        answers this client's voided pull with 423 from then on)."""
+        redelivery, instead of this one holding it until it hands it over later."""
         self._void_pin = cm.pin_id
         self._pulls.clear()
         self.stats.declined += 1
