@@ -17,6 +17,7 @@ from tokenwire.broker import (
     PullSettings,
     Topology,
     connect,
+    consumer_state,
     partition_consumer,
     partition_of,
 )
@@ -79,6 +80,50 @@ async def test_a_released_partition_goes_to_an_offering_standby_only(
         assert b.pin_id != released
     finally:
         for consumer in (a, b, c):
+            await consumer.stop()
+        for client in clients:
+            await close_client(client)
+
+
+async def test_a_pin_won_by_a_standby_pull_sent_before_the_offer_ended_is_declined(
+    nc: Client, nats_url: str, topology: Topology
+) -> None:
+    """The first delivery pins a partition to the oldest standby pull; a client that stopped
+    offering while its pull was still open hands the message and the pin back, so the client
+    that offers now gets the partition (ADR 0026), and nothing is lost or handled twice."""
+    got: dict[str, list[int]] = {"a": [], "b": []}
+
+    def record(name: str):
+        async def handle(cm: ConsumedMessage) -> None:
+            got[name].append(cm.stream_seq)
+
+        return handle
+
+    # a's standby pull outlives the test (30 s), so it is still open, and first in the
+    # server's queue, when the first message arrives.
+    lingering = PullSettings(batch=8, expires_s=2.0, standby_expires_s=30.0, pin_keepalive_s=0.5)
+    clients = [await connect(nats_url) for _ in range(2)]
+    a = partition_consumer(clients[0], topology, 0, record("a"), lingering)
+    b = partition_consumer(clients[1], topology, 0, record("b"), SETTINGS)
+    try:
+        await a.start()
+        await eventually(lambda: a.stats.pulls == 1)
+        await clients[0].flush()  # the server has a's standby pull before b's
+        await b.start()
+        await eventually(lambda: b.stats.pulls >= 1)
+        await clients[1].flush()
+        a.offering = False  # the allotment moved on; a's pull is still open at the server
+        await publish(nc, topology, 0, 10)
+        await eventually(lambda: len(got["b"]) == 10)
+        assert got["a"] == []
+        assert sorted(got["b"]) == list(range(1, 11))
+        assert a.stats.declined == 1
+        assert a.pin_id is None
+        assert b.pin_id is not None
+        state = await consumer_state(nc, topology.stream, topology.assembler_consumer(0))
+        assert state.pinned(topology.assembler_group) == b.pin_id
+    finally:
+        for consumer in (a, b):
             await consumer.stop()
         for client in clients:
             await close_client(client)

@@ -24,8 +24,9 @@ stays bytes until a handler reads :attr:`ConsumedMessage.headers`, and only the 
 is used otherwise).
 
 Pinning (ADR-42): a grouped consumer that holds no pin keeps one pull without ``id``
-outstanding (a standby, polling every ``standby_expires_s``). When the server pins it, the
-first delivered message carries ``Nats-Pin-Id`` and later pulls repeat that id. The server
+outstanding (a standby, polling every ``standby_expires_s``, for one message). When the server
+pins it, which it does only when it delivers a message, that message carries ``Nats-Pin-Id``
+and later pulls (full batches from then on) repeat that id. The server
 unpins a client that sends no new pull request for the consumer's ``priority_timeout`` (however
 long its open pulls last), so a pinned client sends one at least every ``pin_renew_s``, even
 with its buffer full. A 423 means the server moved the pin to another client: drop the id and
@@ -35,7 +36,9 @@ Hand-over (elastic shares, ADR 0016): an owner may stop offering itself as a sta
 (``offering = False``: no standby pull while unpinned), :meth:`PullConsumer.pause` its pulls on
 a partition it holds, and :meth:`PullConsumer.release` the pin (``$JS.API.CONSUMER.UNPIN``):
 what it had buffered is naked, and a late delivery under the released pin is naked on arrival,
-so the next pinned client gets it.
+so the next pinned client gets it. A standby pull sent while offering can still win a pin after
+``offering`` was set False (a pull cannot be cancelled): that pin is declined the same way,
+naked and released at once (ADR 0026).
 """
 
 from __future__ import annotations
@@ -325,6 +328,7 @@ class ConsumerStats:
     pulls: int = 0
     pin_changes: int = 0
     batches: int = 0
+    declined: int = 0
 
 
 @dataclass
@@ -369,8 +373,7 @@ class PullConsumer:
     _last_pull: float = field(default=0.0, init=False)
     _stopping: bool = field(default=False, init=False)
     _settled: asyncio.Event = field(default_factory=asyncio.Event, init=False)
-    offering: bool = field(default=True, init=False)
-    """While unpinned, keep a standby pull open (False: stay out until set again)."""
+    _offering: bool = field(default=True, init=False)
     _paused: bool = field(default=False, init=False)
     _void_pin: str | None = field(default=None, init=False)
     _late: set[asyncio.Task[None]] = field(default_factory=set, init=False)
@@ -381,6 +384,18 @@ class PullConsumer:
     def __post_init__(self) -> None:
         if (self.handler is None) == (self.batch_handler is None):
             raise ValueError("PullConsumer needs exactly one of handler or batch_handler")
+
+    @property
+    def offering(self) -> bool:
+        """While unpinned, keep a standby pull open (False: stay out until set again, and
+        decline a pin that a standby pull sent earlier still wins: see :meth:`_decline`)."""
+        return self._offering
+
+    @offering.setter
+    def offering(self, value: bool) -> None:
+        if value and not self._offering:
+            self._wake.set()  # stand by now, not at the next tick
+        self._offering = value
 
     @property
     def pinned(self) -> bool:
@@ -499,8 +514,8 @@ class PullConsumer:
                 pass
             elif self.pinned:
                 await self._top_up()
-            elif not self._pulls and self.offering:
-                await self._pull(self.settings.batch, self.settings.standby_expires_s)
+            elif not self._pulls and self._offering:
+                await self._pull(1, self.settings.standby_expires_s)  # see _on_delivery
             self._wake.clear()
             tick = min(self.settings.standby_expires_s, self.settings.pin_keepalive_s) / 2
             with contextlib.suppress(TimeoutError):
@@ -592,8 +607,14 @@ class PullConsumer:
             self._nak_late(cm)  # sent before our release: the next owner's
             return
         if pin is not None and pin != self._pin_id:
+            if self._pin_id is None and not self._offering:
+                self._decline(cm)
+                return
+            # A standby pull asks for one message (so a declined pin hands back one message,
+            # not a batch): wake the pull loop, the owner's full pulls follow at once.
             self._pin_id = pin
             self.stats.pin_changes += 1
+            self._wake.set()
         # A delivery carries the stream subject, not the pull's reply subject; the server
         # serves one client's waiting pulls first come, first served, so charge the oldest.
         oldest = next(iter(self._pulls), None)
@@ -606,6 +627,26 @@ class PullConsumer:
         self.last_delivery = cm
         self._inbox.append(cm)
         self._ready.set()
+
+    def _decline(self, cm: ConsumedMessage) -> None:
+        """A standby pull sent while offering won a pin after the owner stopped offering
+        (its open pull outlives the decision by up to ``standby_expires_s``): hand the message
+        back and release the pin, so the client that offers now gets the partition with the
+        redelivery, instead of this one holding it until it hands it over later."""
+        self._void_pin = cm.pin_id
+        self._pulls.clear()
+        self.stats.declined += 1
+        log.info("%s: declined a pin its earlier standby pull won (no longer offering)",
+                 self.consumer)  # fmt: skip
+
+        async def decline() -> None:
+            with contextlib.suppress(BrokerError):
+                await cm.nak()
+            await self._unpin()
+
+        task = asyncio.ensure_future(decline())
+        self._late.add(task)
+        task.add_done_callback(self._late.discard)
 
     def _nak_late(self, cm: ConsumedMessage) -> None:
         """Hand back a delivery that arrived under a released pin (in a task: this runs in

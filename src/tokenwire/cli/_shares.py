@@ -10,7 +10,8 @@ from tokenwire.services.assembler._members import MemberBoard, MemberRecord
 
 
 async def member_shares(nc: Connection, t: Topology) -> list[dict[str, Any]]:
-    """Every live assembler: its share, the partitions it holds, what it holds in flight."""
+    """Every live assembler: its share, the partitions it holds, what it holds in flight, and
+    the partitions it stands by for (the allotment, ADR 0026)."""
     records = await MemberBoard(nc, t).read() or {}
     return [_member(r) for _, r in sorted(records.items())]
 
@@ -21,6 +22,7 @@ def _member(r: MemberRecord) -> dict[str, Any]:
         "share": r.share,
         "owned": sorted(r.pins),
         "in_flight": sum(r.in_flight.values()),
+        "standby": sorted(r.standby),
         "pins": {str(p): pin for p, pin in r.pins.items()},
     }
 

@@ -152,8 +152,10 @@ def _print(report: dict[str, Any]) -> None:
         click.echo(f"        partitions {report['partitions']}")
     for m in report.get("members", []):
         owned = m["owned"]
+        standby = f"  standing by {_ranges(m['standby'])}" if m.get("standby") else ""
         click.echo(f"  member {m['name']:<26} share {m['share']:>3}  owns {len(owned):>3}  "
-                   f"in flight {m['in_flight']:>6}  partitions {_ranges(owned)}")  # fmt: skip
+                   f"in flight {m['in_flight']:>6}  partitions {_ranges(owned)}"
+                   + standby)  # fmt: skip
     for c in report["consumers"]:
         who = c.get("owner_member") or c["owner"]
         owner = f"  owner {who}" if who else ""

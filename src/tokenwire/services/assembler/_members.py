@@ -34,12 +34,15 @@ _OPERATION = "KV-Operation"
 
 
 class MemberRecord(msgspec.Struct, frozen=True):
-    """One heartbeat: who, its share, and per held partition its pin id and messages in flight."""
+    """One heartbeat: who, its share, per held partition its pin id and messages in flight,
+    and the partitions it stands by for (its allotment, ``_shares.allot``; a record without
+    it, from an older version, reads as standing by for none)."""
 
     name: str
     share: int = 0
     pins: dict[int, str] = msgspec.field(default_factory=dict)
     in_flight: dict[int, int] = msgspec.field(default_factory=dict)
+    standby: list[int] = msgspec.field(default_factory=list)
 
     @property
     def owned(self) -> int:

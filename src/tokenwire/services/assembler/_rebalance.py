@@ -3,8 +3,10 @@
 Every ``heartbeat_s``: write this instance's heartbeat, read every live member's, compute the
 shares (``_shares.py``), then act on this instance only: hand over the surplus (the owner
 pauses its pulls on a partition, waits for that partition's closed steps to commit, bounded,
-then releases the pin with ``$JS.API.CONSUMER.UNPIN``), or offer itself as a standby while it
-holds less than its share. The server still decides who is pinned. ADR 0016.
+then releases the pin with ``$JS.API.CONSUMER.UNPIN``), and stand by for the partitions the
+allotment gives it while it holds less than its share (every member computes the same
+allotment, so a free partition has one standby and its next message pins it there). The
+server still decides who is pinned. ADR 0016, ADR 0026.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from tokenwire.services.assembler._consume import PartitionSet
 from tokenwire.services.assembler._members import MemberBoard, MemberRecord
 from tokenwire.services.assembler._metrics import AssemblerMetrics
-from tokenwire.services.assembler._shares import balanced, plan
+from tokenwire.services.assembler._shares import allot, balanced, plan
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +34,9 @@ class Rebalancer:
     - ``hold_s``: after handing ``p`` over, do not stand by for it for this long (the next
       owner is pinned meanwhile; no ping-pong of one partition between two views); a
       membership change ends every hold (the shares it protected are gone).
-    - ``orphan_rounds``: a partition no live member reports holding for this many rounds is
-      stood by for by everyone, whatever the shares say (its owner died before its heartbeat
-      expired, or views disagree).
+    - ``orphan_rounds``: a partition no live member reports holding or standing by for, this
+      many rounds in a row, is stood by for by everyone, whatever the shares say (views
+      disagree, so the allotment gave it to nobody).
     """
 
     board: MemberBoard
@@ -53,6 +55,7 @@ class Rebalancer:
     _changed_at: float | None = None
     _held_until: dict[int, float] = field(default_factory=dict)
     _unheld: dict[int, int] = field(default_factory=dict)
+    _standby: frozenset[int] = field(default_factory=frozenset)
 
     async def beat(self) -> bool:
         """Write this instance's heartbeat, unless a partition's pull loop has died (then the
@@ -77,7 +80,7 @@ class Rebalancer:
         self._note_view(frozenset(members))
         decision = plan(self.count, sorted(members), self.name, mine.in_flight)
         self.share = decision.share
-        self._offer(decision.offer, members)
+        self._offer(members)
         await asyncio.gather(*(self.hand_over(p) for p in decision.release))
         for partition in decision.release:
             self._held_until[partition] = self.clock() + self.hold_s
@@ -90,16 +93,20 @@ class Rebalancer:
             share=self.share,
             pins=pins,
             in_flight={p: self.in_flight(p) for p in pins},
+            standby=sorted(self._standby),
         )
 
-    def _offer(self, below_share: bool, members: dict[str, MemberRecord]) -> None:
-        """Stand by for every partition (below the share) or only for orphans."""
-        held = {p for record in members.values() for p in record.pins}
+    def _offer(self, members: dict[str, MemberRecord]) -> None:
+        """Stand by for the partitions allotted to this member, and for orphans."""
+        holdings = {n: {p: r.in_flight.get(p, 0) for p in r.pins} for n, r in members.items()}
+        self._standby = frozenset(allot(self.count, holdings)[self.name])
+        covered = {p for n, r in members.items() if n != self.name for p in (*r.pins, *r.standby)}
+        covered |= {*members[self.name].pins, *self._standby}
         now = self.clock()
         for p, consumer in self.partitions.consumers.items():
-            self._unheld[p] = 0 if p in held else self._unheld.get(p, 0) + 1
-            orphan = self._unheld[p] >= self.orphan_rounds
-            consumer.offering = (below_share or orphan) and now >= self._held_until.get(p, 0.0)
+            self._unheld[p] = 0 if p in covered else self._unheld.get(p, 0) + 1
+            wanted = p in self._standby or self._unheld[p] >= self.orphan_rounds
+            consumer.offering = wanted and now >= self._held_until.get(p, 0.0)
 
     def _note_view(self, view: frozenset[str]) -> None:
         if view != self._view:
