@@ -49,7 +49,7 @@ def _env(
     session: str, turn: int, step: int, ordinal: int, time_ns: int, provider: str, model: str,
     chunk: StreamChunk, **first: Any,
 ) -> ChunkEnvelope:  # fmt: skip
-    return ChunkEnvelope(session, turn, step, ordinal, time_ns, provider, model, chunk, v=2,
+    return ChunkEnvelope(session, turn, step, ordinal, time_ns, provider, model, chunk, v=1,
                          **first)  # fmt: skip
 
 

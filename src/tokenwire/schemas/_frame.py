@@ -13,7 +13,7 @@ from __future__ import annotations
 import msgspec
 
 from tokenwire.schemas._chunks import StreamChunk, Usage
-from tokenwire.schemas._envelope import ChunkEnvelope
+from tokenwire.schemas._envelope import ENVELOPE_VERSION, ChunkEnvelope
 from tokenwire.schemas._usage import TokenUsage
 
 FRAME_VERSION = 2
@@ -68,12 +68,15 @@ class ChunkFrame(
             raise ValueError("a frame carries at least one chunk")
 
     def envelopes(self) -> list[ChunkEnvelope]:
-        """The frame's chunks as envelopes (``v`` 2), in ordinal order."""
+        """The frame's chunks as envelopes, in ordinal order. Each is exactly the envelope the
+        same chunk would have been alone (``v`` 1, the single envelope's shape): the frame is
+        how chunks travel, not what they are, so the store's chunk log, verify and the events
+        feed see the same envelopes whether the gateway framed them or not."""
         session, turn, step, t0 = self.session, self.turn, self.step, self.time_ns
         provider, model, first = self.provider, self.model, self.ordinal
         out = [
             ChunkEnvelope(session, turn, step, first + i, t0 + item.dt_ns, provider, model,
-                          item.chunk, FRAME_VERSION)
+                          item.chunk, ENVELOPE_VERSION)
             for i, item in enumerate(self.chunks)
         ]  # fmt: skip
         if first == 0:  # the step's first chunk carries the request time and the owner
