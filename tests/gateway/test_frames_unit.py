@@ -17,8 +17,9 @@ from tests.gateway._helpers import GATEWAY_KEY, Rig, make_rig, recording
 from tests.gateway.test_streaming_unit import normalised
 from tokenwire.broker import MemoryPublisher, header_size, msg_id
 from tokenwire.providers import OpenAIChatNormaliser
-from tokenwire.schemas import Finish, TextDelta, chunk_envelopes
+from tokenwire.schemas import Finish, TextDelta, chunk_envelopes, frame_head
 from tokenwire.services.gateway import FramePolicy, GatewayServer
+from tokenwire.services.gateway._framing import Framer
 from tokenwire.sse import SseParser
 
 AUTH = {"authorization": f"Bearer {GATEWAY_KEY}"}
@@ -161,3 +162,33 @@ async def test_concurrent_steps_never_share_a_frame():
         envs = chunk_envelopes(raw)
         assert len({(e.session, e.turn, e.step) for e in envs}) == 1
     assert len({e.session for e in rig.envelopes()}) == 8
+
+
+async def test_a_flush_waits_for_every_linger_send_even_one_its_wait_lets_start():
+    """A timer that fires while the step flushes starts another send: the flush waits for
+    it too, so the step never waits for its acks with a frame still on its way."""
+    sent: list[int] = []
+    gates = {1: asyncio.Event(), 2: asyncio.Event()}
+
+    async def send(payload: bytes, ordinal: int) -> None:
+        await gates[ordinal].wait()
+        sent.append(ordinal)
+
+    def head(ordinal: int, time_ns: int) -> tuple[bytes, int]:
+        return frame_head("s", 0, 0, ordinal, time_ns, "p", "m"), 10_000
+
+    framer = Framer(0.01, head, send)
+    await framer.add(TextDelta(0, "a"), 1, 0)
+    await framer.read_done()  # lingers: a timer sends it
+    await asyncio.sleep(0.05)  # the timer's send started, held at its gate
+    await framer.add(TextDelta(0, "b"), 2, 1)
+    await framer.read_done()
+    flushing = asyncio.create_task(framer.flush())
+    await asyncio.sleep(0.05)  # the second frame's timer fires while the flush waits
+    gates[1].set()
+    await asyncio.sleep(0.05)
+    assert not flushing.done()  # the second frame is still on its way
+    gates[2].set()
+    await flushing
+    assert sent == [1, 2]
+    assert not framer.holding

@@ -141,10 +141,11 @@ class Framer:
             self._timer = self._loop.call_at(frame.opened + self._linger, self._lingered)
 
     async def flush(self) -> None:
-        """Send everything held, after a linger send in progress (raises its error)."""
-        task = self._task
-        if task is not None:
-            self._task = None
+        """Send everything held, after any linger send in progress (raises its error). A
+        timer may start another linger send while this one waits: it is waited for too, so
+        nothing taken before the flush is left unsent when it returns."""
+        while self._task is not None:
+            task, self._task = self._task, None
             await asyncio.shield(task)
         await self._send_open()
 
@@ -157,8 +158,11 @@ class Framer:
 
     def _lingered(self) -> None:
         self._timer = None
-        if self._frame is None or self._task is not None:
-            return  # sent meanwhile, or a send is on its way (the step's next read re-arms)
+        if self._frame is None:
+            return  # sent meanwhile
+        if self._task is not None:  # the previous frame is still on its way: look again
+            self._timer = self._loop.call_later(self._linger, self._lingered)
+            return
         task = self._loop.create_task(self._send_open())
         task.add_done_callback(_retrieved)
         self._task = task
