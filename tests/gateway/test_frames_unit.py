@@ -12,13 +12,15 @@ import dataclasses
 import time
 
 import httpx
+import pytest
 
 from tests.gateway._helpers import GATEWAY_KEY, Rig, make_rig, recording
 from tests.gateway.test_streaming_unit import normalised
 from tokenwire.broker import MemoryPublisher, header_size, msg_id
+from tokenwire.config import ConfigError
 from tokenwire.providers import OpenAIChatNormaliser
 from tokenwire.schemas import Finish, TextDelta, chunk_envelopes, frame_head
-from tokenwire.services.gateway import FramePolicy, GatewayServer
+from tokenwire.services.gateway import FramePolicy, GatewayServer, GatewaySettings
 from tokenwire.services.gateway._framing import Framer
 from tokenwire.sse import SseParser
 
@@ -192,3 +194,30 @@ async def test_a_flush_waits_for_every_linger_send_even_one_its_wait_lets_start(
     await flushing
     assert sent == [1, 2]
     assert not framer.holding
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, FramePolicy(frames=True, linger_ms=100)),
+        ({"TOKENWIRE_FRAME_LINGER_MS": "0"}, FramePolicy(frames=True, linger_ms=0)),
+        ({"TOKENWIRE_FRAME_LINGER_MS": "1000"}, FramePolicy(frames=True, linger_ms=1000)),
+        ({"TOKENWIRE_FRAMES": "false"}, FramePolicy(frames=False, linger_ms=100)),
+    ],
+)
+def test_framing_settings_from_the_environment(env: dict[str, str], expected: FramePolicy):
+    assert GatewaySettings.from_env(env).framing == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"TOKENWIRE_FRAME_LINGER_MS": "-1"}, "expected 0..1000"),
+        ({"TOKENWIRE_FRAME_LINGER_MS": "1001"}, "expected 0..1000"),
+        ({"TOKENWIRE_FRAME_LINGER_MS": "soon"}, "expected an integer"),
+        ({"TOKENWIRE_FRAMES": "maybe"}, "expected true or false"),
+    ],
+)
+def test_framing_settings_out_of_bounds_are_configuration_errors(env: dict[str, str], message: str):
+    with pytest.raises(ConfigError, match=message):
+        GatewaySettings.from_env(env)
