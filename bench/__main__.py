@@ -108,7 +108,12 @@ PARTS: dict[str, Callable[[Figures, Profile, argparse.Namespace], str]] = {
     "telemetry": _module("telemetry"),
     "scaling": _scaling,
 }
-EXTRA = ("publish", "fold", "parse")  # run only when named: their own tables, no suite figures
+EXTRA = (
+    "publish",
+    "fold",
+    "parse",
+    "frames",
+)  # run only when named: their own tables, no suite figures
 
 
 def _args(argv: list[str]) -> argparse.Namespace:

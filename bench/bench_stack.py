@@ -31,7 +31,8 @@ from bench import _peer
 from bench import bench_gateway as gw
 from bench._procs import cpu_s, full_stack, scripted_and_proxy
 from bench._suite import Figures, Profile, pct, sizes
-from tokenwire.broker import Topology, connect
+from tokenwire.broker import Topology, connect, read_range
+from tokenwire.schemas import chunk_envelopes
 
 PHASE = "stack"
 PEER = "peer"
@@ -130,6 +131,11 @@ async def _durability(fig: Figures, data: Path, nats_url: str) -> None:
     nc = await connect(nats_url)
     t = Topology()
     stream = await nc.jetstream().stream_info(t.stream)
+    on_stream = 0  # chunks, not messages: a frame carries several (ADR 0024)
+    if stream.state.messages:
+        async for _, payload in read_range(nc, t.stream, f"{t.prefix}.chunks.>", 1,
+                                           last=stream.state.last_seq):  # fmt: skip
+            on_stream += len(chunk_envelopes(payload))
     db = data / "store.db"
     deadline = time.monotonic() + 60
     rows: list[tuple[int, int]] = []
@@ -137,14 +143,15 @@ async def _durability(fig: Figures, data: Path, nats_url: str) -> None:
         with sqlite3.connect(db) as conn:
             rows = conn.execute("SELECT completed_ns, committed_ns FROM steps").fetchall()
             chunks = conn.execute("SELECT coalesce(sum(chunk_count), 0) FROM steps").fetchone()[0]
-        if chunks >= stream.state.messages:
+        if chunks >= on_stream:
             break
         await asyncio.sleep(0.5)
     info = await nc.jetstream().consumer_info(t.stream, t.telemetry_consumer)
     await nc.close()
     lat = [(c - d) / 1e6 for d, c in rows]
     fig.put(PHASE, "steps_committed", len(rows))
-    fig.put(PHASE, "chunks_on_stream", stream.state.messages)
+    fig.put(PHASE, "chunks_on_stream", on_stream)
+    fig.put(PHASE, "messages_on_stream", stream.state.messages)
     fig.put(PHASE, "chunks_committed", chunks)
     for q in (50, 90, 99):
         fig.put(PHASE, f"e2e_provider_to_commit_p{q}_ms", pct(lat, q / 100) if lat else 0.0)

@@ -102,6 +102,15 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TOKENWIRE_GATEWAY_STEP_RETRY_S", "step-retry-s", "`30`",
              "Seconds one step assignment may spend on those retries (the caller waits for its "
              "first chunk meanwhile).", ("gateway",)),
+    Variable("TOKENWIRE_FRAMES", "frames", "`true`",
+             "Publish a step's consecutive chunks in frames, several per broker message "
+             "(schema version 2); `false`: one version-1 message per chunk (for a rolling "
+             "upgrade: readers first, then frames).", ("gateway", *STACK_COMMANDS)),
+    Variable("TOKENWIRE_FRAME_LINGER_MS", "frame-linger-ms", "`100`",
+             "How long a frame may wait for more chunks of its step before it is published "
+             "(0 to 1000; 0: each provider read's chunks go at once). Never delays the "
+             "caller's stream; a step's first chunk and its end go at once.",
+             ("gateway", *STACK_COMMANDS)),
     Variable("TOKENWIRE_GATEWAY_MAX_HEADER_BYTES", "max-header-bytes", "`65536`",
              "Request line and headers of one request; past it 431.", ("gateway",)),
     Variable("TOKENWIRE_GATEWAY_MAX_HEADERS", "max-headers", "`100`",

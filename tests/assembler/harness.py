@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from nats.aio.client import Client
 
 from tests.assembler.scripts import Script, envelopes, random_script
+from tests.fixtures.frames import framed
 from tokenwire.broker import ChunkPublisher, Topology
 from tokenwire.schemas import ChunkEnvelope, ChunkEvent, ErrorEvent, MessageEvent, json_encoder
 from tokenwire.services.assembler import AssemblerSettings
@@ -43,18 +44,28 @@ def make_plan(seed: int, sessions: int, turns: int, prefix: str = "s") -> Plan:
     return plan
 
 
-async def publish_plan(nc: Client, topology: Topology, plan: Plan, seed: int = 0) -> None:
-    """Publish every session's steps in order, sessions interleaved at random."""
+async def publish_plan(
+    nc: Client, topology: Topology, plan: Plan, seed: int = 0, frame_size: int = 0
+) -> None:
+    """Publish every session's steps in order, sessions interleaved at random; with a
+    ``frame_size``, in frames of that many chunks (each step's first chunk alone)."""
     rng = random.Random(seed)
     queues = {s: [e for *_, envs in steps for e in envs] for s, steps in plan.steps.items()}
+    messages = {
+        s: list(framed(envs, frame_size))
+        if frame_size
+        else [(e, json_encoder.encode(e)) for e in envs]
+        for s, envs in queues.items()
+    }
     publisher = await ChunkPublisher(nc, topology).start()
     try:
-        while queues:
-            session = rng.choice(sorted(queues))
-            env = queues[session].pop(0)
-            await publish_one(publisher, env)
-            if not queues[session]:
-                del queues[session]
+        while messages:
+            session = rng.choice(sorted(messages))
+            env, payload = messages[session].pop(0)
+            await publisher.publish(payload, env.session, env.turn, env.step, env.ordinal,
+                                    first=env.ordinal == 0)  # fmt: skip
+            if not messages[session]:
+                del messages[session]
         await publisher.flush(10)
     finally:
         await publisher.close()

@@ -37,7 +37,7 @@ from tokenwire.broker import (
     partition_of,
     read_range,
 )
-from tokenwire.schemas import ChunkEnvelope, envelope_decoder
+from tokenwire.schemas import ChunkEnvelope, chunk_envelopes
 from tokenwire.services.assembler import Assembler, AssemblyConfig, _takeover
 from tokenwire.services.assembler._consume import Delivery, nak_tokens
 from tokenwire.store import Store
@@ -63,7 +63,7 @@ def lose_first_delivery(assembler: Assembler, lost: Callable[[ChunkEnvelope], bo
         def maybe_drop(
             cm: ConsumedMessage, deliver: Callable[[ConsumedMessage], None] = deliver
         ) -> None:
-            if cm.num_delivered == 1 and lost(envelope_decoder.decode(cm.data)):
+            if cm.num_delivered == 1 and lost(chunk_envelopes(cm.data)[0]):
                 dropped.append(cm.stream_seq)
                 return
             deliver(cm)

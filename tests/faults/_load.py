@@ -28,7 +28,7 @@ from tests.faults._services import GATEWAY_KEY
 from tokenwire.broker import BrokerUnavailable, Topology
 from tokenwire.replay import verify
 from tokenwire.replay._source import stored_chunks
-from tokenwire.schemas import ErrorEvent, MessageEvent, envelope_decoder
+from tokenwire.schemas import ErrorEvent, MessageEvent, chunk_envelopes
 from tokenwire.services.scripted_provider import ScriptedSettings, expected_outcome
 from tokenwire.store import Store
 
@@ -227,8 +227,8 @@ async def _check_chunks(operator: Client, topology: Topology, session: str, tall
     read = partial(stored_chunks, operator, topology, session, idle_timeout_s=20.0)
     async for batch in _retrying(read):
         for _, payload in batch:
-            env = envelope_decoder.decode(payload)
-            ordinals[(env.turn, env.step, env.ordinal)] += 1
+            for env in chunk_envelopes(payload):
+                ordinals[(env.turn, env.step, env.ordinal)] += 1
     tally.chunks += len(ordinals)
     tally.duplicated += sum(n - 1 for n in ordinals.values())
     steps = {(t, s) for t, s, _ in ordinals}

@@ -31,7 +31,7 @@ from tests.faults._cluster import TARGETS, Cluster
 from tests.faults._load import SCRIPTED, Load, check, percentiles, wait_drained
 from tokenwire.broker import Topology, free_port
 from tokenwire.replay._source import stored_chunks
-from tokenwire.schemas import ChunkEvent, envelope_decoder
+from tokenwire.schemas import ChunkEvent, chunk_envelopes
 from tokenwire.services.scripted_provider import ScriptedServer
 from tokenwire.store import Store, open_store
 
@@ -68,8 +68,8 @@ async def _count_chunks(operator, store: Store, load: Load, result: SoakResult) 
         broker: Counter[tuple[int, int, int]] = Counter()
         async for batch in stored_chunks(operator, TOPOLOGY, session, idle_timeout_s=20.0):
             for _, payload in batch:
-                env = envelope_decoder.decode(payload)
-                broker[(env.turn, env.step, env.ordinal)] += 1
+                for env in chunk_envelopes(payload):
+                    broker[(env.turn, env.step, env.ordinal)] += 1
         stored: Counter[tuple[int, int, int]] = Counter(
             (e.envelope.turn, e.envelope.step, e.envelope.ordinal)
             for e in await store.session_events(session)

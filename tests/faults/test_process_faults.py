@@ -30,7 +30,7 @@ from tests.faults._report import record
 from tests.faults._scan import broker_messages, files, leaks
 from tests.faults._single import TOPOLOGY, single_node
 from tokenwire.broker import SessionReader, free_port
-from tokenwire.schemas import ErrorEvent, MessageEvent, envelope_decoder
+from tokenwire.schemas import ErrorEvent, MessageEvent, chunk_envelopes
 from tokenwire.services.scripted_provider import ScriptedServer
 from tokenwire.store import Store, open_store
 
@@ -44,7 +44,7 @@ by its caller is still in flight when the gateway is killed, however busy the ma
 
 async def _turns_in_broker(operator: Client, session: str) -> set[int]:
     reader = SessionReader(operator, TOPOLOGY, session, idle_timeout_s=10.0)
-    return {envelope_decoder.decode(c.payload).turn async for c in reader.replay()}
+    return {chunk_envelopes(c.payload)[0].turn async for c in reader.replay()}
 
 
 @pytest.mark.slow

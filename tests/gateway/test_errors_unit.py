@@ -20,6 +20,7 @@ from tests.gateway._helpers import (
 from tokenwire.broker import MemoryPublisher
 from tokenwire.providers import ProviderHTTPError
 from tokenwire.schemas import Finish
+from tokenwire.services.gateway import FramePolicy
 
 AUTH = {"authorization": f"Bearer {GATEWAY_KEY}"}
 OPENAI_OK: dict[str, Any] = {
@@ -223,8 +224,10 @@ async def test_broker_down_before_the_first_chunk_is_503(dialect, stream):
 
 @pytest.mark.parametrize("dialect", ["openai", "anthropic"])
 async def test_broker_failure_mid_stream_ends_the_stream_with_an_error(dialect):
-    rig = make_rig(
-        recording("openai/chat-text-include-usage.sse"), sink=MemoryPublisher(fail_after=3)
+    rig = make_rig(  # each provider read's chunks in a message of their own
+        recording("openai/chat-text-include-usage.sse"),
+        sink=MemoryPublisher(fail_after=3),
+        framing=FramePolicy(linger_ms=0),
     )
     path, ok = ENDPOINTS[dialect]
     async with rig.client(**AUTH) as client:
@@ -237,7 +240,7 @@ async def test_broker_failure_mid_stream_ends_the_stream_with_an_error(dialect):
     else:
         assert last.startswith("event: error")
         assert "message_stop" not in response.text
-    assert len(rig.sink.messages) == 3
+    assert len(rig.sink.frames) == 3
 
 
 @pytest.mark.parametrize("stream", [True, False])

@@ -20,7 +20,7 @@ from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnio
 from tests.gateway._helpers import ANTHROPIC_KEY, GATEWAY_KEY, OPENAI_KEY, provider_env
 from tokenwire.broker import Topology
 from tokenwire.fold import fold
-from tokenwire.schemas import ChunkEnvelope, Finish, Message, ReasoningBlock, envelope_decoder
+from tokenwire.schemas import ChunkEnvelope, Finish, Message, ReasoningBlock, chunk_envelopes
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
 from tokenwire.services.scripted_provider import (
     Dialect,
@@ -71,8 +71,14 @@ class Stored:
     payload: bytes
 
     @property
+    def envelopes(self) -> list[ChunkEnvelope]:
+        """The chunks the message carries (one, or a frame's)."""
+        return chunk_envelopes(self.payload)
+
+    @property
     def envelope(self) -> ChunkEnvelope:
-        return envelope_decoder.decode(self.payload)
+        """The message's first chunk."""
+        return self.envelopes[0]
 
 
 async def read_stream(nc: Client, topology: Topology) -> list[Stored]:
@@ -97,8 +103,8 @@ async def read_stream(nc: Client, topology: Topology) -> list[Stored]:
 def by_session(stored: list[Stored]) -> dict[str, list[ChunkEnvelope]]:
     sessions: dict[str, list[ChunkEnvelope]] = {}
     for s in stored:
-        env = s.envelope
-        sessions.setdefault(env.session, []).append(env)
+        for env in s.envelopes:
+            sessions.setdefault(env.session, []).append(env)
     return sessions
 
 

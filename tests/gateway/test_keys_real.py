@@ -30,7 +30,7 @@ from tests.replay.test_viewer import chromium as find_chromium
 from tests.replay.test_viewer import run_chromium
 from tokenwire.broker import Topology
 from tokenwire.replay import events_router, stored_chunks
-from tokenwire.schemas import envelope_decoder
+from tokenwire.schemas import chunk_envelopes
 from tokenwire.services.assembler import run as run_assembler
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
 from tokenwire.services.scripted_provider import ScriptedServer, ScriptedSettings
@@ -73,7 +73,7 @@ class Stack:
     async def envelopes(self, session: str) -> list[object]:
         chunks = [c async for batch in stored_chunks(self.nc, self.topology, session)
                   for c in batch]  # fmt: skip
-        return [envelope_decoder.decode(data) for _, data in chunks]
+        return [e for _, data in chunks for e in chunk_envelopes(data)]
 
 
 async def openai_call(url: str, key: str, session: str, **headers: str) -> str:

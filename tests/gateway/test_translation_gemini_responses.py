@@ -29,7 +29,7 @@ from tests.gateway._helpers import (
 )
 from tests.providers.conftest import RecordingServer, Route, random_cuts
 from tokenwire.broker import Topology
-from tokenwire.schemas import ChunkEnvelope, Finish, envelope_decoder
+from tokenwire.schemas import ChunkEnvelope, Finish, chunk_envelopes
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
 
 GEMINI_KEY = "gm-SENTINEL-0a1b2c3d"
@@ -451,7 +451,7 @@ async def stored_step(nc: Client, topology: Topology, session: str) -> list[Chun
     sub = await js.subscribe(subject, ordered_consumer=True, stream=topology.stream)
     envs: list[ChunkEnvelope] = []
     while not envs or not isinstance(envs[-1].chunk, Finish):
-        envs.append(envelope_decoder.decode((await sub.next_msg(timeout=5)).data))
+        envs += chunk_envelopes((await sub.next_msg(timeout=5)).data)
     await sub.unsubscribe()
     return envs
 

@@ -20,7 +20,7 @@ from tests.gateway._helpers import GATEWAY_KEY
 from tests.limits import hostile
 from tests.limits.rig import AUTH, Rig, limit_rig, stream_text
 from tokenwire.replay import stored_chunks
-from tokenwire.schemas import Message, RecordedError, TextDelta, envelope_decoder
+from tokenwire.schemas import Message, RecordedError, TextDelta, chunk_envelopes
 
 pytestmark = pytest.mark.slow
 
@@ -148,8 +148,9 @@ async def logged_text(rig: Rig, sid: str) -> str:
     text = ""
     async for batch in stored_chunks(rig.nc, rig.topology, sid):
         for _, payload in batch:
-            chunk = envelope_decoder.decode(payload).chunk
-            text += chunk.text if isinstance(chunk, TextDelta) else ""
+            for envelope in chunk_envelopes(payload):
+                chunk = envelope.chunk
+                text += chunk.text if isinstance(chunk, TextDelta) else ""
     return text
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from nats.aio.client import Client
 
+from tests.fixtures.frames import framed
 from tokenwire.broker import ChunkPublisher, Topology
 from tokenwire.fold import fold
 from tokenwire.schemas import (
@@ -124,14 +125,21 @@ def envelopes(
     return out
 
 
-async def publish(nc: Client, topology: Topology, items: Iterable[ChunkEnvelope]) -> int:
-    """Publish envelopes in the given order (the broker stores them in that order)."""
+async def publish(
+    nc: Client, topology: Topology, items: Iterable[ChunkEnvelope], frame_size: int = 0
+) -> int:
+    """Publish envelopes in the given order (the broker stores them in that order); with a
+    ``frame_size``, in frames of that many chunks (each step's first chunk alone). Returns
+    the number of messages."""
     publisher = await ChunkPublisher(nc, topology).start()
     count = 0
+    messages = framed(items, frame_size) if frame_size else (
+        (env, json_encoder.encode(env)) for env in items
+    )  # fmt: skip
     try:
-        for env in items:
-            await publisher.publish(json_encoder.encode(env), env.session, env.turn, env.step,
-                                    env.ordinal, first=env.ordinal == 0)  # fmt: skip
+        for env, payload in messages:
+            await publisher.publish(payload, env.session, env.turn, env.step, env.ordinal,
+                                    first=env.ordinal == 0)  # fmt: skip
             count += 1
         await publisher.flush(30)
     finally:

@@ -400,8 +400,10 @@ async def test_a_paused_read_leaves_no_consumer_and_resumes_at_the_next_seq(nc, 
     await publish(nc, topology, sent)
     stats = SseStats()
     policy = SlowReaderPolicy(queue_bound=8, max_pause_s=60.0)
-    queue = ClientQueue(policy, 0, stats)
-    producer = asyncio.create_task(produce(nc, topology, session, 1, False, queue, policy, stats))
+    queue = ClientQueue(policy, (1, 0), stats)
+    producer = asyncio.create_task(
+        produce(nc, topology, session, (1, 0), False, queue, policy, stats)
+    )
     try:
 
         async def paused() -> bool:

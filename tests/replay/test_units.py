@@ -112,13 +112,13 @@ def test_coalescing_keeps_the_text_and_advances_the_id():
 
 async def test_the_client_queue_never_waits_and_reports_lag():
     stats = SseStats()
-    queue = ClientQueue(SlowReaderPolicy(queue_bound=2), last_id=0, stats=stats)
+    queue = ClientQueue(SlowReaderPolicy(queue_bound=2), start=(1, 0), stats=stats)
     text = [event(i, TextDelta(0, "x"), shown=[ShownText(0, "x")]) for i in (1, 2, 3)]
     assert all(queue.offer(e) for e in text)  # the third merged into the second
     assert stats.coalesced == 1
-    assert queue.last_id == 3
+    assert queue.resume == (4, 0)
     assert not queue.offer(event(4, Finish("stop"), shown=[ShownFinish("stop")]))
-    assert queue.last_id == 3
+    assert queue.resume == (4, 0)
     assert not await queue.drained(0.01)  # nobody reads
     queue.lag()
     first = await queue.take(0.01)
@@ -132,7 +132,7 @@ async def test_the_client_queue_never_waits_and_reports_lag():
 
 
 async def test_a_drained_queue_lets_the_read_resume():
-    queue = ClientQueue(SlowReaderPolicy(queue_bound=2), last_id=0, stats=SseStats())
+    queue = ClientQueue(SlowReaderPolicy(queue_bound=2), start=(1, 0), stats=SseStats())
     finish = [event(i, Finish("stop"), step=i, shown=[ShownFinish("stop")]) for i in (1, 2)]
     for e in finish:
         queue.offer(e)

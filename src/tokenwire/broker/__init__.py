@@ -46,6 +46,7 @@ from tokenwire.broker._errors import (
     StepRegistryError,
     TopologyError,
 )
+from tokenwire.broker._frames import header_size
 from tokenwire.broker._inspect import (
     ConsumerState,
     ServerInfo,
@@ -170,6 +171,7 @@ __all__ = [
     "find_binary",
     "fnv1a32",
     "free_port",
+    "header_size",
     "jetstream_request",
     "last_by_subject",
     "msg_id",

@@ -56,14 +56,17 @@ async def dead_letter(
     reason: str,
     detail: str = "",
     timeout_s: float = 2.0,
+    terminate: bool = True,
 ) -> bool:
     """Copy ``cm`` to ``dlq_subject``, then terminate it; False (and ``cm`` left unsettled)
-    when the copy was not acknowledged or the term could not be sent."""
+    when the copy was not acknowledged or the term could not be sent. ``terminate=False``
+    only copies it: a frame whose other chunks are good is settled with their step."""
     headers = dead_letter_headers(cm, stream, reason, detail)
     try:
         with translated(nc, f"dead-letter to {dlq_subject}"):
             await nc.jetstream().publish(dlq_subject, cm.data, headers=headers, timeout=timeout_s)
-        await cm.term()
+        if terminate:
+            await cm.term()
     except BrokerError as exc:
         log.warning("could not dead-letter seq %s (%s), left unsettled: %s",
                     headers["Tokenwire-Stream-Seq"], reason, exc)  # fmt: skip

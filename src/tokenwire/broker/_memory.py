@@ -9,15 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tokenwire.broker._errors import BrokerUnavailable, StepClaimConflict
+from tokenwire.broker._errors import BrokerUnavailable, PayloadTooLarge, StepClaimConflict
+from tokenwire.broker._frames import header_size
 from tokenwire.broker._owners import Owner
 from tokenwire.broker._publisher import PublisherStats
-from tokenwire.schemas import ChunkEnvelope, envelope_decoder
+from tokenwire.broker._topology import msg_id
+from tokenwire.schemas import ChunkEnvelope, chunk_envelopes
 
 
 @dataclass
 class Published:
-    """One message as the in-memory publisher received it."""
+    """One chunk as the in-memory publisher received it, with the message that carried it
+    (``raw``, ``first``, ``headers`` are the message's: shared by the chunks of a frame)."""
 
     envelope: ChunkEnvelope
     first: bool
@@ -27,12 +30,15 @@ class Published:
 
 @dataclass
 class MemoryPublisher:
-    """Records every publish; ``fail_after`` makes publishes past that count raise, and
-    ``fail_acks`` every ``wait_acked`` (both ``BrokerUnavailable``)."""
+    """Records every publish: ``messages`` one entry per chunk (a frame's chunks each),
+    ``frames`` one per message; ``fail_after`` makes publishes past that many messages raise,
+    and ``fail_acks`` every ``wait_acked`` (both ``BrokerUnavailable``)."""
 
     messages: list[Published] = field(default_factory=list)
+    frames: list[bytes] = field(default_factory=list)
     fail_after: int | None = None
     fail_acks: bool = False
+    max_payload: int = 1024 * 1024
 
     async def publish(
         self,
@@ -45,11 +51,19 @@ class MemoryPublisher:
         first: bool,
         headers: dict[str, str] | None = None,
     ) -> None:
-        """Record the message, or raise BrokerUnavailable once ``fail_after`` is reached."""
-        if self.fail_after is not None and len(self.messages) >= self.fail_after:
+        """Record the message, or raise BrokerUnavailable once ``fail_after`` is reached, or
+        PayloadTooLarge (nothing recorded) past ``max_payload`` as the real one does."""
+        if self.fail_after is not None and len(self.frames) >= self.fail_after:
             raise BrokerUnavailable("memory://", "configured to fail")
-        envelope = envelope_decoder.decode(envelope_bytes)
-        self.messages.append(Published(envelope, first, dict(headers or {}), envelope_bytes))
+        copied = dict(headers or {})
+        head = header_size({**copied, "Nats-Msg-Id": msg_id(session, turn, step, ordinal)})
+        if head + len(envelope_bytes) > self.max_payload:
+            raise PayloadTooLarge(
+                session, head + len(envelope_bytes), self.max_payload, self.max_payload - head
+            )
+        for envelope in chunk_envelopes(envelope_bytes):
+            self.messages.append(Published(envelope, first, copied, envelope_bytes))
+        self.frames.append(envelope_bytes)
 
     async def wait_acked(
         self, session: str, turn: int, step: int, timeout_s: float | None = None
@@ -59,8 +73,8 @@ class MemoryPublisher:
             raise BrokerUnavailable("memory://", "acks configured to fail")
 
     def stats(self) -> PublisherStats:
-        """All published, all acked."""
-        n = len(self.messages)
+        """All published, all acked (counted in messages, as the real one counts)."""
+        n = len(self.frames)
         return PublisherStats(n, n, 0, 0, 0, 0)
 
 

@@ -25,7 +25,7 @@ from nats.aio.client import Client
 from tokenwire.broker._errors import RequestFailed
 from tokenwire.broker._topology import Topology, stored_subject
 from tokenwire.broker._translate import translated
-from tokenwire.schemas import envelope_decoder
+from tokenwire.schemas import chunk_envelopes
 
 _NO_MESSAGE = 10037
 _WRONG_LAST_SEQUENCE = 10071
@@ -63,7 +63,7 @@ async def session_owner(
         return None
     what = f"first step of {session}"
     with translated(nc, what):
-        envelope = envelope_decoder.decode(stored)
+        envelope = chunk_envelopes(stored)[0]
     tenant = envelope.tenant if isinstance(envelope.tenant, str) else None
     return Owner(tenant)
 

@@ -13,7 +13,8 @@ from tokenwire.broker._publisher import PublisherStats
 
 
 class ChunkSink(Protocol):
-    """Pipelined publishing of a step's chunks.
+    """Pipelined publishing of a step's chunks (one message each, or frames of several:
+    ``ordinal`` is then the frame's first, which names its ``Nats-Msg-Id``).
 
     ``publish`` returns once the chunk is on the wire and waits only when the bounded window is
     full; ``wait_acked`` returns when every chunk of the step is acknowledged or raises the
@@ -38,6 +39,11 @@ class ChunkSink(Protocol):
     ) -> None: ...
 
     def stats(self) -> PublisherStats: ...
+
+    @property
+    def max_payload(self) -> int:
+        """The largest message (payload and header block together) the broker takes now."""
+        ...
 
 
 class PendingAssignment(Protocol):

@@ -209,7 +209,10 @@ class ChunkPublisher:
         first: bool,
         headers: dict[str, str] | None = None,
     ) -> None:
-        """Send one chunk; returns once it is on the wire, not once it is acked.
+        """Send one chunk message (a v1 envelope, or a v2 frame of several consecutive chunks
+        of the step, ``ordinal`` being its first); returns once it is on the wire, not once
+        it is acked. Its ``Nats-Msg-Id`` is ``<session>:<turn>:<step>:<ordinal>``, the same
+        on every resend.
 
         Raises PayloadTooLarge (nothing sent, the step unharmed) when the payload and its
         headers exceed the server's ``max_payload``. Waits for a window slot when ``window``
@@ -397,6 +400,11 @@ class ChunkPublisher:
     def step_error(self, session: str, turn: int, step: int) -> BrokerError | None:
         """The first error of a step, if one of its chunks failed (the last 10,000 failed steps)."""
         return self._failed.get((session, turn, step))
+
+    @property
+    def max_payload(self) -> int:
+        """The connected server's ``max_payload`` (payload and header block together)."""
+        return int(self._nc.max_payload)
 
     def stats(self) -> PublisherStats:
         """Counters since start plus the in-flight gauge."""

@@ -44,7 +44,7 @@ class SessionReader:
 
         reader = SessionReader(nc, topology, "s-42", from_seq=1000)
         async for chunk in reader.replay():
-            envelope = envelope_decoder.decode(chunk.payload)
+            envelopes = chunk_envelopes(chunk.payload)  # one, or a frame's
 
     ``idle_timeout_s`` bounds how long a replay waits for a message it knows is due
     (ReaderStalled past it); ``poll_s`` is the granularity at which ``tail()`` can be stopped.

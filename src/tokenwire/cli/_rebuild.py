@@ -39,7 +39,7 @@ from tokenwire.cli._errors import CheckFailedError, NotFoundError
 from tokenwire.cli._flags import variable_flags
 from tokenwire.cli._progress import SessionProgress
 from tokenwire.replay import stored_chunks
-from tokenwire.schemas import envelope_decoder
+from tokenwire.schemas import chunk_envelopes
 from tokenwire.services.assembler import AssemblerSettings, Assembly, AssemblyConfig, ClosedStep
 from tokenwire.store import StepRecord, Store
 
@@ -178,16 +178,18 @@ async def rebuild_session(
     records: list[StepRecord] = []
     async for batch in stored_chunks(nc, t, session):
         for seq, payload in batch:
-            result.chunks += 1
             try:
-                envelope = envelope_decoder.decode(payload)
+                envelopes = chunk_envelopes(payload)
             except (msgspec.DecodeError, msgspec.ValidationError):
+                result.chunks += 1
                 result.undecodable += 1  # the assembler dead-letters these: nothing to store
                 continue
-            clock.now = envelope.time_ns
-            outcome = assembly.feed(envelope, seq)
-            if isinstance(outcome, ClosedStep):
-                records.append(outcome.record)
+            result.chunks += len(envelopes)
+            for envelope in envelopes:  # a frame's chunks share the message's seq as token
+                clock.now = envelope.time_ns
+                outcome = assembly.feed(envelope, seq)
+                if isinstance(outcome, ClosedStep):
+                    records.append(outcome.record)
     records += [closed.record for closed in assembly.expire(now())]
     result.still_streaming = assembly.open_steps
     for start in range(0, len(records), COMMIT_BATCH):

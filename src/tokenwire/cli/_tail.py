@@ -28,8 +28,9 @@ from tokenwire.replay import EventPrinter, read_session
 def tail(session: str, from_seq: int | None, as_json: bool) -> None:
     """Follow SESSION live until Ctrl-C; print how to resume (--from-seq) when stopped.
 
-    Every JSON line carries its ``seq``: a killed tail resumes exactly with
-    ``--from-seq <last seq + 1>``. The text view prints the resume seq after each step.
+    Every JSON line carries its ``seq`` (and ``index``, ``last`` inside a frame of chunks): a
+    killed tail resumes exactly with ``--from-seq <seq + 1>`` of the last line whose ``last``
+    is true. The text view prints the resume seq after each step.
     Ctrl-C (exit 130) and SIGTERM (exit 143) print the resume point.
     """
     checked_session(session)
@@ -67,7 +68,8 @@ async def _tail(url: str, session: str, position: _Position, as_json: bool) -> N
                     else:
                         printer.print(event)
                         sys.stdout.flush()
-                    position.next_seq = event.seq + 1
+                    # inside a frame the message is not done: resuming repeats, never misses
+                    position.next_seq = event.seq + 1 if event.last else event.seq
     finally:
         if printer is not None:
             printer.close()

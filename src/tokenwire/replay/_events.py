@@ -1,8 +1,11 @@
 """Replay events: one per retained chunk, carrying what the user saw at that point.
 
-Every chunk the broker retains for a session becomes exactly one :class:`ReplayEvent`, so the
-event's ``seq`` (the chunk's stream sequence) is an exact resume id: reading again from
-``seq + 1`` misses and repeats nothing. ``shown`` is the chunk rendered the way the caller of
+Every chunk the broker retains for a session becomes exactly one :class:`ReplayEvent`. Its
+position is the stream sequence of the message that carried it (``seq``) and its ``index`` in
+that message (0 for a version-1 message of one chunk; a frame carries several, ADR 0024);
+``last`` marks the message's last chunk. The event's id (:attr:`ReplayEvent.event_id`) is
+``seq`` for a message's last chunk and ``seq:index`` inside a frame: resuming after it
+misses and repeats nothing. ``shown`` is the chunk rendered the way the caller of
 the gateway saw it: text and reasoning as they streamed, a tool call only once complete,
 the step's end as its finish or its recorded error. A chunk that arrived ahead of a missing
 ordinal shows nothing until the chunk that unblocks it arrives; that later event then shows
@@ -63,7 +66,8 @@ Shown = ShownStepStart | ShownText | ShownReasoning | ShownToolCall | ShownFinis
 
 
 class ReplayEvent(msgspec.Struct, frozen=True):
-    """One retained chunk: its stream ``seq`` (the resume id), its envelope, what it showed.
+    """One retained chunk: the stream ``seq`` of its message, its envelope, what it showed,
+    its ``index`` in the message and whether it is the message's ``last`` chunk.
 
     ``coalesced`` is only set on the SSE endpoint's slow-reader path: this event stands for
     itself and the ``coalesced`` events before it, whose text it carries (see docs/replay.md).
@@ -73,6 +77,19 @@ class ReplayEvent(msgspec.Struct, frozen=True):
     envelope: ChunkEnvelope
     shown: tuple[Shown, ...] = ()
     coalesced: int = 0
+    index: int = 0
+    last: bool = True
+
+    @property
+    def event_id(self) -> str:
+        """The resume id: ``"<seq>"`` after a message's last chunk, ``"<seq>:<index>"``
+        inside a frame (see :func:`tokenwire.replay.position_after`)."""
+        return str(self.seq) if self.last else f"{self.seq}:{self.index}"
+
+    @property
+    def next_position(self) -> tuple[int, int]:
+        """Where a read continues after this event: ``(seq, index)`` of the next chunk."""
+        return (self.seq + 1, 0) if self.last else (self.seq, self.index + 1)
 
     @property
     def step_key(self) -> tuple[int, int]:

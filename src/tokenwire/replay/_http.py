@@ -3,7 +3,9 @@
 ``events_router(nc_provider, topology, store_provider)`` returns a starlette Router with:
 
 - ``GET /v1/sessions/{session}/events``: SSE from the broker (see :mod:`._sse`), resumable
-  with ``Last-Event-ID: N`` (continues at N + 1) or ``?from_seq=N`` (starts at N);
+  with ``Last-Event-ID: N`` (continues at N + 1) or ``?from_seq=N`` (starts at N); inside a
+  frame of chunks, ``Last-Event-ID: N:I`` continues at chunk I + 1 of message N and
+  ``?from_seq=N:I`` starts at chunk I of it;
   ``?follow=false`` ends the response once caught up;
 - ``GET /v1/sessions?limit=&offset=``: session summaries from the store, newest first;
 - ``GET /v1/sessions/{session}/messages``: the session's stored outcomes;
@@ -51,6 +53,9 @@ driver's OverflowError (a 500, found by schemathesis)."""
 MAX_SEQ = 2**64 - 1
 """JetStream's highest stream sequence (uint64): a resume id past it names no chunk that can
 ever exist, so it is a 400, not a response that waits forever for nothing."""
+MAX_INDEX = 2**32 - 1
+"""The largest chunk index a resume position may name inside one message (a frame holds far
+fewer: its payload is bounded by the broker's message size)."""
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -125,7 +130,7 @@ class _Routes:
     async def events(self, request: Request) -> Response:
         try:
             session = _session(request)
-            from_seq = _from_seq(request)
+            start = _start(request)
             follow = _flag(request, "follow", default=True)
         except _BadRequestError as exc:
             return _error(400, "invalid_request_error", exc.message)
@@ -141,7 +146,7 @@ class _Routes:
                 return _error(503, "unavailable", f"broker not available: {exc}")
             if owner is None or owner.tenant != scope:
                 return _not_found(session)
-        body = stream(nc, self._topology, session, from_seq, follow, self._policy, self._stats)
+        body = stream(nc, self._topology, session, start, follow, self._policy, self._stats)
         return StreamingResponse(body, media_type="text/event-stream", headers=_SSE_HEADERS)
 
     async def sessions(self, request: Request) -> Response:
@@ -225,15 +230,30 @@ def _session(request: Request) -> str:
     return session
 
 
-def _from_seq(request: Request) -> int:
-    """The first seq to send: Last-Event-ID + 1 if present (the browser's reconnect), else
-    ``?from_seq`` (inclusive), else 1. Both are checked when both are given."""
+def _start(request: Request) -> tuple[int, int]:
+    """The first position to send (stream seq, chunk index in that message): right after
+    Last-Event-ID if present (the browser's reconnect), else ``?from_seq`` (inclusive), else
+    the start. Both are checked when both are given (``N`` or ``N:I``, ADR 0024)."""
     raw = request.query_params.get("from_seq")
-    from_seq = 1 if raw is None else _parse_int("from_seq", raw, 1, MAX_SEQ)
+    start = (1, 0) if raw is None else _position("from_seq", raw, 1, MAX_SEQ)
     last = request.headers.get("last-event-id")
     if last is not None and last.strip():
-        return _parse_int("Last-Event-ID", last.strip(), 0, MAX_SEQ - 1) + 1
-    return from_seq
+        seq, index = _position("Last-Event-ID", last.strip(), 0, MAX_SEQ - 1)
+        if ":" not in last:
+            return seq + 1, 0  # a message's last chunk: the next message
+        return seq, index + 1  # inside a frame: its next chunk (or the next message)
+    return start
+
+
+def _position(name: str, raw: str, low: int, high: int) -> tuple[int, int]:
+    """``N`` or ``N:I`` (a chunk inside a frame) with ``N`` in ``[low, high]``."""
+    seq_text, colon, index_text = raw.partition(":")
+    seq = _parse_int(name, seq_text, low, high)
+    if not colon:
+        return seq, 0
+    if seq < 1:
+        raise _BadRequestError(f"{name} must name a message (from 1) before ':', got {seq}")
+    return seq, _parse_int(f"{name}'s chunk index", index_text, 0, MAX_INDEX)
 
 
 def _flag(request: Request, name: str, *, default: bool) -> bool:

@@ -89,7 +89,8 @@ class EventPrinter:
         self._current = event.step_key
 
     def _resume(self, event: ReplayEvent) -> None:
-        self.line(f"  (resume: --from-seq {event.seq + 1})", "dim")
+        seq = event.seq + 1 if event.last else event.seq  # a step ends its frame
+        self.line(f"  (resume: --from-seq {seq})", "dim")
 
     def _write(self, text: str, style: str) -> None:
         self._console.print(text, style=style or None, end="")

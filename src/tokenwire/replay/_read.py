@@ -13,7 +13,7 @@ from tokenwire.replay._errors import InvalidSessionId, UndecodableChunk
 from tokenwire.replay._events import ReplayEvent
 from tokenwire.replay._render import SessionRenderer
 from tokenwire.replay._source import DEFAULT_IDLE_TIMEOUT_S, stored_chunks
-from tokenwire.schemas import envelope_decoder
+from tokenwire.schemas import chunk_envelopes
 
 DEFAULT_MAX_GAP_S = 5.0
 
@@ -26,11 +26,13 @@ def read_session(
     *,
     follow: bool = False,
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    from_index: int = 0,
 ) -> AsyncGenerator[ReplayEvent, None]:
     """Yield one :class:`ReplayEvent` per retained chunk of ``session``, in stream order.
 
-    ``from_seq`` is the first stream sequence to read (inclusive): after an event with
-    ``seq == n``, reading from ``n + 1`` continues with nothing missed or repeated. Without
+    ``from_seq`` is the first stream sequence to read (inclusive), ``from_index`` the first
+    chunk of that message to yield (a frame carries several): after an event, reading from
+    its :attr:`~ReplayEvent.next_position` continues with nothing missed or repeated. Without
     ``follow`` the read stops once caught up (as of when it started); with it, it follows
     live chunks until the caller stops iterating (``break``, or ``aclose()``). Each payload
     is decoded once. The rendering (``shown``) is exactly what a read from the start shows:
@@ -48,8 +50,9 @@ def read_session(
     if not valid_session(session):
         raise InvalidSessionId(session)  # now, not at the first iteration
     return rendered(
-        nc, topology, session, SessionRenderer(), 1, from_seq or 1, follow, idle_timeout_s
-    )
+        nc, topology, session, SessionRenderer(), (1, 0), (from_seq or 1, from_index), follow,
+        idle_timeout_s,
+    )  # fmt: skip
 
 
 async def rendered(
@@ -57,31 +60,36 @@ async def rendered(
     topology: Topology,
     session: str,
     renderer: SessionRenderer,
-    read_from: int,
-    emit_from: int,
+    read_from: tuple[int, int],
+    emit_from: tuple[int, int],
     follow: bool,
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
 ) -> AsyncGenerator[ReplayEvent, None]:
-    """Read from ``read_from``, render every chunk with ``renderer`` (exactly once, in stream
-    order), yield the events from ``emit_from`` on. A caller that stops early and reads on
-    later with the same renderer continues from the seq after the last event it got."""
+    """Read from the position ``read_from`` (stream seq, chunk index in that message), render
+    every chunk from there with ``renderer`` (exactly once, in stream order), yield the events
+    from the position ``emit_from`` on. A caller that stops early and reads on later with the
+    same renderer continues from the last event's :attr:`~ReplayEvent.next_position`."""
+    skip_seq, skip_index = read_from
+    emit_seq, emit_index = emit_from
     batches = stored_chunks(
-        nc, topology, session, read_from, follow=follow, idle_timeout_s=idle_timeout_s
+        nc, topology, session, skip_seq, follow=follow, idle_timeout_s=idle_timeout_s
     )
     render = renderer.render
-    decode = envelope_decoder.decode
     try:
         async for batch in batches:
             for seq, payload in batch:
                 try:
-                    envelope = decode(payload)
+                    envelopes = chunk_envelopes(payload)
                 except msgspec.MsgspecError as exc:
-                    if seq < emit_from:
+                    if seq < emit_seq:
                         continue  # reported to the read that met it; resuming skips it
                     raise UndecodableChunk(seq, str(exc)) from exc
-                shown = render(envelope)
-                if seq >= emit_from:
-                    yield ReplayEvent(seq, envelope, shown)
+                last = len(envelopes) - 1
+                for index in range(skip_index if seq == skip_seq else 0, last + 1):
+                    envelope = envelopes[index]
+                    shown = render(envelope)
+                    if seq > emit_seq or (seq == emit_seq and index >= emit_index):
+                        yield ReplayEvent(seq, envelope, shown, 0, index, index == last)
     finally:
         await batches.aclose()
 

@@ -8,11 +8,11 @@ while subscribed:
 2. when it is full, an event that shows nothing (block-start, tool-call fragments, usage) is
    folded into the last queued event, and a text or reasoning fragment of the same block is
    appended to the last queued fragment (up to ``max_coalesced_chars``): the rendered view
-   stays exact, the event's ``id`` advances to the newest seq, ``coalesced`` counts the
+   stays exact, the event's ``id`` advances to the newest event's, ``coalesced`` counts the
    events it stands for;
 3. when nothing can be merged, the read pauses: it unsubscribes (its consumer is deleted, so
    nothing on the broker waits for this client) and waits up to ``max_pause_s`` for the queue
-   to drain to half, then subscribes again from the next seq, with its rendering state kept;
+   to drain to half, then subscribes again from the next position, with its rendering state kept;
 4. a client that did not drain in time is told: it gets what was queued, then
    ``event: lagged`` with the id to resume from, and the response ends. A browser's
    EventSource reconnects by itself with ``Last-Event-ID`` = that id and catches up from the
@@ -40,6 +40,9 @@ from tokenwire.scrub import scrub
 
 NcProvider = Callable[[], Connection]
 """Returns the gateway's connected NATS client (raise if there is none yet)."""
+
+Position = tuple[int, int]
+"""Where a read starts: (stream seq of a message, index of a chunk in it)."""
 
 
 @dataclass(frozen=True)
@@ -83,16 +86,17 @@ class ClientQueue:
     """The bounded queue between one client's broker read and its response.
 
     :meth:`offer` never waits; it returns False once the client lagged (the read stops).
-    ``last_id`` is the id of the last event the client will have got when the queue drains.
+    ``resume`` is the position after the last event the client will have got when the queue
+    drains (where a reconnect continues).
     """
 
-    def __init__(self, policy: SlowReaderPolicy, last_id: int, stats: SseStats) -> None:
+    def __init__(self, policy: SlowReaderPolicy, start: Position, stats: SseStats) -> None:
         self._items: deque[ReplayEvent] = deque()
         self._bound = policy.queue_bound
         self._cap = policy.max_coalesced_chars
         self._ready = asyncio.Event()
         self._stats = stats
-        self.last_id = last_id
+        self.resume = start
         self.lagged = False
         self.ended = False
         self.error: Exception | None = None
@@ -109,7 +113,7 @@ class ClientQueue:
                 return False
             items[-1] = merged
             self._stats.coalesced += 1
-        self.last_id = event.seq
+        self.resume = event.next_position
         self._ready.set()
         return True
 
@@ -154,7 +158,9 @@ class ClientQueue:
 def coalesce(last: ReplayEvent, new: ReplayEvent, max_chars: int) -> ReplayEvent | None:
     """``last`` and ``new`` as one event showing the same, or None if they cannot merge."""
     if not new.shown:
-        return msgspec.structs.replace(last, seq=new.seq, coalesced=last.coalesced + 1)
+        return msgspec.structs.replace(
+            last, seq=new.seq, index=new.index, last=new.last, coalesced=last.coalesced + 1
+        )
     if len(last.shown) != 1 or len(new.shown) != 1 or last.step_key != new.step_key:
         return None
     a, b = last.shown[0], new.shown[0]
@@ -167,18 +173,32 @@ def coalesce(last: ReplayEvent, new: ReplayEvent, max_chars: int) -> ReplayEvent
     delta = TextDelta(a.index, text) if type(a) is ShownText else ReasoningDelta(a.index, text)
     envelope = msgspec.structs.replace(new.envelope, chunk=delta)
     coalesced = last.coalesced + new.coalesced + 1
-    return ReplayEvent(new.seq, envelope, (type(a)(a.index, text),), coalesced)
+    shown = (type(a)(a.index, text),)
+    return ReplayEvent(new.seq, envelope, shown, coalesced, new.index, new.last)
 
 
 def frame(event: ReplayEvent) -> bytes:
-    """One SSE frame: ``id`` the stream seq, ``event: chunk``, the event as JSON."""
-    return b"id: %d\nevent: chunk\ndata: %s\n\n" % (event.seq, json_encoder.encode(event))
+    """One SSE frame: ``id`` the event's id (``seq``, or ``seq:index`` inside a frame of
+    chunks), ``event: chunk``, the event as JSON."""
+    body = json_encoder.encode(event)
+    return b"id: %s\nevent: chunk\ndata: %s\n\n" % (event.event_id.encode(), body)
 
 
-def lagged_frame(last_id: int) -> bytes:
+def position_ids(position: Position) -> tuple[int | str, int | str]:
+    """``(last_id, from_seq)`` of a resume position, as the ``lagged`` event gives them: the
+    id of the event before it and the position itself, each an integer at a message boundary
+    (as before frames) and ``"seq:index"`` inside a frame."""
+    seq, index = position
+    if index == 0:
+        return seq - 1, seq
+    return f"{seq}:{index - 1}", f"{seq}:{index}"
+
+
+def lagged_frame(position: Position) -> bytes:
     """``event: lagged``, without an id (the client's last id stays the resume point)."""
+    last_id, from_seq = position_ids(position)
     body = json_encoder.encode(
-        {"last_id": last_id, "from_seq": last_id + 1,
+        {"last_id": last_id, "from_seq": from_seq,
          "reason": "the client fell behind the server's bound; reconnect to resume"}
     )  # fmt: skip
     return b"event: lagged\ndata: %s\n\n" % body
@@ -202,7 +222,7 @@ async def produce(
     nc: Connection,
     topology: Topology,
     session: str,
-    from_seq: int,
+    start: Position,
     follow: bool,
     queue: ClientQueue,
     policy: SlowReaderPolicy,
@@ -210,11 +230,11 @@ async def produce(
 ) -> None:
     """Read the broker into ``queue`` until caught up (no follow), lagged, or cancelled.
 
-    The renderer lives across pauses, so a resumed read starts at the next seq without
+    The renderer lives across pauses, so a resumed read starts at the next position without
     reading the session's beginning again.
     """
     renderer = SessionRenderer()
-    read_from, emit_from = 1, from_seq
+    read_from, emit_from = (1, 0), start
     try:
         while True:
             held = await _read_until_full(nc, topology, session, renderer, read_from,
@@ -228,7 +248,7 @@ async def produce(
                 queue.lag()
                 return
             queue.offer(held)
-            read_from = emit_from = held.seq + 1
+            read_from = emit_from = held.next_position
     except (BrokerError, ReplayError) as exc:
         queue.end(exc)
 
@@ -238,8 +258,8 @@ async def _read_until_full(
     topology: Topology,
     session: str,
     renderer: SessionRenderer,
-    read_from: int,
-    emit_from: int,
+    read_from: Position,
+    emit_from: Position,
     follow: bool,
     queue: ClientQueue,
 ) -> ReplayEvent | None:
@@ -256,15 +276,15 @@ async def stream(
     nc: Connection,
     topology: Topology,
     session: str,
-    from_seq: int,
+    start: Position,
     follow: bool,
     policy: SlowReaderPolicy,
     stats: SseStats,
 ) -> AsyncIterator[bytes]:
-    """The SSE body of one client: events from ``from_seq`` (inclusive)."""
-    queue = ClientQueue(policy, from_seq - 1, stats)
+    """The SSE body of one client: events from the position ``start`` (inclusive)."""
+    queue = ClientQueue(policy, start, stats)
     producer = asyncio.create_task(
-        produce(nc, topology, session, from_seq, follow, queue, policy, stats)
+        produce(nc, topology, session, start, follow, queue, policy, stats)
     )
     stats.clients += 1
     try:
@@ -288,7 +308,7 @@ async def stream(
 
 def _closing(signal: _Signal, queue: ClientQueue) -> bytes:
     if signal is _Signal.LAGGED:
-        return lagged_frame(queue.last_id)
+        return lagged_frame(queue.resume)
     if queue.error is not None:
         return error_frame(queue.error)
     return b": caught up\n\n"

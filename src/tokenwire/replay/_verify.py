@@ -41,7 +41,7 @@ from tokenwire.schemas import (
     Message,
     MessageEvent,
     RecordedError,
-    envelope_decoder,
+    chunk_envelopes,
     json_encoder,
 )
 from tokenwire.store import Store
@@ -67,7 +67,8 @@ class Difference(msgspec.Struct, frozen=True):
 
 @dataclass
 class _Retained:
-    """One step's retained chunks by ordinal (first copy wins) and their stream seqs."""
+    """One step's retained chunks by ordinal (first copy wins) and the stream seq of each
+    chunk's message (a frame's chunks share theirs)."""
 
     chunks: dict[int, ChunkEnvelope] = field(default_factory=dict)
     seqs: list[int] = field(default_factory=list)
@@ -142,10 +143,11 @@ async def _retained(nc: Connection, topology: Topology, session: str) -> dict[St
     async for batch in stored_chunks(nc, topology, session):
         for seq, payload in batch:
             try:
-                envelope = envelope_decoder.decode(payload)
+                envelopes = chunk_envelopes(payload)
             except msgspec.MsgspecError as exc:
                 raise UndecodableChunk(seq, str(exc)) from exc
-            steps[envelope.turn, envelope.step].add(seq, envelope)
+            for envelope in envelopes:
+                steps[envelope.turn, envelope.step].add(seq, envelope)
     return dict(steps)
 
 

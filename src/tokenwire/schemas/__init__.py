@@ -32,17 +32,31 @@ from tokenwire.schemas._chunks import (
     Usage,
 )
 from tokenwire.schemas._envelope import (
+    ENVELOPE_VERSION,
     SCHEMA_VERSION,
     ChunkEnvelope,
     StepPersisted,
     StreamStarted,
 )
 from tokenwire.schemas._events import ChunkEvent, ErrorEvent, MessageEvent, SessionEvent
+from tokenwire.schemas._frame import (
+    FRAME_TAIL,
+    FRAME_VERSION,
+    ChunkFrame,
+    FramedChunk,
+    chunk_envelopes,
+    frame_decoder,
+    frame_head,
+    frame_item,
+)
 from tokenwire.schemas._message import Message, RecordedError, StepErrorKind
 from tokenwire.schemas._usage import TokenUsage
 
 __all__ = [
+    "ENVELOPE_VERSION",
     "FINISH_REASONS",
+    "FRAME_TAIL",
+    "FRAME_VERSION",
     "LIMIT_ERROR_CODE",
     "SCHEMA_VERSION",
     "BlockEnd",
@@ -50,10 +64,12 @@ __all__ = [
     "BlockType",
     "ChunkEnvelope",
     "ChunkEvent",
+    "ChunkFrame",
     "ContentBlock",
     "ErrorEvent",
     "Finish",
     "FinishReason",
+    "FramedChunk",
     "ImageBlock",
     "Message",
     "MessageEvent",
@@ -74,8 +90,12 @@ __all__ = [
     "ToolResultBlock",
     "Usage",
     "chunk_decoder",
+    "chunk_envelopes",
     "envelope_decoder",
     "event_decoder",
+    "frame_decoder",
+    "frame_head",
+    "frame_item",
     "json_encoder",
 ]
 
@@ -86,7 +106,8 @@ chunk_decoder: _msgspec.json.Decoder[StreamChunk] = _msgspec.json.Decoder(Stream
 """Decodes one stream chunk (the ``tokenwire fold`` JSONL format)."""
 
 envelope_decoder: _msgspec.json.Decoder[ChunkEnvelope] = _msgspec.json.Decoder(ChunkEnvelope)
-"""Decodes one broker payload on a chunk subject."""
+"""Decodes one version-1 chunk message (a single envelope). Readers of the chunk stream use
+:func:`chunk_envelopes`, which reads version 1 and version 2 (frames) alike."""
 
 event_decoder: _msgspec.json.Decoder[SessionEvent] = _msgspec.json.Decoder(SessionEvent)
 """Decodes one stored session event."""

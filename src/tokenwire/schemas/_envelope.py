@@ -9,8 +9,15 @@ import msgspec
 from tokenwire.schemas._blocks import BlockType
 from tokenwire.schemas._chunks import StreamChunk
 
-SCHEMA_VERSION = 1
-"""The version of the wire contract this code writes. Readers accept every version up to it."""
+SCHEMA_VERSION = 2
+"""The version of the wire contract this code writes. Readers accept every version up to it.
+
+Version 2 added the chunk frame (``ChunkFrame``: several chunks of one step in one broker
+message); a single ``ChunkEnvelope`` on the broker is version 1 (``ENVELOPE_VERSION``)."""
+
+ENVELOPE_VERSION = 1
+"""The ``v`` of a single-chunk broker message (a ``ChunkEnvelope`` alone): version 1's shape,
+still written when frames are off and read by every version."""
 
 
 class ChunkEnvelope(msgspec.Struct, frozen=True):
@@ -34,7 +41,7 @@ class ChunkEnvelope(msgspec.Struct, frozen=True):
     provider: str
     model: str
     chunk: StreamChunk
-    v: int = SCHEMA_VERSION
+    v: int = ENVELOPE_VERSION
     request_time_ns: int | None = None
     key_name: str | msgspec.UnsetType = msgspec.UNSET
     tenant: str | msgspec.UnsetType = msgspec.UNSET

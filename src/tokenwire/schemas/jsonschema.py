@@ -1,7 +1,9 @@
 """Generate the JSON Schema files of the wire contract for clients in other languages.
 
-``python -m tokenwire.schemas.jsonschema schemas/`` writes one file per top-level type; a test
-fails when the committed files drift from the Structs.
+``python -m tokenwire.schemas.jsonschema schemas/`` writes one file per top-level type of the
+current schema version under ``schemas/v<N>/``; a test fails when the committed files drift
+from the Structs. The directories of earlier versions stay as they were released (version 1:
+``schemas/v1/``, whose payloads every reader still decodes).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import msgspec
 from tokenwire.schemas import (
     SCHEMA_VERSION,
     ChunkEnvelope,
+    ChunkFrame,
     SessionEvent,
     StepPersisted,
     StreamChunk,
@@ -23,6 +26,7 @@ from tokenwire.schemas import (
 SCHEMA_TYPES: dict[str, object] = {
     "stream-chunk": StreamChunk,
     "chunk-envelope": ChunkEnvelope,
+    "chunk-frame": ChunkFrame,
     "session-event": SessionEvent,
     "step-persisted": StepPersisted,
     "stream-started": StreamStarted,

@@ -1,10 +1,11 @@
 """The assembler service: partition handlers around one Assembly, one Committer, and the loops.
 
 Per batch of delivered messages (one partition at a time, in delivery order), per message:
-decode once -> screen (a step waiting for its commit, a step already stored) -> feed the
-Assembly -> closed steps go to the Committer, poison goes to the dead-letter subject. The
-consumers never ack (manual-ack mode); the Committer acks after the commit. See
-docs/assembler.md.
+decode once (a v1 envelope, or a v2 frame of one step's chunks: ``chunk_envelopes``) ->
+screen (a step waiting for its commit, a step already stored) -> feed the Assembly each
+chunk with the message's token -> closed steps go to the Committer, poison goes to the
+dead-letter subject. The consumers never ack (manual-ack mode); the Committer acks after the
+commit. See docs/assembler.md.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from tokenwire.schemas import (
     ErrorEvent,
     MessageEvent,
     StepPersisted,
-    envelope_decoder,
+    chunk_envelopes,
     json_encoder,
 )
 from tokenwire.services.assembler._assembly import (
@@ -185,12 +186,14 @@ class Assembler:
         A message whose handling fails unexpectedly is naked for redelivery (the rest of the
         batch goes on); the redelivered copy is deduplicated by its stream sequence.
         """
-        self.metrics.chunks.inc(len(batch))
         async with self._lock(partition):  # a tail read-back (poll_lag) never interleaves
-            await self._handle(batch, partition)
+            chunks = await self._handle(batch, partition)
+        self.metrics.chunks.inc(chunks)
         self.metrics.open_steps.set(self.assembly.open_steps)
 
-    async def _handle(self, batch: list[ConsumedMessage], partition: int) -> None:
+    async def _handle(self, batch: list[ConsumedMessage], partition: int) -> int:
+        """Take the batch's messages; how many chunks they carried."""
+        chunks = 0
         for i, cm in enumerate(batch):
             if self._closing:  # shutting down: let the next owner have the rest
                 await nak_many(batch[i:], 0.5)
@@ -201,30 +204,35 @@ class Assembler:
                 self._seen.pop(partition, None)  # the next delivery tries again
                 break
             try:
-                await self._take_message(cm, partition)
+                chunks += await self._take_message(cm, partition)
             except Exception:
                 log.exception("assembler failed on seq %s; naking it", cm.stream_seq)
                 await nak_many([cm], self.settings.backoff_initial_s)
+        return chunks
 
     def _lock(self, partition: int) -> asyncio.Lock:
         return self._locks.setdefault(partition, asyncio.Lock())
 
-    async def _take_message(self, cm: ConsumedMessage, partition: int) -> None:
+    async def _take_message(self, cm: ConsumedMessage, partition: int) -> int:
         token = Delivery(cm.stream_seq, cm, partition)
         try:
-            envelope = envelope_decoder.decode(cm.data)
+            envelopes = chunk_envelopes(cm.data)
         except msgspec.DecodeError as exc:
             await self._dead_letter([token], "undecodable", str(exc))
-            return
+            return 0
+        envelope = envelopes[0]  # a frame's chunks are one step's
         if envelope.ordinal == 0:
             self.traces.first_chunk((envelope.session, envelope.turn, envelope.step), cm.headers)
         # A step is in the store only if some chunk of it was delivered before. A message
         # delivered for the first time can only belong to one through a duplicate publish
         # under a new Msg-Id, which the idempotent commit absorbs; so only redeliveries pay
         # for the lookup (it queues behind commits on SQLite's single connection).
-        await self._take(envelope, token, lookup=cm.num_delivered > 1)
+        await self._take(envelopes, token, lookup=cm.num_delivered > 1)
+        return len(envelopes)
 
-    async def _take(self, envelope: ChunkEnvelope, token: Delivery, *, lookup: bool) -> None:
+    async def _take(self, envelopes: list[ChunkEnvelope], token: Delivery, *, lookup: bool) -> None:
+        """One message's chunks (all of one step), fed with the message's token."""
+        envelope = envelopes[0]
         key = (envelope.session, envelope.turn, envelope.step)
         if not self.assembly.knows(key):
             if self.committer.attach(key, token):  # its key left the closed memory already
@@ -236,9 +244,41 @@ class Assembler:
                 await token.ack()
                 return
             await self._wait_for_room(envelope)
+        if len(envelopes) > 1:
+            await self._take_frame(envelopes, token)
+            return
         outcome = self.assembly.feed(envelope, token)
         if outcome is not None:  # most chunks are held in their open step: nothing to await
             await self._on_outcome(outcome)
+
+    async def _take_frame(self, envelopes: list[ChunkEnvelope], token: Delivery) -> None:
+        """A frame's chunks under one token: the message is settled with its step when any
+        chunk of it was taken into the step (held, or closing it); a chunk the step cannot
+        take (past its finish, a bad ordinal) is copied to the DLQ beside it, and the whole
+        message is dead-lettered only when no chunk of it was taken."""
+        taken = False
+        settled: Settled[Delivery] | None = None
+        poisoned: list[Poisoned[Delivery]] = []
+        for envelope in envelopes:
+            outcome = self.assembly.feed(envelope, token)
+            match outcome:
+                case None:
+                    taken = True
+                case ClosedStep():
+                    self.committer.add(outcome)
+                    taken = True
+                case Settled():
+                    settled = outcome
+                case Poisoned():
+                    poisoned.append(outcome)
+                case _:
+                    assert_never(outcome)
+        if poisoned:
+            kept = taken or settled is not None
+            first = poisoned[0]
+            await self._dead_letter([token], first.reason, first.detail, terminate=not kept)
+        if settled is not None and not taken:
+            await self._on_outcome(settled)
 
     async def _on_outcome(self, outcome: Outcome[Delivery]) -> None:
         match outcome:
@@ -360,10 +400,10 @@ class Assembler:
         t = self.settings.topology
         async for seq, data in read_back(self._nc, t, partition, start, last, reach):
             try:
-                envelope = envelope_decoder.decode(data)
+                envelopes = chunk_envelopes(data)
             except msgspec.DecodeError:
                 continue  # its redelivery is dead-lettered
-            await self._take(envelope, Delivery(-seq, None, partition), lookup=True)
+            await self._take(envelopes, Delivery(-seq, None, partition), lookup=True)
 
     async def _check_tail(self, partition: int, state: ConsumerState) -> None:
         """Deliveries the server made under our pin after the last one that arrived, with
@@ -465,8 +505,11 @@ class Assembler:
 
     # -- effects ---------------------------------------------------------------------------
 
-    async def _dead_letter(self, tokens: Sequence[Delivery], reason: str, detail: str) -> None:
-        """Copy each message to the DLQ subject (acked by the DLQ stream), then terminate it.
+    async def _dead_letter(
+        self, tokens: Sequence[Delivery], reason: str, detail: str, *, terminate: bool = True
+    ) -> None:
+        """Copy each message to the DLQ subject (acked by the DLQ stream), then terminate it
+        (unless ``terminate`` is false: a frame settled with its step).
 
         If the DLQ publish fails the message is left unacknowledged: it comes back after
         ack_wait and is dead-lettered then (the Msg-Id makes the copy unique).
@@ -477,8 +520,9 @@ class Assembler:
             if cm is None:
                 continue  # a read-back copy: its redelivery is dead-lettered
             copied = await dead_letter(
-                self._nc, self._dlq_subject, cm, stream=t.stream, reason=reason, detail=detail
-            )
+                self._nc, self._dlq_subject, cm, stream=t.stream, reason=reason, detail=detail,
+                terminate=terminate,
+            )  # fmt: skip
             if copied:
                 self.metrics.dead_lettered.labels(reason).inc()
 

@@ -31,7 +31,8 @@ caller's dialect module, ``_dialects/Y`` the provider's when it differs)::
     _caller              the caller's output: forwarded (X's Forwarder) or encoded (X's
                          StreamEncoder), or folded for a non-streaming caller; _scrubbed
     _step                StepRun.start: the provider called (_deps Upstream), each chunk
-                         bounded (_bounds, _watchdog, _fit) and published (broker ChunkSink),
+                         bounded (_bounds, _watchdog, _fit), framed (_framing) and published
+                         (broker ChunkSink),
                          the caller's bytes into its outbox; the rest in its own task
     _caller              StepRun.response: the outbox streamed to the caller (StepStream);
                          the caller leaving goes back to StepRun.caller_left
@@ -59,6 +60,7 @@ from tokenwire.services.gateway._errors import (
     UnknownModelError,
     UpstreamError,
 )
+from tokenwire.services.gateway._framing import FramePolicy
 from tokenwire.services.gateway._identity import StepIdentity
 from tokenwire.services.gateway._keys import (
     ANONYMOUS,
@@ -88,6 +90,7 @@ __all__ = [
     "BrokerUnavailableError",
     "Caller",
     "CannedUpstream",
+    "FramePolicy",
     "Gateway",
     "GatewayApp",
     "GatewayDeps",

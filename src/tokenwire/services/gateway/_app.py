@@ -209,6 +209,7 @@ class Gateway:
         return StepRun(
             plan, output, settings.caller_buffer_bytes, self.deps, self.metrics,
             settings.ack_timeout_s, settings.step_bounds, call=observer, running=self._tasks,
+            framing=settings.framing,
         )  # fmt: skip
 
     def authenticate(self, headers: Mapping[str, str]) -> Caller:

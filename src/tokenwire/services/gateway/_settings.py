@@ -22,6 +22,7 @@ from tokenwire.services.gateway._bounds import (
     StepBounds,
 )
 from tokenwire.services.gateway._edge import EdgeLimits
+from tokenwire.services.gateway._framing import DEFAULT_LINGER_MS, MAX_LINGER_MS, FramePolicy
 from tokenwire.services.gateway._keys import (
     KEYS_FILE_VAR,
     KeyRing,
@@ -69,6 +70,9 @@ class GatewaySettings:
     - ``partitions``, ``replicas``: the broker topology (session partitions, stream replicas);
       ``provision``: create/update it at start (off when a provisioner owns it).
     - ``store_url``: the store the session and message routes read (``TOKENWIRE_STORE``).
+    - ``framing``: chunks in frames (``TOKENWIRE_FRAMES``, default on) and how long a frame
+      may linger for more chunks (``TOKENWIRE_FRAME_LINGER_MS``, 0 to 1000, default 100;
+      ``_framing.py``, ADR 0024).
     - ``step_retries``, ``step_retry_s``: the bound of the step registry's retries while its
       KV bucket elects a leader (count, total seconds of one assignment); past it 503.
 
@@ -97,6 +101,7 @@ class GatewaySettings:
     store_url: str | None = None
     step_retries: int = 16  # tokenwire.broker.StepRegistry's defaults
     step_retry_s: float = 30.0
+    framing: FramePolicy = field(default_factory=FramePolicy)
 
     @property
     def authenticated(self) -> bool:
@@ -161,6 +166,7 @@ class GatewaySettings:
             step_retries=parse_int("TOKENWIRE_GATEWAY_STEP_RETRIES",
                                    env.get("TOKENWIRE_GATEWAY_STEP_RETRIES", "16"), 0),
             step_retry_s=_seconds(env, "TOKENWIRE_GATEWAY_STEP_RETRY_S", 30.0),
+            framing=framing_from_env(env),
         )  # fmt: skip
         settings.key_ring()  # a key or a name in both sources stops the start
         return settings
@@ -208,6 +214,15 @@ def _check_each(env: Mapping[str, str], names: Iterable[str], check: Callable[[s
 def _without_credentials(url: str) -> str:
     """``url`` without ``user:password@``, with or without a scheme (a proxy may have none)."""
     return without_userinfo(url) if "://" in url else url.rpartition("@")[2]
+
+
+def framing_from_env(env: Mapping[str, str]) -> FramePolicy:
+    """``TOKENWIRE_FRAMES`` (true/false) and ``TOKENWIRE_FRAME_LINGER_MS`` (0 to 1000)."""
+    linger = env.get("TOKENWIRE_FRAME_LINGER_MS", str(DEFAULT_LINGER_MS))
+    return FramePolicy(
+        frames=_flag(env, "TOKENWIRE_FRAMES", True),
+        linger_ms=parse_int("TOKENWIRE_FRAME_LINGER_MS", linger, 0, MAX_LINGER_MS),
+    )
 
 
 def _step_bounds(env: Mapping[str, str]) -> StepBounds:

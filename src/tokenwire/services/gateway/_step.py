@@ -3,10 +3,10 @@ caller.
 
 Semantics (docs/gateway.md, "Publishing"):
 
-- every chunk is published in order as a :class:`ChunkEnvelope` (ordinal from 0, ``first`` on
-  ordinal 0, ``request_time_ns``, the caller's key name and tenant and the step's trace
-  headers on ordinal 0);
-  publishing waits only when the publisher's bounded window is full;
+- every chunk is published in order, in frames of consecutive chunks (``_framing.py``; or
+  each as its own :class:`ChunkEnvelope` with frames off): ordinals from 0, ordinal 0 alone
+  and at once with ``first``, ``request_time_ns``, the caller's key name and tenant and the
+  step's trace headers; publishing waits only when the publisher's bounded window is full;
 - a provider failure before any chunk (HTTP error, transport failure, an immediate error
   event) is still published as a one-chunk step ``finish {error}``, so the assembler records
   the error; the caller then gets the error status in its dialect;
@@ -40,7 +40,7 @@ from typing import NoReturn
 
 import msgspec
 
-from tokenwire.broker import BrokerError, PayloadTooLarge
+from tokenwire.broker import BrokerError, PayloadTooLarge, header_size, msg_id
 from tokenwire.providers import Normaliser, ProviderHTTPError
 from tokenwire.schemas import (
     LIMIT_ERROR_CODE,
@@ -49,6 +49,7 @@ from tokenwire.schemas import (
     StepError,
     StreamChunk,
     Usage,
+    frame_head,
     json_encoder,
 )
 from tokenwire.scrub import scrub as scrub_text
@@ -70,6 +71,7 @@ from tokenwire.services.gateway._errors import (
     UpstreamError,
 )
 from tokenwire.services.gateway._fit import ChunkTooLarge, DeltaLedger, fitted
+from tokenwire.services.gateway._framing import ChunkTooLargeForFrame, FramePolicy, Framer
 from tokenwire.services.gateway._genai import CallObserver
 from tokenwire.services.gateway._identity import StepClaim, StepIdentity
 from tokenwire.services.gateway._keys import ANONYMOUS, Caller
@@ -78,6 +80,7 @@ from tokenwire.services.gateway._routing import Route
 from tokenwire.services.gateway._watchdog import Watchdog
 
 DEFAULT_BOUNDS = StepBounds()
+DEFAULT_FRAMING = FramePolicy()
 _ID_GROWTH = 64
 """Bytes kept free in a fitted message for what grows with the ordinal (its envelope field and
 the ``Nats-Msg-Id`` header)."""
@@ -138,6 +141,7 @@ class StepRun:
         bounds: StepBounds = DEFAULT_BOUNDS,
         call: CallObserver | None = None,
         running: set[asyncio.Task[None]] | None = None,
+        framing: FramePolicy = DEFAULT_FRAMING,
     ) -> None:
         self.plan = plan
         self.output = output
@@ -165,6 +169,8 @@ class StepRun:
         )
         self._watchdog: Watchdog | None = None
         self._head: HeadTap | None = None  # the provider's names for the span, when recorded
+        self._framing = framing
+        self._framer: Framer | None = None  # made at the first publish (needs the event loop)
 
     async def start(self) -> None:
         """Call the provider and take the first chunk in this task (no task switch before the
@@ -337,6 +343,8 @@ class StepRun:
             turn_step = self._key[1:] if self.identity is not None else None
             self._call.end(self.finish, self.error, self._ordinal, self._deps.clock_ns(), turn_step)
         self.plan.claim.drop()
+        if self._framer is not None:
+            self._framer.close()
         if self._watchdog is not None:
             self._watchdog.stop()
         if self._chunks is not None:
@@ -359,6 +367,8 @@ class StepRun:
                 if self.finish is not None:
                     break  # the adapter contract: nothing after finish
                 await self._take_one(chunk, out)
+            if self._framer is not None:
+                await self._framer.read_done()  # the frame goes now, or lingers
         except GatewayError:  # a bound or the broker stopped the step mid-read
             out.append(self.output.flush())  # the caller gets what was published
             await self.outbox.put(b"".join(out))
@@ -409,11 +419,70 @@ class StepRun:
 
     async def _publish(self, chunk: StreamChunk) -> None:
         ident = self.identity or await self._claimed()
-        try:
-            await self._publish_encoded(self._encode(ident, chunk))
-        except PayloadTooLarge as exc:
-            await self._publish_fitted(ident, chunk, exc.room - _ID_GROWTH)
+        if not self._framing.frames:
+            try:
+                await self._publish_encoded(self._encode(ident, chunk))
+            except PayloadTooLarge as exc:
+                await self._publish_fitted(ident, chunk, exc.room - _ID_GROWTH)
+        else:
+            await self._frame(ident, chunk)
         self._ledger.note(chunk)
+
+    async def _frame(self, ident: StepIdentity, chunk: StreamChunk) -> None:
+        """Add the chunk to the step's frame (fitted first when it fits in no frame); the
+        first chunk and a finish go at once."""
+        framer = self._framer or self._new_framer(ident)
+        self._last_ns = now = self._deps.clock_ns()
+        try:
+            await self._framed(framer, chunk, now)
+        except ChunkTooLargeForFrame:
+            ordinal = self._ordinal
+            try:
+                pieces = fitted(
+                    chunk, lambda c: framer.fits_alone(c, ordinal, now, _ID_GROWTH), self._ledger
+                )
+            except ChunkTooLarge as exc:
+                await self.stop_at_limit(f"the step exceeded the broker's message size: {exc}")
+            for piece in pieces:
+                await self._framed(framer, piece, now)
+        if isinstance(chunk, Finish):
+            await framer.flush()
+
+    async def _framed(self, framer: Framer, chunk: StreamChunk, now: int) -> None:
+        await framer.add(chunk, self._ordinal, now)
+        self._ordinal += 1
+        if self._ordinal == 1:
+            await framer.flush()  # the first chunk goes alone, at once (on ``.first``)
+        elif self._ordinal % _COUNT_EVERY == 0:
+            self._chunk_counter.inc(_COUNT_EVERY)
+
+    def _new_framer(self, ident: StepIdentity) -> Framer:
+        route, plan = self.plan.route, self.plan
+
+        def head(ordinal: int, time_ns: int) -> tuple[bytes, int]:
+            first = ordinal == 0
+            headers = {**plan.trace_headers} if first else {}
+            headers["Nats-Msg-Id"] = msg_id(ident.session, ident.turn, ident.step, ordinal)
+            owner = plan.caller if first else None
+            body = frame_head(
+                ident.session, ident.turn, ident.step, ordinal, time_ns, route.provider,
+                route.model, request_time_ns=plan.request_time_ns if first else None,
+                key_name=_or_unset(owner.name if owner else None),
+                tenant=_or_unset(owner.tenant if owner else None),
+            )  # fmt: skip
+            return body, self._deps.sink.max_payload - header_size(headers)
+
+        self._framer = Framer(self._framing.linger_ms / 1000, head, self._send_frame)
+        return self._framer
+
+    async def _send_frame(self, payload: bytes, ordinal: int) -> None:
+        try:
+            await self._deps.sink.publish(
+                payload, *self._key, ordinal,
+                first=ordinal == 0, headers=self.plan.trace_headers if ordinal == 0 else None,
+            )  # fmt: skip
+        except BrokerError as exc:  # PayloadTooLarge included: the framer counted every byte
+            raise BrokerUnavailableError(f"the broker did not accept the step: {exc}") from exc
 
     def _encode(self, ident: StepIdentity, chunk: StreamChunk) -> bytes:
         route, ordinal = self.plan.route, self._ordinal
@@ -462,7 +531,7 @@ class StepRun:
         raise :class:`StepLimitError` (the caller is told in its dialect)."""
         error = StepError(message=message, retryable=False, code=LIMIT_ERROR_CODE)
         self.finish = Finish(reason="error", error=error)
-        await self._publish_encoded(self._encode(await self._claimed(), self.finish))
+        await self._publish_finish(self.finish)
         await self._wait_acked()
         raise StepLimitError(message)
 
@@ -473,9 +542,17 @@ class StepRun:
         if self.finish is None:
             error = StepError(message=message, retryable=False, code=CONTRACT_ERROR_CODE)
             self.finish = Finish(reason="error", error=error)
-            await self._publish_encoded(self._encode(await self._claimed(), self.finish))
+            await self._publish_finish(self.finish)
         await self._wait_acked()
         raise StepContractError(message)
+
+    async def _publish_finish(self, finish: Finish) -> None:
+        """The finish the gateway adds (a bound, a contract break): after what is held."""
+        ident = await self._claimed()
+        if self._framing.frames:
+            await self._frame(ident, finish)
+        else:
+            await self._publish_encoded(self._encode(ident, finish))
 
     async def _record_before_start(self, finish: Finish) -> None:
         """Publish a failed-before-start step as its one ``finish`` chunk, and wait for it."""
@@ -496,6 +573,8 @@ class StepRun:
             await self.outbox.put(self.output.ending())
 
     async def _wait_acked(self) -> None:
+        if self._framer is not None:
+            await self._framer.flush()  # every chunk taken is on its way first
         try:
             await self._deps.sink.wait_acked(*self._key, timeout_s=self._ack_timeout)
         except BrokerError as exc:

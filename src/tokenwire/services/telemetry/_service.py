@@ -44,7 +44,7 @@ from tokenwire.schemas import (
     ChunkEnvelope,
     StepError,
     StreamStarted,
-    envelope_decoder,
+    chunk_envelopes,
     json_encoder,
 )
 from tokenwire.services.telemetry._otel import OtelSignals
@@ -78,7 +78,7 @@ class TelemetryConsumer:
     async def handle(self, msg: ConsumedMessage) -> None:
         """Signal one first chunk (see the module docstring for the outcomes)."""
         try:
-            envelope = envelope_decoder.decode(msg.data)
+            envelope = chunk_envelopes(msg.data)[0]  # the step's first chunk travels alone
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             self.metrics.dead_lettered.inc()
             raise Reject(f"undecodable chunk envelope: {exc}") from exc
