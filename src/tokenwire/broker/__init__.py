@@ -57,8 +57,10 @@ from tokenwire.broker._inspect import (
 )
 from tokenwire.broker._memory import MemoryPublisher, MemoryStepRegistry, Published
 from tokenwire.broker._messages import (
+    StoredAt,
     StoredMessage,
     last_by_subject,
+    next_stored,
     publish_acked,
     publish_event,
     stored_with_msg_id,
@@ -79,6 +81,7 @@ from tokenwire.broker._server import (
     find_binary,
     free_port,
 )
+from tokenwire.broker._step_record import KeyBinding, StepNames, StepRecord
 from tokenwire.broker._step_registry import PendingStep, StepRegistry
 from tokenwire.broker._topology import (
     Topology,
@@ -112,6 +115,7 @@ __all__ = [
     "EmbeddedServer",
     "FlushTimeout",
     "Handler",
+    "KeyBinding",
     "MemoryPublisher",
     "MemoryStepRegistry",
     "NodeConfig",
@@ -137,8 +141,11 @@ __all__ = [
     "StepAllocator",
     "StepAssignmentContention",
     "StepClaimConflict",
+    "StepNames",
+    "StepRecord",
     "StepRegistry",
     "StepRegistryError",
+    "StoredAt",
     "StoredChunk",
     "StoredMessage",
     "Topology",
@@ -159,6 +166,7 @@ __all__ = [
     "last_by_subject",
     "msg_id",
     "nak_many",
+    "next_stored",
     "ordered_subscribe",
     "parse_stored_subject",
     "partition_consumer",

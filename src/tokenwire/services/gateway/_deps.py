@@ -20,6 +20,7 @@ from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.providers import Normaliser, ProviderRequest, ProviderSession, SentRequest
 from tokenwire.schemas import StreamChunk
 from tokenwire.services.gateway._routing import Route
+from tokenwire.services.gateway._step_source import StepSource
 
 
 class UpstreamCall(Protocol):
@@ -96,7 +97,9 @@ class GatewayDeps:
     - ``extra_routes``: routes served beside the gateway's own (the session events, sessions,
       messages and viewer routes of ``tokenwire.replay``);
     - ``otel``: the OpenTelemetry providers the model calls' spans and metrics go to (the
-      API's no-op ones unless an OTLP endpoint is configured, docs/telemetry.md).
+      API's no-op ones unless an OTLP endpoint is configured, docs/telemetry.md);
+    - ``history``: reads a claimed step back from the broker, for a caller that resumes it
+      (``_step_source.py``); None: a retried step cannot be resumed (it answers 503).
     """
 
     upstream: Upstream
@@ -109,3 +112,4 @@ class GatewayDeps:
     monotonic: Callable[[], float] = time.perf_counter
     extra_routes: Sequence[BaseRoute] = ()
     otel: OtelProviders = field(default_factory=no_otel)
+    history: StepSource | None = None

@@ -62,6 +62,9 @@ class GatewaySettings:
     - ``store_url``: the store the session and message routes read (``TOKENWIRE_STORE``).
     - ``step_retries``, ``step_retry_s``: the bound of the step registry's retries while its
       KV bucket elects a leader (count, total seconds of one assignment); past it 503.
+    - ``max_resumers``: how many callers may resume one step at once on this gateway (a
+      retry past it: 429 with ``retry-after``); ``idempotency_ttl_s``: how long an
+      ``Idempotency-Key`` keeps mapping to its step (docs/gateway.md, "Resuming a step").
 
     Secrets (``keys``, ``provider_env``) are left out of ``repr``.
     """
@@ -87,6 +90,8 @@ class GatewaySettings:
     store_url: str | None = None
     step_retries: int = 16  # tokenwire.broker.StepRegistry's defaults
     step_retry_s: float = 30.0
+    max_resumers: int = 8
+    idempotency_ttl_s: float = 24 * 3600.0
 
     @property
     def loopback_only(self) -> bool:
@@ -140,6 +145,9 @@ class GatewaySettings:
             step_retries=parse_int("TOKENWIRE_GATEWAY_STEP_RETRIES",
                                    env.get("TOKENWIRE_GATEWAY_STEP_RETRIES", "16"), 0),
             step_retry_s=_seconds(env, "TOKENWIRE_GATEWAY_STEP_RETRY_S", 30.0),
+            max_resumers=parse_int("TOKENWIRE_GATEWAY_MAX_RESUMERS",
+                                   env.get("TOKENWIRE_GATEWAY_MAX_RESUMERS", "8"), 1),
+            idempotency_ttl_s=_seconds(env, "TOKENWIRE_GATEWAY_IDEMPOTENCY_TTL_S", 86400.0),
         )  # fmt: skip
 
 

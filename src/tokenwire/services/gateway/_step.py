@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator
+import logging
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import NoReturn
 
 import msgspec
 
-from tokenwire.broker import BrokerError, PayloadTooLarge
+from tokenwire.broker import BrokerError, PayloadTooLarge, StepNames
 from tokenwire.providers import Normaliser, ProviderHTTPError
 from tokenwire.schemas import (
     LIMIT_ERROR_CODE,
@@ -75,6 +76,7 @@ from tokenwire.services.gateway._metrics import GatewayMetrics
 from tokenwire.services.gateway._routing import Route
 from tokenwire.services.gateway._watchdog import Watchdog
 
+log = logging.getLogger("tokenwire.gateway")
 DEFAULT_BOUNDS = StepBounds()
 _ID_GROWTH = 64
 """Bytes kept free in a fitted message for what grows with the ordinal (its envelope field and
@@ -108,6 +110,10 @@ class StepPlan:
     secrets: tuple[str, ...] = ()
     continue_on_disconnect: bool = True
     """Whether the step reads the provider to the end when its caller leaves."""
+    naming: Callable[[HeadTap | None], StepNames] | None = None
+    """A resumable step's names (``_resume.py``): how its caller saw the answer named, from
+    the provider's first events (read by a :class:`HeadTap`) or the gateway's reply; kept
+    with the claim once the first chunk is published. None: not resumable, nothing kept."""
 
 
 def scrub(text: str, secrets: tuple[str, ...]) -> str:
@@ -309,10 +315,28 @@ class StepRun:
     def _head_read(self, normaliser: Normaliser) -> Normaliser:
         """``normaliser``, reading the provider's response id and model off its first events
         for the call's span when spans are recorded (the non-streaming answer reads its own)."""
-        if self._call is None or not self._call.calls.recording:
+        recording = self._call is not None and self._call.calls.recording
+        if not recording and self.plan.naming is None:
             return normaliser
         self._head = HeadTap(normaliser)
         return self._head
+
+    def _name_step(self) -> None:
+        """Keep the resumable step's names with its claim (in a task of its own: nothing
+        waits for it; a resumer that finds no names yet reads them again)."""
+        if self.plan.naming is None:
+            return
+        names = self.plan.naming(self._head)
+        task = asyncio.create_task(self._named(names))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _named(self, names: StepNames) -> None:
+        try:
+            async with asyncio.timeout(self._ack_timeout):
+                await self._deps.steps.name_step(*self._key, names)
+        except (BrokerError, TimeoutError) as exc:
+            log.warning("the names of step %s/%s/%s were not kept: %s", *self._key, exc)
 
     async def _end(self) -> None:
         """Whatever way the step ended: counters, the caller's outbox, the provider stream."""
@@ -375,6 +399,7 @@ class StepRun:
             await self._stop_broken(broken)
         if first:
             self._observe_first_chunk()
+            self._name_step()
             out.append(self.output.opening())
         out.append(self.output.chunk(chunk))
 
