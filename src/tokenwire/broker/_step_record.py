@@ -26,6 +26,7 @@ class StepNames(msgspec.Struct, frozen=True, omit_defaults=True):
     response_id: str | None = None
     model: str | None = None
     created: int | None = None
+    system_fingerprint: str | None = None
 
 
 class StepRecord(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -13,6 +13,7 @@ import hmac
 import importlib.metadata
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from starlette.applications import Starlette
@@ -352,7 +353,7 @@ def _resumer(settings: GatewaySettings, deps: GatewayDeps) -> Resumer | None:
         ended_after_s=settings.max_step_seconds + settings.ack_timeout_s + 60.0,
         outbox_bytes=settings.caller_buffer_bytes,
     )
-    return Resumer(deps.history, bounds, settings.max_resumers, deps.clock_ns)
+    return Resumer(deps.history, bounds, settings.max_resumers, time.time_ns)  # the broker's clock
 
 
 def _naming(reply: Reply, stream: bool, forwarded: bool) -> Callable[[HeadTap | None], StepNames]:
@@ -364,8 +365,10 @@ def _naming(reply: Reply, stream: bool, forwarded: bool) -> Callable[[HeadTap | 
         if head is None or (stream and not forwarded):
             return StepNames(reply.response_id, reply.model, reply.created)
         folded = provider_reply(reply, head.response_id, head.model)
-        created = head.created if stream and head.created is not None else reply.created
-        return StepNames(folded.response_id, folded.model, created)
+        if not stream:  # the folded answer: the provider's id and model, the gateway's time
+            return StepNames(folded.response_id, folded.model, reply.created)
+        created = head.created if head.created is not None else reply.created
+        return StepNames(folded.response_id, folded.model, created, head.system_fingerprint)
 
     return names
 

@@ -252,6 +252,7 @@ class _Opening(msgspec.Struct):
     id: str | None = None
     model: str | None = None
     created: object = None  # typed loosely, as _Head.created_at
+    system_fingerprint: object = None  # typed loosely, as _Head.created_at
     message: _Head | None = None
     response: _Head | None = None
     responseId: str | None = None  # noqa: N815 (Gemini's name)
@@ -283,6 +284,7 @@ class HeadTap:
         self.response_id: str | None = None
         self.model: str | None = None
         self.created: int | None = None
+        self.system_fingerprint: str | None = None
         self._left = _SNIFFED_EVENTS
 
     def feed(self, event: SseEvent) -> list[StreamChunk]:
@@ -303,6 +305,8 @@ class HeadTap:
         self.response_id = self.response_id or response_id
         self.model = self.model or model
         self.created = self.created if self.created is not None else opening.created_at()
+        if isinstance(opening.system_fingerprint, str):
+            self.system_fingerprint = self.system_fingerprint or opening.system_fingerprint
         if self.response_id and self.model:
             self._left = 0
 

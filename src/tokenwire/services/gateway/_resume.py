@@ -84,6 +84,7 @@ class Resumer:
         self, source: StepSource, bounds: ResumeBounds, max_resumers: int,
         clock_ns: Callable[[], int],
     ) -> None:  # fmt: skip
+        """``clock_ns``: wall clock compared with the claim's broker time (a step's age)."""
         self._source = source
         self._bounds = bounds
         self._max = max_resumers
@@ -182,6 +183,7 @@ def _reply(codec: CallerCodec[R], target: ResumeTarget, first: ChunkEnvelope, mo
         names.response_id or codec.reply_id(step_ref(target.identity)),
         names.model or model,
         names.created if names.created is not None else created,
+        names.system_fingerprint,
     )
 
 
