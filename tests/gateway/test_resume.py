@@ -13,11 +13,16 @@ from __future__ import annotations
 import os
 import random
 from pathlib import Path
+from typing import Any
 
+import httpx
+import msgspec
+import openai
 import pytest
 from nats.aio.client import Client
 
 from tests.assembler.harness import settings_for as assembler_settings
+from tests.gateway._helpers import GATEWAY_KEY
 from tests.gateway._resume_rig import (
     CALLERS,
     Case,
@@ -27,12 +32,15 @@ from tests.gateway._resume_rig import (
     final_answer,
     fixed_clock,
     gateway,
+    openai_client,
     reference_topology,
     scripted_server,
 )
-from tokenwire.broker import Topology
+from tests.gateway._resume_rig import settings_for as rig_settings
+from tokenwire.broker import Topology, connect
 from tokenwire.schemas import MessageEvent
 from tokenwire.services.assembler import run as run_assembler
+from tokenwire.services.gateway import GatewayServer, broker_deps
 from tokenwire.store import open_store
 
 SEED = int(os.environ.get("RESUME_SEED", random.randrange(1 << 32)))
@@ -75,3 +83,106 @@ async def test_a_cut_step_retried_with_the_sdk_resumes_without_a_second_call(
     for case in checked:
         rows = await stored_messages(nats_url, topology, store_url, case.session)
         assert [(type(r), r.turn, r.step) for r in rows] == [(MessageEvent, 0, 0)], case
+
+
+@pytest.mark.parametrize("caller", CALLERS)
+async def test_a_cut_step_resumes_on_another_gateway_after_a_restart(
+    caller: str, nc: Client, topology: Topology
+) -> None:
+    """The gateway that served the cut request stops (a rolling restart: its running steps
+    finish first); a new gateway instance on the same broker serves the SDK's retry."""
+    print(f"RESUME_SEED={SEED}")
+    clock = fixed_clock()
+    rng = random.Random(SEED)
+    async with (
+        scripted_server() as scripted,
+        reference_topology(nc) as ref_topology,
+        gateway(nc, ref_topology, scripted.url, clock) as reference,
+    ):
+        for case in rng.sample(cases(caller, SEED), 4):  # each restart costs two gateways
+            sent = Sent()
+            expected = await final_answer(reference, case, sent)
+            before = len(scripted.received)
+            async with gateway(nc, topology, scripted.url, clock) as first:
+                await cut_run(first, case, sent.bodies[-1])
+            async with gateway(nc, topology, scripted.url, clock) as second:
+                resumed = await final_answer(second, case, Sent())
+            assert resumed == expected, case
+            assert len(scripted.received) == before + 1, f"{case}: a second provider call"
+
+
+SLOW = "text?rate=20"  # 12 fragments at 20 a second: a step that runs for about 0.6 s
+SLOW_BODY: dict[str, Any] = {
+    "model": f"openai/{SLOW}",
+    "messages": [{"role": "user", "content": "x"}],
+    "stream": True,
+}
+SLOW_BODY = {
+    "model": f"openai/{SLOW}",
+    "messages": [{"role": "user", "content": "x"}],
+    "stream": True,
+}
+
+
+async def test_a_step_whose_gateway_died_is_answered_abandoned_never_called_again(
+    nc: Client, topology: Topology, nats_url: str
+) -> None:
+    """The first gateway loses the broker for good mid-step (as a crash would: nothing more
+    of the step is stored, not even an ``aborted`` finish). The retry on another gateway gets
+    what was stored, then, once nothing came for its idle bound, the dialect's error naming
+    the abandoned step; the provider is never called again for it."""
+    clock = fixed_clock()
+    case = cases("chat", SEED)[0]
+    body = SLOW_BODY
+    async with scripted_server() as scripted:
+        own = await connect(nats_url)
+        real = await broker_deps(own, topology)
+        settings = rig_settings(scripted.url, topology)
+        async with GatewayServer(settings, real.deps) as first:
+            await cut_run(first.url, case, msgspec.json.encode(body))
+            await own.close()  # the step can publish nothing more: its gateway is as dead
+        await real.aclose()
+        sent = len(scripted.received)
+        quick = {"max_step_idle_seconds": 0.5, "ack_timeout_s": 0.5}  # abandoned after 1 s
+        async with (
+            gateway(nc, topology, scripted.url, clock, **quick) as second,
+            openai_client(second, Sent()) as oa,
+        ):
+            stream = await oa.chat.completions.create(**body, extra_headers=case.headers)
+            with pytest.raises(openai.APIError, match="abandoned"):
+                async for _ in stream:
+                    pass
+        assert len(scripted.received) == sent
+
+
+async def test_resumers_past_the_cap_get_429_with_retry_after(
+    nc: Client, topology: Topology
+) -> None:
+    """``max_resumers`` callers may follow one step at once on a gateway; the next gets 429
+    with ``retry-after`` (the SDKs wait and retry), and one gets in once another left."""
+    case = cases("chat", SEED)[1]
+    body = msgspec.json.encode(SLOW_BODY)
+    headers = {**case.headers, "authorization": f"Bearer {GATEWAY_KEY}"}
+    async with (
+        scripted_server() as scripted,
+        gateway(nc, topology, scripted.url, fixed_clock(), max_resumers=1) as url,
+        httpx.AsyncClient(timeout=30) as client,
+    ):
+        path = url + "/v1/chat/completions"
+        first = await client.send(client.build_request("POST", path, content=body,
+                                                       headers=headers), stream=True)  # fmt: skip
+        await first.aclose()  # cut at once: the step reads on
+        holder = await client.send(client.build_request("POST", path, content=body,
+                                                        headers=headers), stream=True)  # fmt: skip
+        assert holder.headers["x-tokenwire-resumed"] == "true"
+        refused = await client.post(path, content=body, headers=headers)
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "1"
+        assert "x-should-retry" not in refused.headers
+        assert refused.json()["error"]["type"] == "rate_limit_error"
+        await holder.aread()
+        await holder.aclose()
+        again = await client.post(path, content=body, headers=headers)
+        assert again.status_code == 200
+        assert again.text.endswith("data: [DONE]\n\n")
+        assert len(scripted.received) == 1
