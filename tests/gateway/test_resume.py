@@ -186,3 +186,52 @@ async def test_resumers_past_the_cap_get_429_with_retry_after(
         assert again.status_code == 200
         assert again.text.endswith("data: [DONE]\n\n")
         assert len(scripted.received) == 1
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_the_openai_sdk_resumes_a_responses_stream_with_starting_after(
+    provider: str, nc: Client, topology: Topology
+) -> None:
+    """``client.responses.retrieve(id, stream=True, starting_after=N)`` after a stream was
+    dropped at event N: the events before and after together are exactly the uninterrupted
+    run's (the same ``sequence_number``s); ``retrieve(id)`` is its final response. An
+    assigned step (no tokenwire headers): every Responses answer can be retrieved."""
+    print(f"RESUME_SEED={SEED}")
+    rng = random.Random(SEED)
+    clock = fixed_clock()
+    model = f"{provider}/tools"
+    async with (
+        scripted_server() as scripted,
+        reference_topology(nc) as ref_topology,
+        gateway(nc, ref_topology, scripted.url, clock) as reference,
+        gateway(nc, topology, scripted.url, clock) as url,
+        openai_client(reference, Sent()) as ref_client,
+        openai_client(url, Sent()) as client,
+    ):
+        session = {"x-tokenwire-session": f"retrieve-{rng.randrange(1 << 30)}-{provider}"}
+        whole = [
+            e.model_dump()
+            async for e in await ref_client.responses.create(
+                model=model, input="resume me", stream=True, extra_headers=session
+            )
+        ]
+        cut_at = rng.randrange(2, len(whole) - 2)
+        before = len(scripted.received)
+        seen = []
+        async for event in await client.responses.create(
+            model=model, input="resume me", stream=True, extra_headers=session
+        ):
+            seen.append(event.model_dump())
+            if event.sequence_number == cut_at:
+                break  # the connection goes
+        response_id = seen[0]["response"]["id"]
+        rest = [
+            e.model_dump()
+            async for e in await client.responses.retrieve(
+                response_id, stream=True, starting_after=cut_at
+            )
+        ]
+        final = await client.responses.retrieve(response_id)
+    assert seen + rest == whole, f"cut after sequence_number {cut_at}"
+    assert final.model_dump() == whole[-1]["response"]
+    assert len(scripted.received) == before + 1

@@ -25,6 +25,7 @@ from starlette.routing import Route as HttpRoute
 from starlette.types import Receive, Scope, Send
 
 from tokenwire.broker import BrokerError, StepNames
+from tokenwire.providers import Dialect
 from tokenwire.schemas import RecordedError
 from tokenwire.scrub import register, scrub
 from tokenwire.services.gateway._caller import (
@@ -79,6 +80,7 @@ from tokenwire.services.gateway._resume import (
     key_hash,
     step_ref,
 )
+from tokenwire.services.gateway._retrieve import retrieve_request, retrieve_target
 from tokenwire.services.gateway._routing import Route, resolve, with_identity
 from tokenwire.services.gateway._scrubbed import scrubbed
 from tokenwire.services.gateway._settings import GatewaySettings, check_provider_env
@@ -117,6 +119,15 @@ class Gateway:
     async def responses(self, request: Request) -> Response:
         """``POST /v1/responses``."""
         return await self._handle(request, OPENAI_RESPONSES)
+
+    async def retrieve(self, request: Request) -> Response:
+        """``GET /v1/responses/{response_id}`` (``_retrieve.py``)."""
+        try:
+            req, after = retrieve_request(request)
+            target = await retrieve_target(self.deps.steps, request.path_params["response_id"])
+        except GatewayError as exc:
+            return self._count(request, self._error(OPENAI_RESPONSES, exc, None))
+        return self._count(request, await self._resume(OPENAI_RESPONSES, req, target, after))
 
     async def healthz(self, request: Request) -> Response:
         """The process is up and can serve: 503 once the broker connection is closed for good
@@ -173,6 +184,8 @@ class Gateway:
         upstream = self.deps.upstream.send(routed, call.body)
         try:
             known = claim.known  # a resumable step: its answer's id is made from the step
+            if known is None and codec.dialect is Dialect.OPENAI_RESPONSES:
+                known = await claim.identity()  # every Responses answer can be retrieved
             raw_id = step_ref(known) if known is not None else self.deps.new_id()
             reply = Reply(codec.reply_id(raw_id), req.model, received_ns // 1_000_000_000)
             output = self._output(codec, req, routed, reply)
@@ -218,6 +231,7 @@ class Gateway:
         plan = StepPlan(
             session, claim, route, upstream, received_ns, trace_headers, self._secrets,
             settings.continue_on_disconnect, naming,
+            aliased=request.scope["path"] == "/v1/responses",  # GET /v1/responses/{id}
         )  # fmt: skip
         return StepRun(
             plan, output, settings.caller_buffer_bytes, self.deps, self.metrics,
@@ -272,13 +286,15 @@ class Gateway:
             return await assign_keyed(session, steps, keyed, new_turn=not tool_result)
         return await assign_next(session, steps, new_turn=not tool_result)
 
-    async def _resume(self, codec: CallerCodec[R], req: R, target: ResumeTarget) -> Response:
+    async def _resume(
+        self, codec: CallerCodec[R], req: R, target: ResumeTarget, after: int | None = None
+    ) -> Response:
         """A resumed step's answer (``_resume.py``); its errors in the dialect, never retried
         by the SDKs but past the resumer cap."""
         try:
             if self.resumer is None:
                 raise BrokerUnavailableError("this gateway cannot read steps back (no history)")
-            return await self.resumer.answer(codec, req, target)
+            return await self.resumer.answer(codec, req, target, after)
         except GatewayError as exc:
             return self._error(codec, exc, target.identity)
 
@@ -505,6 +521,7 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
         HttpRoute("/v1/chat/completions", gw.chat_completions, methods=["POST"]),
         HttpRoute("/v1/messages", gw.messages, methods=["POST"]),
         HttpRoute("/v1/responses", gw.responses, methods=["POST"]),
+        _require_key(gw, HttpRoute("/v1/responses/{response_id}", gw.retrieve, methods=["GET"])),
         *_catalog_routes(gw),
         # The session routes read recorded content: behind the same gateway keys as the model
         # endpoints (the viewer page itself holds no data and sends the key it is given).

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import re
 from collections import Counter
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from starlette.responses import Response
 
 from tokenwire.broker import StepNames
 from tokenwire.fold import FoldError, StepFold
-from tokenwire.schemas import ChunkEnvelope, Finish, RecordedError
+from tokenwire.schemas import ChunkEnvelope, Finish, RecordedError, StreamChunk
 from tokenwire.services.gateway._caller import EncodingOutput, Outbox, StepStream
 from tokenwire.services.gateway._dialects import CallerCodec, R, Reply
 from tokenwire.services.gateway._errors import (
@@ -59,6 +60,12 @@ def key_hash(credential: str, key: str) -> str:
     """An idempotency key's hash, scoped to the credential it came with (another caller's
     identical key maps to another step)."""
     return hashlib.sha256(f"{credential}\n{key}".encode()).hexdigest()[:40]
+
+
+def response_alias(response_id: str) -> str:
+    """The hash a Responses answer's id is found under (``GET /v1/responses/{id}``), in the
+    idempotency keys' table (a namespace no credential can reach)."""
+    return key_hash("\x00response", response_id)
 
 
 def step_ref(identity: StepIdentity) -> str:
@@ -92,9 +99,12 @@ class Resumer:
         self._active: Counter[tuple[str, int, int]] = Counter()
         self.tasks: set[asyncio.Task[None]] = set()
 
-    async def answer(self, codec: CallerCodec[R], req: R, target: ResumeTarget) -> Response:
+    async def answer(
+        self, codec: CallerCodec[R], req: R, target: ResumeTarget, after: int | None = None
+    ) -> Response:
         """The resumed step's answer; raises the :class:`GatewayError` that is the answer
-        before any byte (a recorded error, the step gone or abandoned, the cap)."""
+        before any byte (a recorded error, the step gone or abandoned, the cap). ``after``:
+        a Responses stream starts after the event of that ``sequence_number``."""
         ident = target.identity
         triple = (ident.session, ident.turn, ident.step)
         if self._active[triple] >= self._max:
@@ -110,7 +120,7 @@ class Resumer:
             reply = _reply(codec, target, first[0], req.model)
             if not req.stream:
                 return await _folded(codec, chunks, first, reply, ident)
-            return self._streamed(codec, req, chunks, first, reply, ident, release)
+            return self._streamed(codec, req, chunks, first, reply, ident, release, after)
         except BaseException:
             release()
             raise
@@ -134,12 +144,15 @@ class Resumer:
     def _streamed(
         self, codec: CallerCodec[R], req: R, chunks: AsyncGenerator[list[ChunkEnvelope], None],
         first: list[ChunkEnvelope], reply: Reply, ident: StepIdentity, release: Callable[[], None],
+        after: int | None = None,
     ) -> Response:  # fmt: skip
         head = first[0].chunk
         if isinstance(head, Finish) and head.error is not None:  # failed before it started
             release()
             raise RecordedStepError(head.error.message, retryable=head.error.retryable)
-        output = EncodingOutput(codec.encoder(req, reply))
+        output: EncodingOutput = EncodingOutput(codec.encoder(req, reply))
+        if after is not None:
+            output = _After(output, after)
         outbox = Outbox(self._bounds.outbox_bytes)
         opening = output.opening() + _rendered(output, first)
         task = asyncio.create_task(_pump(output, chunks, outbox, opening, release))
@@ -147,6 +160,39 @@ class Resumer:
         task.add_done_callback(self.tasks.discard)
         headers = {**ident.headers(), "cache-control": "no-cache", RESUMED_HEADER: "true"}
         return StepStream(outbox, headers, lambda: _cancel(task))
+
+
+_SEQUENCE = re.compile(rb'"sequence_number":(\d+)}\n')
+
+
+class _After(EncodingOutput):
+    """A Responses stream from the event after ``after`` (``starting_after``): events are
+    rendered from the step's start (the encoder's state needs every chunk) and those with a
+    ``sequence_number`` up to ``after`` are left out."""
+
+    def __init__(self, inner: EncodingOutput, after: int) -> None:
+        self._inner = inner
+        self._after = after
+
+    def _kept(self, data: bytes) -> bytes:
+        events = data.split(b"\n\n")[:-1]  # each rendering is whole events
+        return b"".join(e + b"\n\n" for e in events if self._later(e + b"\n"))
+
+    def _later(self, event: bytes) -> bool:
+        found = _SEQUENCE.search(event)
+        return found is None or int(found.group(1)) > self._after
+
+    def opening(self) -> bytes:
+        return self._kept(self._inner.opening())
+
+    def chunk(self, chunk: StreamChunk) -> bytes:
+        return self._kept(self._inner.chunk(chunk))
+
+    def ending(self) -> bytes:
+        return self._kept(self._inner.ending())
+
+    def failure(self, message: str) -> bytes:
+        return self._inner.failure(message)
 
 
 def _cancel(task: asyncio.Task[None]) -> None:

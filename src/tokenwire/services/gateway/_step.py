@@ -40,7 +40,7 @@ from typing import NoReturn
 
 import msgspec
 
-from tokenwire.broker import BrokerError, PayloadTooLarge, StepNames
+from tokenwire.broker import BrokerError, KeyBinding, PayloadTooLarge, StepNames
 from tokenwire.providers import Normaliser, ProviderHTTPError
 from tokenwire.schemas import (
     LIMIT_ERROR_CODE,
@@ -73,11 +73,15 @@ from tokenwire.services.gateway._fit import ChunkTooLarge, DeltaLedger, fitted
 from tokenwire.services.gateway._genai import CallObserver
 from tokenwire.services.gateway._identity import StepClaim, StepIdentity
 from tokenwire.services.gateway._metrics import GatewayMetrics
+from tokenwire.services.gateway._resume import response_alias
 from tokenwire.services.gateway._routing import Route
 from tokenwire.services.gateway._watchdog import Watchdog
 
 log = logging.getLogger("tokenwire.gateway")
 DEFAULT_BOUNDS = StepBounds()
+ALIAS_TTL_S = 10 * 365 * 24 * 3600.0
+"""A Responses id maps to its step for as long as the registry keeps it (its bucket's TTL,
+the chunk stream's retention)."""
 _ID_GROWTH = 64
 """Bytes kept free in a fitted message for what grows with the ordinal (its envelope field and
 the ``Nats-Msg-Id`` header)."""
@@ -114,6 +118,8 @@ class StepPlan:
     """A resumable step's names (``_resume.py``): how its caller saw the answer named, from
     the provider's first events (read by a :class:`HeadTap`) or the gateway's reply; kept
     with the claim once the first chunk is published. None: not resumable, nothing kept."""
+    aliased: bool = False
+    """A Responses answer: its id is mapped to the step too (``GET /v1/responses/{id}``)."""
 
 
 def scrub(text: str, secrets: tuple[str, ...]) -> str:
@@ -335,6 +341,11 @@ class StepRun:
         try:
             async with asyncio.timeout(self._ack_timeout):
                 await self._deps.steps.name_step(*self._key, names)
+                if self.plan.aliased and names.response_id is not None:
+                    alias = KeyBinding(*self._key, fingerprint="")
+                    await self._deps.steps.bind_key(
+                        response_alias(names.response_id), alias, ALIAS_TTL_S
+                    )
         except (BrokerError, TimeoutError) as exc:
             log.warning("the names of step %s/%s/%s were not kept: %s", *self._key, exc)
 
