@@ -235,3 +235,37 @@ async def test_the_openai_sdk_resumes_a_responses_stream_with_starting_after(
     assert seen + rest == whole, f"cut after sequence_number {cut_at}"
     assert final.model_dump() == whole[-1]["response"]
     assert len(scripted.received) == before + 1
+
+
+async def test_the_sdks_own_retry_with_an_idempotency_key_resumes_the_step(
+    nc: Client, topology: Topology
+) -> None:
+    """A non-streaming call times out before its (slow) step ends; the openai SDK retries on
+    its own (``x-stainless-retry-count`` changes, the body and the ``Idempotency-Key`` do not)
+    and gets the step's answer from the broker: one provider call, no turn or step named.
+    Neither official SDK sends an ``Idempotency-Key`` by default: the caller names one."""
+    clock = fixed_clock()
+    session = {"x-tokenwire-session": f"idem-{random.Random(SEED).randrange(1 << 30)}"}
+    keyed = {**session, "Idempotency-Key": "agent-7-call-1"}
+    slow = {"model": SLOW_BODY["model"], "messages": SLOW_BODY["messages"]}
+    async with (
+        scripted_server() as scripted,
+        reference_topology(nc) as ref_topology,
+        gateway(nc, ref_topology, scripted.url, clock) as reference,
+        gateway(nc, topology, scripted.url, clock) as url,
+        openai_client(reference, Sent()) as ref_client,
+        openai_client(url, sent := Sent(), retries=4) as client,
+    ):
+        expected = await ref_client.chat.completions.create(**slow, extra_headers=keyed)
+        before = len(scripted.received)
+        impatient = client.with_options(timeout=0.25)
+        answer = await impatient.chat.completions.create(**slow, extra_headers=keyed)
+        assert len(sent.bodies) >= 2  # timed out at least once, then retried by the SDK
+        assert len(scripted.received) == before + 1
+        with pytest.raises(openai.ConflictError, match="same Idempotency-Key"):
+            await client.chat.completions.create(
+                model=slow["model"], messages=[{"role": "user", "content": "else"}],
+                extra_headers=keyed,
+            )  # fmt: skip
+    assert answer.model_dump() == expected.model_dump()
+    assert answer.id.startswith("chatcmpl-")
