@@ -9,9 +9,12 @@ twin reads a :class:`~tokenwire.broker.MemoryPublisher`.
 Finding the step's first chunk without reading the session from its start: the first chunk
 of every step travels alone on the session's ``.first`` subject, and the claim's record
 carries the broker's time of the claim. One ``STREAM.MSG.GET`` (``next_by_subj`` from that
-time, less :data:`CLOCK_MARGIN_S`) finds the session's first ``.first`` message since; the
-next ones are read by sequence until the step's own (one message per step of the session
-in between, at most :data:`MAX_FIRSTS`). The read then starts at that sequence. A step whose
+time) finds the session's first ``.first`` message since: the step's own, as its first chunk
+is published after its claim (one server, one clock). Where it is not (the KV and chunk
+streams' leaders on nodes whose clocks differ), the search starts again
+:data:`CLOCK_MARGIN_S` earlier and reads the next ones by sequence until the step's own (one
+message per step of the session in between, at most :data:`MAX_FIRSTS`). The read then
+starts at that sequence (measured in docs/gateway.md, "Resuming a step"). A step whose
 first chunk is not stored yet is followed from the stream's end as it was before the search
 (nothing published after it can be missed). No write is added to the step's path.
 
@@ -119,17 +122,26 @@ class BrokerStepSource:
         info = await stream_info(self._nc, self._topology.stream)
         end = int((info.get("state") or {}).get("last_seq") or 0) + 1
         subject = stored_subject(self._topology, session, first=True)
+        if since_ns:  # the usual case: the step's first chunk is the first one since the claim
+            stored = await next_stored(self._nc, self._topology.stream, subject, since_ns=since_ns)
+            if stored is not None and _names(stored.data, turn, step):
+                return True, stored.seq
         since = max(0, since_ns - int(CLOCK_MARGIN_S * 1e9)) if since_ns else None
         stored = await next_stored(self._nc, self._topology.stream, subject, since_ns=since)
         for _ in range(MAX_FIRSTS):
             if stored is None:
                 return False, end
-            envelope = envelope_decoder.decode(stored.data)
-            if (envelope.turn, envelope.step) == (turn, step):
+            if _names(stored.data, turn, step):
                 return True, stored.seq
             stored = await next_stored(self._nc, self._topology.stream, subject,
                                        after_seq=stored.seq)  # fmt: skip
         return False, end
+
+
+def _names(payload: bytes, turn: int, step: int) -> bool:
+    """Whether a stored first chunk is the step's."""
+    envelope = envelope_decoder.decode(payload)
+    return (envelope.turn, envelope.step) == (turn, step)
 
 
 async def _followed(
