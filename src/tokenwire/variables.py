@@ -95,6 +95,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TOKENWIRE_GATEWAY_STEP_RETRY_S", "step-retry-s", "`30`",
              "Seconds one step assignment may spend on those retries (the caller waits for its "
              "first chunk meanwhile).", ("gateway",)),
+    Variable("TOKENWIRE_GATEWAY_MAX_RESUMERS", "max-resumers", "`8`",
+             "Callers resuming one step at once on a gateway (a retried step, "
+             "`GET /v1/responses/{id}`); past it 429 with `retry-after`.", ("gateway",)),
+    Variable("TOKENWIRE_GATEWAY_IDEMPOTENCY_TTL_S", "idempotency-ttl-s", "`86400`",
+             "Seconds an `Idempotency-Key` maps to its step; after it the key starts a new "
+             "step.", ("gateway",)),
     Variable("TOKENWIRE_GATEWAY_MAX_HEADER_BYTES", "max-header-bytes", "`65536`",
              "Request line and headers of one request; past it 431.", ("gateway",)),
     Variable("TOKENWIRE_GATEWAY_MAX_HEADERS", "max-headers", "`100`",

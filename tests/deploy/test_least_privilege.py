@@ -123,7 +123,7 @@ def catalogue() -> list[Pub | Sub]:
             chunk_readers - readers | {"operator"},
         ),
         Pub(f"$JS.API.DIRECT.GET.{T.stream}", _users("operator")),
-        Pub(f"$JS.API.STREAM.MSG.GET.{T.stream}", _users("operator")),
+        Pub(f"$JS.API.STREAM.MSG.GET.{T.stream}", _users("operator", "gateway")),  # resume
         Pub(f"$JS.API.CONSUMER.DELETE.{T.stream}.rdx", readers),
         # the bucket: the gateway's, read by the operator
         Pub(f"$JS.API.DIRECT.GET.KV_{T.steps_bucket}.$KV.{T.steps_bucket}.sess-x", readers),
