@@ -111,6 +111,12 @@ VARIABLES: tuple[Variable, ...] = (
              "(0 to 1000; 0: each provider read's chunks go at once). Never delays the "
              "caller's stream; a step's first chunk and its end go at once.",
              ("gateway", *STACK_COMMANDS)),
+    Variable("TOKENWIRE_GATEWAY_MAX_RESUMERS", "max-resumers", "`8`",
+             "Callers resuming one step at once on a gateway (a retried step, "
+             "`GET /v1/responses/{id}`); past it 429 with `retry-after`.", ("gateway",)),
+    Variable("TOKENWIRE_GATEWAY_IDEMPOTENCY_TTL_S", "idempotency-ttl-s", "`86400`",
+             "Seconds an `Idempotency-Key` maps to its step; after it the key starts a new "
+             "step.", ("gateway",)),
     Variable("TOKENWIRE_GATEWAY_MAX_HEADER_BYTES", "max-header-bytes", "`65536`",
              "Request line and headers of one request; past it 431.", ("gateway",)),
     Variable("TOKENWIRE_GATEWAY_MAX_HEADERS", "max-headers", "`100`",

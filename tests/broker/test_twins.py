@@ -19,6 +19,7 @@ from tokenwire.broker import (
     BrokerUnavailable,
     ChunkPublisher,
     ChunkSink,
+    KeyBinding,
     MemoryPublisher,
     MemorySessionOwners,
     MemoryStepRegistry,
@@ -27,6 +28,7 @@ from tokenwire.broker import (
     SessionOwnership,
     StepAllocator,
     StepClaimConflict,
+    StepNames,
     StepRegistry,
     Topology,
 )
@@ -199,3 +201,38 @@ async def test_two_writers_of_a_new_session_at_once_get_one_owner(
         )
         assert a == b
         assert a in (Owner("team-a"), Owner("team-b"))
+
+
+async def test_a_claim_keeps_its_record_and_its_names(steps: StepAllocator) -> None:
+    assert await steps.record("twin-rec", 0, 0) is None
+    await steps.claim("twin-rec", 0, 0, "fp-1")
+    record = await steps.record("twin-rec", 0, 0)
+    assert record is not None
+    assert (record.fingerprint, record.names) == ("fp-1", None)
+    assert record.time_ns > 0
+    await steps.name_step("twin-rec", 0, 0, StepNames("chatcmpl-1", "m", 7))
+    named = await steps.record("twin-rec", 0, 0)
+    assert named is not None
+    assert (named.fingerprint, named.names) == ("fp-1", StepNames("chatcmpl-1", "m", 7))
+    assert named.token == record.token
+    pending = await steps.begin_next_step("twin-rec", True, "fp-2")
+    turn, step = await pending.result()
+    assigned = await steps.record("twin-rec", turn, step)
+    assert assigned is not None
+    assert assigned.fingerprint == "fp-2"
+
+
+async def test_an_idempotency_key_maps_to_its_first_step_within_its_ttl(
+    steps: StepAllocator,
+) -> None:
+    first = KeyBinding("twin-key", 0, 0, "fp")
+    assert await steps.key_binding("k1", 60.0) is None
+    assert await steps.bind_key("k1", first, 60.0) == first
+    held = await steps.bind_key("k1", KeyBinding("twin-key", 1, 0, "other"), 60.0)
+    assert (held.session, held.turn, held.step, held.fingerprint) == ("twin-key", 0, 0, "fp")
+    found = await steps.key_binding("k1", 60.0)
+    assert found is not None
+    assert (found.turn, found.step) == (0, 0)
+    assert await steps.key_binding("k1", 0.0) is None  # past its TTL: no longer in force
+    later = KeyBinding("twin-key", 2, 0, "new")
+    assert await steps.bind_key("k1", later, 0.0) == later

@@ -123,7 +123,7 @@ def catalogue() -> list[Pub | Sub]:
             chunk_readers - readers | {"operator"},
         ),
         Pub(f"$JS.API.DIRECT.GET.{T.stream}", _users("operator")),
-        # a session's owner: its first retained step, by subject (the gateway's tenant keys)
+        # a session's owner (tenant keys) and a resumed step's first chunk, by subject
         Pub(f"$JS.API.STREAM.MSG.GET.{T.stream}", readers),
         Pub(f"$JS.API.CONSUMER.DELETE.{T.stream}.rdx", readers),
         # the bucket: the gateway's, read by the operator

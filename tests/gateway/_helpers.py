@@ -25,6 +25,7 @@ from tokenwire.services.gateway import (
     GatewayApp,
     GatewayDeps,
     GatewaySettings,
+    MemoryStepSource,
     create_app,
 )
 from tokenwire.services.gateway._canned import CannedAnswer
@@ -108,7 +109,7 @@ def make_rig(
     clock = itertools.count(CLOCK_START_NS, 1_000_000)
     deps = GatewayDeps(
         upstream=upstream, sink=sink, steps=steps, clock_ns=lambda: next(clock), new_id=new_id,
-        otel=otel or no_otel(),
+        otel=otel or no_otel(), history=MemoryStepSource(sink),
     )  # fmt: skip
     base = {"keys": frozenset({GATEWAY_KEY}), "provider_env": provider_env()}
     gw_settings = GatewaySettings(**{**base, **settings})

@@ -147,7 +147,7 @@ async def test_x_api_key_is_accepted_and_no_keys_means_open():
 
 
 @pytest.mark.parametrize("dialect", ["openai", "anthropic"])
-async def test_a_repeated_explicit_triple_is_409(dialect):
+async def test_an_explicit_triple_used_by_another_request_is_409(dialect):
     rig = make_rig(recording("openai/chat-text-include-usage.sse"))
     path, ok = ENDPOINTS[dialect]
     ids = {"x-tokenwire-session": "sess-1", "x-tokenwire-turn": "3", "x-tokenwire-step": "1"}
@@ -155,10 +155,31 @@ async def test_a_repeated_explicit_triple_is_409(dialect):
     async with rig.client(**AUTH, **ids) as client:
         first = await client.post(path, json=ok)
         published = len(rig.sink.messages)
-        second = await client.post(path, json=ok)
+        second = await client.post(path, json={**ok, "temperature": 0.5})
     assert first.status_code == 200
     assert [first.headers[k] for k in ids] == list(ids.values())
-    assert_dialect_error(dialect, second, 409)
+    error = assert_dialect_error(dialect, second, 409)
+    assert "by a different request" in str(error)
+    assert second.headers["x-should-retry"] == "false"
+    assert len(rig.sink.messages) == published
+    assert len(rig.upstream.requests) == 1
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+async def test_the_same_request_for_a_used_triple_gets_the_same_answer_again(dialect):
+    """docs/gateway.md, "Resuming a step": no provider call, nothing published, the folded
+    answer named as the first one (the provider's id and model)."""
+    rig = make_rig(recording("openai/chat-text-include-usage.sse"))
+    path, ok = ENDPOINTS[dialect]
+    ids = {"x-tokenwire-session": "sess-2", "x-tokenwire-turn": "0", "x-tokenwire-step": "0"}
+    ok = {**ok, "model": "openai/gpt-4o"}
+    async with rig.client(**AUTH, **ids) as client:
+        first = await client.post(path, json=ok)
+        published = len(rig.sink.messages)
+        again = await client.post(path, json=dict(reversed(ok.items())))  # key order: the same
+    assert (first.status_code, again.status_code) == (200, 200), again.text
+    assert again.json() == first.json()
+    assert again.headers["x-tokenwire-resumed"] == "true"
     assert len(rig.sink.messages) == published
     assert len(rig.upstream.requests) == 1
 

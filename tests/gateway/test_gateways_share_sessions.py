@@ -163,12 +163,14 @@ async def run_sessions(
 
 
 async def check_the_documented_conflict(client: httpx.AsyncClient, urls: list[str]) -> None:
-    """An explicit triple is claimed once: the second claim is a 409 on any gateway, and of two
+    """An explicit triple is claimed once: a second claim by another request is a 409 on any
+    gateway (the same request resumes the step on any gateway), and of two different requests
     at once through two gateways exactly one wins."""
     first, _, _ = await turn(client, urls[0], "explicit-a", "x", turn=0, step=0)
-    again = [(await turn(client, url, "explicit-a", "x", turn=0, step=0))[0] for url in urls]
-    assert (first, again) == (200, [409] * len(urls))
+    again = [(await turn(client, url, "explicit-a", "y", turn=0, step=0))[0] for url in urls]
+    resumed = [(await turn(client, url, "explicit-a", "x", turn=0, step=0))[0] for url in urls]
+    assert (first, again, resumed) == (200, [409] * len(urls), [200] * len(urls))
     raced = await asyncio.gather(
-        *(turn(client, url, "explicit-b", "x", turn=0, step=0) for url in urls)
+        *(turn(client, url, "explicit-b", f"x{i}", turn=0, step=0) for i, url in enumerate(urls))
     )
     assert sorted(status for status, *_ in raced) == [200] + [409] * (len(urls) - 1)

@@ -74,7 +74,7 @@ async def test_a_step_conflict_is_not_retried_by_the_sdk(gateway) -> None:
         sent = len(scripted.received)
         with pytest.raises(openai.ConflictError) as info:
             await oa.chat.completions.create(
-                model="scripted/text", messages=[{"role": "user", "content": "x"}]
+                model="scripted/text", messages=[{"role": "user", "content": "another"}]
             )
     assert info.value.response.headers["x-should-retry"] == "false"
     assert len(scripted.received) == sent  # a conflict never reaches the provider
@@ -84,8 +84,9 @@ async def test_a_step_conflict_is_not_retried_by_the_sdk(gateway) -> None:
 @pytest.mark.parametrize("stream", [True, False])
 async def test_an_explicit_steps_failure_is_not_retried_into_a_conflict(gateway, stream) -> None:
     """A named (turn, step) is claimed before the provider call and stays claimed when the
-    call fails; the SDK's default retry of a 429 would only meet a 409. The caller sees the
-    provider's rate limit, after one provider call."""
+    call fails; the SDK's default retry of a 429 would only get the recorded error again. The
+    caller sees the provider's rate limit, after one provider call; the same request sent
+    again gets the recorded error (502, never a 409), without a provider call."""
     url, scripted = gateway
     identity = {
         "x-tokenwire-session": f"explicit-429-{stream}",
@@ -106,6 +107,18 @@ async def test_an_explicit_steps_failure_is_not_retried_into_a_conflict(gateway,
     assert headers["x-tokenwire-step"] == "0"
     assert len(scripted.received) == sent + 1
     assert info.value.response.request.headers.get("x-stainless-retry-count") == "0"
+    async with openai.AsyncOpenAI(
+        base_url=url + "/v1", api_key=GATEWAY_KEY, max_retries=2, default_headers=identity
+    ) as oa:
+        with pytest.raises(openai.InternalServerError) as again:
+            await oa.chat.completions.create(
+                model="scripted/http-429", messages=[{"role": "user", "content": "x"}],
+                stream=stream,
+            )  # fmt: skip
+    assert again.value.status_code == 502
+    assert again.value.response.headers["x-should-retry"] == "false"
+    assert "429" in again.value.message or "rate" in again.value.message.lower()
+    assert len(scripted.received) == sent + 1
 
 
 async def test_non_streaming_answers_carry_the_providers_id_and_model(gateway) -> None:

@@ -233,9 +233,10 @@ async def pool_a_connection(local: Local, provider: LoopbackProvider) -> None:
 async def test_a_repeated_explicit_triple_is_409_without_a_provider_call(
     nc: Client, topology: Topology
 ) -> None:
-    """docs/gateway.md: a triple claimed before is refused with 409, no provider call spent.
-    The second request finds a pooled connection, so a call sent before its claim would reach
-    the provider at once; the provider's count is read once every connection ended."""
+    """docs/gateway.md: a triple claimed before by another request is refused with 409, and
+    the same request again resumes it: no provider call spent either way. Each repeat finds a
+    pooled connection, so a call sent before its claim would reach the provider at once; the
+    provider's count is read once every connection ended."""
     async with loopback_provider(lambda n: FULL) as provider:
         real = await broker_deps(nc, topology)
         try:
@@ -243,15 +244,17 @@ async def test_a_repeated_explicit_triple_is_409_without_a_provider_call(
                 GatewayServer(settings(provider, port=0), real.deps) as server,
                 httpx.AsyncClient(base_url=server.url, timeout=30) as client,
             ):
+                other = {**BODY, "temperature": 0.5}
                 answers = [
-                    await client.post(PATH, json=BODY, headers=triple("dup", 0, step))
-                    for step in (0, 0, 1)
+                    await client.post(PATH, json=body, headers=triple("dup", 0, step))
+                    for body, step in ((BODY, 0), (other, 0), (BODY, 0), (BODY, 1))
                 ]
         finally:
             await real.aclose()
         await provider.until(provider.all_closed)
-    assert [a.status_code for a in answers] == [200, 409, 200]
+    assert [a.status_code for a in answers] == [200, 409, 200, 200]
     assert answers[1].headers["x-should-retry"] == "false"
+    assert answers[2].headers["x-tokenwire-resumed"] == "true"
     assert provider.requests == 2
     steps = [(e.turn, e.step) for e in by_session(await read_stream(nc, topology))["dup"]]
     assert sorted(set(steps)) == [(0, 0), (0, 1)]
@@ -326,18 +329,17 @@ async def test_a_set_up_failing_after_the_send_closes_the_pooled_connection(
         assert (provider.connections, provider.requests) == (2, 3)
 
 
-class Assignments:
+class Assignments(MemoryStepRegistry):
     """Explicit claims as the in-memory twin; every assignment is sent and answered by
     ``pending`` (a fault of the registry between the send and the answer)."""
 
     def __init__(self, pending: PendingAssignment) -> None:
-        self._twin = MemoryStepRegistry()
+        super().__init__()
         self._pending = pending
 
-    async def claim(self, session: str, turn: int, step: int) -> None:
-        await self._twin.claim(session, turn, step)
-
-    async def begin_next_step(self, session: str, new_turn: bool) -> PendingAssignment:
+    async def begin_next_step(  # type: ignore[override]  # answered by the injected fault
+        self, session: str, new_turn: bool, fingerprint: str = ""
+    ) -> PendingAssignment:
         return self._pending
 
 

@@ -63,8 +63,10 @@ from tokenwire.broker._memory import (
     Published,
 )
 from tokenwire.broker._messages import (
+    StoredAt,
     StoredMessage,
     last_by_subject,
+    next_stored,
     publish_acked,
     publish_event,
     stored_with_msg_id,
@@ -91,6 +93,7 @@ from tokenwire.broker._server import (
     find_binary,
     free_port,
 )
+from tokenwire.broker._step_record import KeyBinding, StepNames, StepRecord
 from tokenwire.broker._step_registry import PendingStep, StepRegistry
 from tokenwire.broker._topology import (
     Topology,
@@ -124,6 +127,7 @@ __all__ = [
     "EmbeddedServer",
     "FlushTimeout",
     "Handler",
+    "KeyBinding",
     "MemoryPublisher",
     "MemorySessionOwners",
     "MemoryStepRegistry",
@@ -153,8 +157,11 @@ __all__ = [
     "StepAllocator",
     "StepAssignmentContention",
     "StepClaimConflict",
+    "StepNames",
+    "StepRecord",
     "StepRegistry",
     "StepRegistryError",
+    "StoredAt",
     "StoredChunk",
     "StoredMessage",
     "Topology",
@@ -176,6 +183,7 @@ __all__ = [
     "last_by_subject",
     "msg_id",
     "nak_many",
+    "next_stored",
     "ordered_subscribe",
     "parse_stored_subject",
     "partition_consumer",

@@ -7,12 +7,16 @@ works.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+
+import msgspec
 
 from tokenwire.broker._errors import BrokerUnavailable, PayloadTooLarge, StepClaimConflict
 from tokenwire.broker._frames import header_size
 from tokenwire.broker._owners import Owner
 from tokenwire.broker._publisher import PublisherStats
+from tokenwire.broker._step_record import KeyBinding, StepNames, StepRecord
 from tokenwire.broker._topology import msg_id
 from tokenwire.schemas import ChunkEnvelope, chunk_envelopes
 
@@ -84,23 +88,57 @@ class MemoryStepRegistry:
 
     claimed: set[tuple[str, int, int]] = field(default_factory=set)
     latest: dict[str, tuple[int, int]] = field(default_factory=dict)
+    records: dict[tuple[str, int, int], StepRecord] = field(default_factory=dict)
+    bindings: dict[str, KeyBinding] = field(default_factory=dict)
 
-    async def claim(self, session: str, turn: int, step: int) -> None:
+    async def claim(self, session: str, turn: int, step: int, fingerprint: str = "") -> None:
         """Claim the triple or raise :class:`StepClaimConflict`."""
         if (session, turn, step) in self.claimed:
             raise StepClaimConflict(session, turn, step)
-        self.claimed.add((session, turn, step))
+        self._claimed((session, turn, step), fingerprint)
 
-    async def begin_next_step(self, session: str, new_turn: bool) -> Assigned:
+    async def begin_next_step(
+        self, session: str, new_turn: bool, fingerprint: str = ""
+    ) -> Assigned:
         """Assigned at once: (0, 0) first; then (turn + 1, 0) for a new turn, else
         (turn, step + 1), skipping claimed triples."""
         turn, step = self.latest.get(session, (-1, -1))
         candidate = (0, 0) if turn < 0 else (turn + 1, 0) if new_turn else (turn, step + 1)
         while (session, *candidate) in self.claimed:
             candidate = (candidate[0], candidate[1] + 1)
-        self.claimed.add((session, *candidate))
+        self._claimed((session, *candidate), fingerprint)
         self.latest[session] = candidate
         return Assigned(candidate)
+
+    def _claimed(self, triple: tuple[str, int, int], fingerprint: str) -> None:
+        self.claimed.add(triple)
+        token = f"memory.{len(self.claimed)}"
+        self.records[triple] = StepRecord(token, fingerprint, time_ns=time.time_ns())
+
+    async def record(self, session: str, turn: int, step: int) -> StepRecord | None:
+        """The claim's record, None when never claimed."""
+        return self.records.get((session, turn, step))
+
+    async def name_step(self, session: str, turn: int, step: int, names: StepNames) -> None:
+        """Keep the answer's names with the claim."""
+        record = self.records.get((session, turn, step))
+        if record is not None:
+            self.records[(session, turn, step)] = msgspec.structs.replace(record, names=names)
+
+    async def bind_key(self, key_hash: str, binding: KeyBinding, ttl_s: float) -> KeyBinding:
+        """Map the key unless a mapping younger than ``ttl_s`` holds; the one in force."""
+        held = await self.key_binding(key_hash, ttl_s)
+        if held is not None:
+            return held
+        self.bindings[key_hash] = msgspec.structs.replace(binding, time_ns=time.time_ns())
+        return binding
+
+    async def key_binding(self, key_hash: str, ttl_s: float) -> KeyBinding | None:
+        """The mapping, if younger than ``ttl_s``."""
+        held = self.bindings.get(key_hash)
+        if held is None or time.time_ns() - held.time_ns >= ttl_s * 1e9:
+            return None
+        return held
 
 
 @dataclass(frozen=True)

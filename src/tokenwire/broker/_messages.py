@@ -8,6 +8,9 @@
 - :func:`last_by_subject`: the newest message stored on a subject (``DIRECT.GET``).
 - :func:`stored_with_msg_id`: is a message with a given ``Nats-Msg-Id`` stored on a subject?
   (``STREAM.MSG.GET`` newest first, then oldest up; at most ``max_reads`` reads.)
+- :func:`next_stored`: the first message on a subject (wildcards allowed) after a sequence or
+  at or after a time (``STREAM.MSG.GET`` with ``next_by_subj``: one request, answered from the
+  server's per-subject index, however long the stream).
 
 Each raises :class:`~tokenwire.broker.RequestFailed` (or ``BrokerUnavailable``) when the
 server did not take or answer it.
@@ -16,6 +19,7 @@ server did not take or answer it.
 from __future__ import annotations
 
 import base64
+import datetime
 from typing import Any
 
 import msgspec
@@ -77,6 +81,7 @@ async def last_by_subject(
 class _Stored(msgspec.Struct):
     seq: int
     hdrs: str | None = None
+    data: str | None = None
 
 
 class _Reply(msgspec.Struct):
@@ -134,3 +139,34 @@ def _has_id(stored: _Stored, msg_id: str) -> bool:
         and line.partition(":")[2].strip() == msg_id
         for line in headers.split("\r\n")
     )
+
+
+class StoredAt(msgspec.Struct, frozen=True):
+    """A stored message read by position: its stream sequence and payload."""
+
+    seq: int
+    data: bytes
+
+
+async def next_stored(
+    nc: Client,
+    stream: str,
+    subject: str,
+    *,
+    after_seq: int | None = None,
+    since_ns: int | None = None,
+    timeout_s: float = 2.0,
+) -> StoredAt | None:
+    """The first message of ``stream`` on ``subject`` (wildcards allowed) with a sequence
+    above ``after_seq``, or (``since_ns``) stored at or after that Unix time; None when there
+    is none (yet)."""
+    body: dict[str, Any] = {"next_by_subj": subject}
+    if since_ns is not None:
+        moment = datetime.datetime.fromtimestamp(since_ns / 1e9, tz=datetime.UTC)
+        body["start_time"] = moment.isoformat().replace("+00:00", "Z")
+    else:
+        body["seq"] = (after_seq or 0) + 1
+    stored = await _get(nc, f"$JS.API.STREAM.MSG.GET.{stream}", body, timeout_s)
+    if stored is None:
+        return None
+    return StoredAt(stored.seq, base64.b64decode(stored.data or ""))

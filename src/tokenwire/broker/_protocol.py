@@ -10,6 +10,7 @@ from typing import Protocol
 
 from tokenwire.broker._owners import Owner
 from tokenwire.broker._publisher import PublisherStats
+from tokenwire.broker._step_record import KeyBinding, StepNames, StepRecord
 
 
 class ChunkSink(Protocol):
@@ -63,11 +64,27 @@ class StepAllocator(Protocol):
     new turn (turn + 1, 0); else (turn, step + 1); triples claimed explicitly are skipped) and
     returns before its answer. A registry that does not answer raises another
     :class:`~tokenwire.broker.StepRegistryError`.
+
+    Each claim keeps a :class:`~tokenwire.broker.StepRecord`: the request's ``fingerprint``
+    (given to ``claim`` / ``begin_next_step``) and, once ``name_step`` ran, how the answer was
+    named; ``record`` reads it (None: never claimed). ``bind_key`` maps an idempotency key
+    to a step unless a mapping younger than ``ttl_s`` exists (it returns the one in force);
+    ``key_binding`` reads it.
     """
 
-    async def claim(self, session: str, turn: int, step: int) -> None: ...
+    async def claim(self, session: str, turn: int, step: int, fingerprint: str = "") -> None: ...
 
-    async def begin_next_step(self, session: str, new_turn: bool) -> PendingAssignment: ...
+    async def begin_next_step(
+        self, session: str, new_turn: bool, fingerprint: str = ""
+    ) -> PendingAssignment: ...
+
+    async def record(self, session: str, turn: int, step: int) -> StepRecord | None: ...
+
+    async def name_step(self, session: str, turn: int, step: int, names: StepNames) -> None: ...
+
+    async def bind_key(self, key_hash: str, binding: KeyBinding, ttl_s: float) -> KeyBinding: ...
+
+    async def key_binding(self, key_hash: str, ttl_s: float) -> KeyBinding | None: ...
 
 
 class SessionOwnership(Protocol):

@@ -43,6 +43,16 @@ from tokenwire.broker._errors import (
     TopologyError,
 )
 from tokenwire.broker._kvwrite import KvWriter
+from tokenwire.broker._step_record import (
+    KeyBinding,
+    StepNames,
+    StepRecord,
+    decode_binding,
+    decode_record,
+    encode_binding,
+    encode_record,
+    key_binding_key,
+)
 from tokenwire.broker._topology import Topology
 
 DEFAULT_RETRIES = 16
@@ -143,17 +153,19 @@ class PendingStep:
     that ends before it needs its identity calls :meth:`drop` instead."""
 
     def __init__(
-        self, registry: StepRegistry, session: str, new_turn: bool, first: _Attempt | None
-    ) -> None:
+        self, registry: StepRegistry, session: str, new_turn: bool, first: _Attempt | None,
+        fingerprint: str = "",
+    ) -> None:  # fmt: skip
         self._registry = registry
         self._session = session
         self._new_turn = new_turn
         self._first = first
+        self._fingerprint = fingerprint
 
     async def result(self) -> tuple[int, int]:
         """The claimed (turn, step); StepRegistryError or StepAssignmentContention."""
         first, self._first = self._first, None
-        return await self._registry.assign(self._session, self._new_turn, first)
+        return await self._registry.assign(self._session, self._new_turn, first, self._fingerprint)
 
     def drop(self) -> None:
         """Not needed after all: the first attempt's acks are ignored (its triple stays unused)."""
@@ -203,7 +215,7 @@ class StepRegistry:
         self._retry_s = retry_s
         self._js = js  # reads from the bucket's leader (None: the KV's own reads)
         self._bucket = f"KV_{writer.bucket}"
-        self._tokens = (f"{uuid.uuid4().hex[:12]}.{n}".encode() for n in itertools.count())
+        self._tokens = (f"{uuid.uuid4().hex[:12]}.{n}" for n in itertools.count())
         self._known: OrderedDict[str, tuple[int, _Latest]] = OrderedDict()
 
     @classmethod
@@ -232,9 +244,11 @@ class StepRegistry:
         """Stop listening for acks (writes still waiting fail)."""
         await self._writer.close()
 
-    async def claim(self, session: str, turn: int, step: int) -> None:
-        """Claim the triple for this caller; StepClaimConflict if anyone claimed it before."""
-        budget, triple, token = self._budget(), _Latest(turn, step), next(self._tokens)
+    async def claim(self, session: str, turn: int, step: int, fingerprint: str = "") -> None:
+        """Claim the triple for this caller; StepClaimConflict if anyone claimed it before.
+        ``fingerprint`` (the request's) is kept with the claim (:meth:`record`)."""
+        budget, triple = self._budget(), _Latest(turn, step)
+        token = self._value(fingerprint)
         resent = False
         while True:
             try:
@@ -257,14 +271,25 @@ class StepRegistry:
         """
         return await (await self.begin_next_step(session, new_turn)).result()
 
-    async def begin_next_step(self, session: str, new_turn: bool) -> PendingStep:
+    async def begin_next_step(
+        self, session: str, new_turn: bool, fingerprint: str = ""
+    ) -> PendingStep:
         """:meth:`next_step` in two halves: the first attempt is sent (when the session's
-        pointer is remembered) before this returns; :meth:`PendingStep.result` finishes it."""
+        pointer is remembered) before this returns; :meth:`PendingStep.result` finishes it.
+        ``fingerprint`` is kept with the claim of the step assigned."""
         known = self._known.pop(session, None)
-        first = await self._attempt(session, known, new_turn) if known is not None else None
-        return PendingStep(self, session, new_turn, first)
+        first = None
+        if known is not None:
+            first = await self._attempt(session, known, new_turn, fingerprint)
+        return PendingStep(self, session, new_turn, first, fingerprint)
 
-    async def assign(self, session: str, new_turn: bool, first: _Attempt | None) -> tuple[int, int]:
+    def _value(self, fingerprint: str) -> bytes:
+        """A fresh claim value: a token of its own and the request's fingerprint."""
+        return encode_record(StepRecord(next(self._tokens), fingerprint))
+
+    async def assign(
+        self, session: str, new_turn: bool, first: _Attempt | None, fingerprint: str = ""
+    ) -> tuple[int, int]:
         """Run attempts (``first`` already sent, if any) until one triple is ours; failures
         of the broker are retried within the bound (see the module)."""
         attempt, known, budget = first, None, self._budget()
@@ -273,7 +298,7 @@ class StepRegistry:
                 known = known if known is not None else await budget.run(
                     lambda: self._read(session)
                 )  # fmt: skip
-                attempt = await self._attempt(session, known, new_turn)
+                attempt = await self._attempt(session, known, new_turn, fingerprint)
             candidate = attempt.candidate
             moved, claimed = await self._outcome(session, attempt, budget)
             attempt = None
@@ -292,9 +317,11 @@ class StepRegistry:
                 new_turn = False
         raise StepAssignmentContention(session, self._max_attempts)
 
-    async def _attempt(self, session: str, known: _Known, new_turn: bool) -> _Attempt:
+    async def _attempt(
+        self, session: str, known: _Known, new_turn: bool, fingerprint: str
+    ) -> _Attempt:
         candidate = _following(known[1], new_turn)
-        return await self._send(session, candidate, known, next(self._tokens))
+        return await self._send(session, candidate, known, self._value(fingerprint))
 
     async def _send(self, session: str, candidate: _Latest, base: _Known, token: bytes) -> _Attempt:
         moved = await self._move(session, candidate, base[0])
@@ -327,19 +354,70 @@ class StepRegistry:
 
     async def _ours(self, session: str, triple: _Latest, token: bytes) -> bool:
         """Whether the triple's claim key holds ``token``, read from the bucket's leader."""
-        key = f"{session}.{triple.turn}.{triple.step}"
+        stored = await self._leader_read(f"{session}.{triple.turn}.{triple.step}")
+        return stored is not None and decode_record(stored[0]).token == decode_record(token).token
+
+    async def _leader_read(self, key: str) -> tuple[bytes, int, int] | None:
+        """(value, revision, stored time ns) of ``key`` read from the bucket's leader; None
+        when absent (or deleted)."""
         try:
             if self._js is None:
-                value = (await self._kv.get(key)).value
-            else:
-                value = (
-                    await self._js.get_last_msg(self._bucket, f"$KV.{self._writer.bucket}.{key}")
-                ).data
+                entry = await self._kv.get(key)
+                return entry.value or b"", entry.revision or 0, 0
+            msg = await self._js.get_last_msg(self._bucket, f"$KV.{self._writer.bucket}.{key}")
         except NotFoundError:  # KeyNotFoundError too
-            return False
+            return None
         except (JsError, NatsError, TimeoutError) as exc:
             raise StepRegistryError(f"read {key}: {exc!r}") from exc
-        return value == token
+        if msg.headers and msg.headers.get("KV-Operation") in ("DEL", "PURGE"):
+            return None
+        stamp = int(msg.time.timestamp() * 1e9) if msg.time is not None else 0
+        return msg.data or b"", msg.seq or 0, stamp
+
+    # -- what is kept with a claim, and idempotency keys (broker/_step_record.py) ----------
+
+    async def record(self, session: str, turn: int, step: int) -> StepRecord | None:
+        """The claim's record (read from the bucket's leader); None when never claimed (or
+        expired with the bucket's TTL)."""
+        key = f"{session}.{turn}.{step}"
+        stored = await self._budget().run(lambda: self._leader_read(key))
+        return None if stored is None else decode_record(stored[0], stored[2])
+
+    async def name_step(self, session: str, turn: int, step: int, names: StepNames) -> None:
+        """Keep how the step's answer was named with its claim (one read and one write)."""
+        key = f"{session}.{turn}.{step}"
+        stored = await self._leader_read(key)
+        if stored is None:
+            return
+        record = msgspec.structs.replace(decode_record(stored[0]), names=names)
+        await self._settled(await self._writer.put_if(key, encode_record(record), stored[1]))
+
+    async def bind_key(self, key_hash: str, binding: KeyBinding, ttl_s: float) -> KeyBinding:
+        """Map an idempotency key to ``binding`` unless it maps to a step already (within
+        ``ttl_s`` of that mapping: an older one is replaced); returns the binding in force."""
+        key = key_binding_key(key_hash)
+        value = encode_binding(binding)
+        for _ in range(self._max_attempts):
+            stored = await self._leader_read(key)
+            last = 0
+            if stored is not None:
+                held = decode_binding(stored[0], stored[2])
+                if held is not None and time.time_ns() - held.time_ns < ttl_s * 1e9:
+                    return held
+                last = stored[1]
+            if await self._settled(await self._writer.put_if(key, value, last)) is not None:
+                return binding
+        raise StepAssignmentContention(key, self._max_attempts)
+
+    async def key_binding(self, key_hash: str, ttl_s: float) -> KeyBinding | None:
+        """The step an idempotency key maps to, if it does (and was mapped within ``ttl_s``)."""
+        stored = await self._leader_read(key_binding_key(key_hash))
+        if stored is None:
+            return None
+        held = decode_binding(stored[0], stored[2])
+        if held is None or time.time_ns() - held.time_ns >= ttl_s * 1e9:
+            return None
+        return held
 
     def _remember(self, session: str, revision: int, latest: _Latest) -> None:
         self._known[session] = (revision, latest)

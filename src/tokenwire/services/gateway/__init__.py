@@ -26,7 +26,9 @@ caller's dialect module, ``_dialects/Y`` the provider's when it differs)::
       _dialects/translation  each field's fate for the pair
       _dialects/X -> neutral -> _dialects/Y   the neutral request, the provider's body
     _owners              a named session is the caller's tenant's (else 404)
-    _identity            the step claimed (explicit) or its claim sent (assigned)
+    _identity            the step claimed (explicit) or its claim sent (assigned); a claimed
+                         step asked for again by the same request is resumed instead:
+      _resume, _step_source  its chunks read back from the broker, rendered by _dialects/X
     _trace, _genai       the call's span and figures
     _caller              the caller's output: forwarded (X's Forwarder) or encoded (X's
                          StreamEncoder), or folded for a non-streaming caller; _scrubbed
@@ -81,12 +83,14 @@ from tokenwire.services.gateway._run import (
     tune_gc,
 )
 from tokenwire.services.gateway._settings import GatewaySettings
+from tokenwire.services.gateway._step_source import BrokerStepSource, MemoryStepSource, StepSource
 
 __all__ = [
     "ANONYMOUS",
     "AuthenticationError",
     "BodyTooLargeError",
     "BrokerDeps",
+    "BrokerStepSource",
     "BrokerUnavailableError",
     "Caller",
     "CannedUpstream",
@@ -99,12 +103,14 @@ __all__ = [
     "GatewaySettings",
     "HttpUpstream",
     "InvalidRequestError",
+    "MemoryStepSource",
     "RequestError",
     "Route",
     "SessionNotFoundError",
     "StepConflictError",
     "StepFailureError",
     "StepIdentity",
+    "StepSource",
     "TranslationUnsupportedError",
     "UnknownModelError",
     "Upstream",

@@ -16,7 +16,8 @@ import contextlib
 import importlib.metadata
 import logging
 import random
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -26,11 +27,17 @@ from starlette.routing import BaseRoute
 from starlette.routing import Route as HttpRoute
 from starlette.types import Receive, Scope, Send
 
-from tokenwire.broker import BrokerError
+from tokenwire.broker import BrokerError, StepNames
 from tokenwire.config import ConfigError
+from tokenwire.providers import Dialect
 from tokenwire.schemas import RecordedError
 from tokenwire.scrub import register, scrub
-from tokenwire.services.gateway._caller import CallerOutput, FoldingOutput, stream_output
+from tokenwire.services.gateway._caller import (
+    CallerOutput,
+    FoldingOutput,
+    HeadTap,
+    stream_output,
+)
 from tokenwire.services.gateway._catalog import ModelCatalog
 from tokenwire.services.gateway._count_tokens import CountTokens
 from tokenwire.services.gateway._deps import GatewayDeps, UpstreamCall
@@ -46,16 +53,22 @@ from tokenwire.services.gateway._dialects import (
 from tokenwire.services.gateway._errors import (
     AuthenticationError,
     BodyTooLargeError,
+    BrokerUnavailableError,
     GatewayError,
     InvalidRequestError,
+    TooManyResumersError,
     UpstreamError,
 )
 from tokenwire.services.gateway._genai import GenAICalls, call_span_attributes
 from tokenwire.services.gateway._identity import (
+    IDEMPOTENCY_HEADER,
     SESSION_HEADER,
+    KeyedRequest,
     RequestedIdentity,
+    ResumeTarget,
     StepClaim,
     StepIdentity,
+    assign_keyed,
     assign_next,
     claim_explicit,
     read_identity,
@@ -65,6 +78,15 @@ from tokenwire.services.gateway._metrics import GatewayMetrics
 from tokenwire.services.gateway._openapi import openapi_document
 from tokenwire.services.gateway._owners import SessionGuard
 from tokenwire.services.gateway._provider_call import CallerInput, provider_call
+from tokenwire.services.gateway._resume import (
+    RESUME_RETRY_AFTER_S,
+    ResumeBounds,
+    Resumer,
+    fingerprint,
+    key_hash,
+    step_ref,
+)
+from tokenwire.services.gateway._retrieve import retrieve_request, retrieve_target
 from tokenwire.services.gateway._routing import Route, resolve, with_identity
 from tokenwire.services.gateway._scrubbed import scrubbed
 from tokenwire.services.gateway._settings import GatewaySettings, check_provider_env
@@ -94,6 +116,7 @@ class Gateway:
         register(*self._secrets)  # scrubbed from every error and log line of the process
         self._rng = random.Random()
         self.calls = GenAICalls(self.metrics, deps.otel)
+        self.resumer = _resumer(settings, deps)
 
     # -- routes ---------------------------------------------------------------------------
 
@@ -108,6 +131,15 @@ class Gateway:
     async def responses(self, request: Request) -> Response:
         """``POST /v1/responses``."""
         return await self._handle(request, OPENAI_RESPONSES)
+
+    async def retrieve(self, request: Request) -> Response:
+        """``GET /v1/responses/{response_id}`` (``_retrieve.py``)."""
+        try:
+            req, after = retrieve_request(request)
+            target = await retrieve_target(self.deps.steps, request.path_params["response_id"])
+        except GatewayError as exc:
+            return self._count(request, self._error(OPENAI_RESPONSES, exc, None))
+        return self._count(request, await self._resume(OPENAI_RESPONSES, req, target, after))
 
     async def healthz(self, request: Request) -> Response:
         """The process is up and can serve: 503 once the broker connection is closed for good
@@ -154,20 +186,26 @@ class Gateway:
         call = provider_call(codec, req, route, sent)
         session = wanted.session or self.deps.new_id()
         await self.guard.admit(caller, session, named=wanted.session is not None)
-        claim = await self._claim(wanted, session, req.ends_with_tool_result)
+        fp = fingerprint(request.scope["path"], raw)
+        claim = await self._claim(wanted, session, req.ends_with_tool_result, fp, request.headers)
+        if isinstance(claim, ResumeTarget):
+            return _with(call.response_headers, await self._resume(codec, req, claim))
         # The provider is called before the step is set up (span, output, run): it works
         # while they are built (see docs/gateway.md, "Performance").
         call_start_ns = self.deps.clock_ns()
         routed = with_identity(call.route, {SESSION_HEADER: session})
         upstream = self.deps.upstream.send(routed, call.body)
         try:
-            reply = Reply(
-                codec.reply_id(self.deps.new_id()), req.model, received_ns // 1_000_000_000
-            )
+            known = claim.known  # a resumable step: its answer's id is made from the step
+            if known is None and codec.dialect is Dialect.OPENAI_RESPONSES:
+                known = await claim.identity()  # every Responses answer can be retrieved
+            raw_id = step_ref(known) if known is not None else self.deps.new_id()
+            reply = Reply(codec.reply_id(raw_id), req.model, received_ns // 1_000_000_000)
             output = self._output(codec, req, routed, reply)
+            naming = _naming(reply, req.stream, routed.dialect == codec.dialect)
             run = self._step_run(
                 request, routed, upstream, output, session, claim, received_ns, call_start_ns,
-                caller,
+                caller, naming if known is not None else None,
             )  # fmt: skip
         except BaseException:
             upstream.cancel()
@@ -191,6 +229,7 @@ class Gateway:
     def _step_run(
         self, request: Request, route: Route, upstream: UpstreamCall, output: CallerOutput,
         session: str, claim: StepClaim, received_ns: int, call_start_ns: int, caller: Caller,
+        naming: Callable[[HeadTap | None], StepNames] | None,
     ) -> StepRun:  # fmt: skip
         """The planned step over its sent provider call, with its call span started (its
         trace headers go on the step's first chunk)."""
@@ -204,7 +243,8 @@ class Gateway:
         observer = self.calls.observe(route, session, span, call_start_ns)
         plan = StepPlan(
             session, claim, route, upstream, received_ns, trace_headers, self._secrets,
-            settings.continue_on_disconnect, caller,
+            settings.continue_on_disconnect, caller=caller, naming=naming,
+            aliased=request.scope["path"] == "/v1/responses",  # GET /v1/responses/{id}
         )  # fmt: skip
         return StepRun(
             plan, output, settings.caller_buffer_bytes, self.deps, self.metrics,
@@ -238,14 +278,39 @@ class Gateway:
             raise InvalidRequestError("the client disconnected while sending the body") from exc
         return bytes(body)
 
-    async def _claim(self, wanted: RequestedIdentity, session: str, tool_result: bool) -> StepClaim:
+    async def _claim(
+        self, wanted: RequestedIdentity, session: str, tool_result: bool, fp: str,
+        headers: Mapping[str, str],
+    ) -> StepClaim | ResumeTarget:  # fmt: skip
         """The step's claim: an explicit triple is claimed now, so that a 409 never costs a
-        provider call; an assigned one (never a conflict) is sent now and answered while the
-        provider is called, off the time to first chunk (the step waits for it before it
-        publishes)."""
+        provider call (the same request again resumes it); an unnamed request with an
+        ``Idempotency-Key`` gets the key's step (resumed) or a new one mapped to the key
+        before the provider is called; any other assigned one (never a conflict) is sent now
+        and answered while the provider is called, off the time to first chunk (the step
+        waits for it before it publishes)."""
+        steps = self.deps.steps
         if wanted.turn is not None and wanted.step is not None:
-            return await claim_explicit(session, wanted.turn, wanted.step, self.deps.steps)
-        return await assign_next(session, self.deps.steps, new_turn=not tool_result)
+            return await claim_explicit(session, wanted.turn, wanted.step, steps, fp)
+        key = headers.get(IDEMPOTENCY_HEADER)
+        if key is not None:
+            keyed = KeyedRequest(
+                key_hash(_credential(headers), _checked_key(key)), fp,
+                self.settings.idempotency_ttl_s,
+            )  # fmt: skip
+            return await assign_keyed(session, steps, keyed, new_turn=not tool_result)
+        return await assign_next(session, steps, new_turn=not tool_result)
+
+    async def _resume(
+        self, codec: CallerCodec[R], req: R, target: ResumeTarget, after: int | None = None
+    ) -> Response:
+        """A resumed step's answer (``_resume.py``); its errors in the dialect, never retried
+        by the SDKs but past the resumer cap."""
+        try:
+            if self.resumer is None:
+                raise BrokerUnavailableError("this gateway cannot read steps back (no history)")
+            return await self.resumer.answer(codec, req, target, after)
+        except GatewayError as exc:
+            return self._error(codec, exc, target.identity)
 
     async def _folded(self, run: StepRun, codec: CallerCodec[R], reply: Reply) -> Response:
         """A non-streaming caller's answer: the folded message once the step ended."""
@@ -276,9 +341,12 @@ class Gateway:
             headers["www-authenticate"] = "Bearer"
         if isinstance(exc, UpstreamError):
             headers.update(exc.relay_headers)
-        if exc.status in _NOT_RETRYABLE or (identity is not None and identity.explicit):
-            # the SDKs retry 409 (and more) by default; the same explicit triple, claimed, is
-            # a 409 whatever failed, so its caller is told the real failure instead
+        if isinstance(exc, TooManyResumersError):
+            headers["retry-after"] = str(RESUME_RETRY_AFTER_S)  # room comes as others end
+        elif exc.status in _NOT_RETRYABLE or (identity is not None and identity.explicit):
+            # the SDKs retry 409 (and more) by default; the same explicit triple, claimed,
+            # answers what it answered (resumed) whatever failed, so its caller is told the
+            # real failure instead of retrying into it
             headers["x-should-retry"] = "false"
         body = scrub(codec.error_body(exc).decode(), self._secrets).encode()  # no credentials out
         return Response(body, exc.status, headers, media_type="application/json")
@@ -296,10 +364,58 @@ class Gateway:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.resumer is not None:  # resumers only read: cut at once
+            for task in set(self.resumer.tasks):
+                task.cancel()
 
 
-_NOT_RETRYABLE = frozenset({400, 401, 404, 409, 413, 422})
+_NOT_RETRYABLE = frozenset({400, 401, 404, 409, 410, 413, 422})
 """Answers a retry of the same request cannot change."""
+_MAX_KEY_CHARS = 255
+
+
+def _resumer(settings: GatewaySettings, deps: GatewayDeps) -> Resumer | None:
+    """Resumes steps from the broker (when the gateway can read it back)."""
+    if deps.history is None:
+        return None
+    bounds = ResumeBounds(
+        idle_s=settings.max_step_idle_seconds + settings.ack_timeout_s,
+        ended_after_s=settings.max_step_seconds + settings.ack_timeout_s + 60.0,
+        outbox_bytes=settings.caller_buffer_bytes,
+    )
+    return Resumer(deps.history, bounds, settings.max_resumers, time.time_ns)  # the broker's clock
+
+
+def _naming(reply: Reply, stream: bool, forwarded: bool) -> Callable[[HeadTap | None], StepNames]:
+    """How a resumable step's answer is named to its caller: a forwarded stream as the
+    provider named it (id, model, time), a folded answer with the provider's id and model
+    (``provider_reply``), an encoded stream as the gateway's ``reply``."""
+
+    def names(head: HeadTap | None) -> StepNames:
+        if head is None or (stream and not forwarded):
+            return StepNames(reply.response_id, reply.model, reply.created)
+        folded = provider_reply(reply, head.response_id, head.model)
+        if not stream:  # the folded answer: the provider's id and model, the gateway's time
+            return StepNames(folded.response_id, folded.model, reply.created)
+        created = head.created if head.created is not None else reply.created
+        return StepNames(folded.response_id, folded.model, created, head.system_fingerprint)
+
+    return names
+
+
+def _credential(headers: Mapping[str, str]) -> str:
+    """What the caller authenticated with (an idempotency key is scoped to it)."""
+    return headers.get("authorization") or headers.get("x-api-key") or ""
+
+
+def _checked_key(key: str) -> str:
+    """An ``Idempotency-Key`` value: 1-255 visible ASCII characters (400 otherwise)."""
+    if not 0 < len(key) <= _MAX_KEY_CHARS or not all(" " < c <= "~" for c in key):
+        raise InvalidRequestError(
+            f"Idempotency-Key must be 1-{_MAX_KEY_CHARS} visible ASCII characters",
+            param=IDEMPOTENCY_HEADER,
+        )
+    return key
 
 
 def _with(headers: Mapping[str, str], response: Response) -> Response:
@@ -420,6 +536,7 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
         HttpRoute("/v1/chat/completions", gw.chat_completions, methods=["POST"]),
         HttpRoute("/v1/messages", gw.messages, methods=["POST"]),
         HttpRoute("/v1/responses", gw.responses, methods=["POST"]),
+        _require_key(gw, HttpRoute("/v1/responses/{response_id}", gw.retrieve, methods=["GET"])),
         *_catalog_routes(gw),
         # The session routes read recorded content: behind the same gateway keys as the model
         # endpoints (the viewer page itself holds no data and sends the key it is given).

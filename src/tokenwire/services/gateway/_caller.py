@@ -241,6 +241,7 @@ class EncodingOutput:
 class _Head(msgspec.Struct):
     id: str | None = None
     model: str | None = None
+    created_at: object = None  # typed loosely: an odd value must not lose the id beside it
 
 
 class _Opening(msgspec.Struct):
@@ -250,6 +251,8 @@ class _Opening(msgspec.Struct):
 
     id: str | None = None
     model: str | None = None
+    created: object = None  # typed loosely, as _Head.created_at
+    system_fingerprint: object = None  # typed loosely, as _Head.created_at
     message: _Head | None = None
     response: _Head | None = None
     responseId: str | None = None  # noqa: N815 (Gemini's name)
@@ -260,6 +263,12 @@ class _Opening(msgspec.Struct):
             if inner is not None and (inner.id or inner.model):
                 return inner.id, inner.model
         return self.id or self.responseId, self.model or self.modelVersion
+
+    def created_at(self) -> int | None:
+        """When the provider says it made the answer (Chat's ``created``, Responses'
+        ``response.created_at``; Anthropic and Gemini send none)."""
+        value = self.response.created_at if self.response is not None else self.created
+        return value if type(value) is int else None
 
 
 _opening = msgspec.json.Decoder(_Opening)
@@ -274,6 +283,8 @@ class HeadTap:
         self._inner = inner
         self.response_id: str | None = None
         self.model: str | None = None
+        self.created: int | None = None
+        self.system_fingerprint: str | None = None
         self._left = _SNIFFED_EVENTS
 
     def feed(self, event: SseEvent) -> list[StreamChunk]:
@@ -287,11 +298,15 @@ class HeadTap:
 
     def _sniff(self, data: str) -> None:
         try:
-            response_id, model = _opening.decode(data).head()
+            opening = _opening.decode(data)
         except msgspec.DecodeError:
             return
+        response_id, model = opening.head()
         self.response_id = self.response_id or response_id
         self.model = self.model or model
+        self.created = self.created if self.created is not None else opening.created_at()
+        if isinstance(opening.system_fingerprint, str):
+            self.system_fingerprint = self.system_fingerprint or opening.system_fingerprint
         if self.response_id and self.model:
             self._left = 0
 

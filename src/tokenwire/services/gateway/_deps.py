@@ -20,6 +20,7 @@ from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.providers import Normaliser, ProviderRequest, ProviderSession, SentRequest
 from tokenwire.schemas import StreamChunk
 from tokenwire.services.gateway._routing import Route
+from tokenwire.services.gateway._step_source import StepSource
 from tokenwire.store import Store
 
 
@@ -103,6 +104,8 @@ class GatewayDeps:
       without it.
     - ``store``: returns the store the gateway's read routes use (``GET /v1/usage``); None:
       the gateway has none, and those routes answer 503.
+    - ``history``: reads a claimed step back from the broker, for a caller that resumes it
+      (``_step_source.py``); None: a retried step cannot be resumed (it answers 503).
     """
 
     upstream: Upstream
@@ -117,3 +120,4 @@ class GatewayDeps:
     otel: OtelProviders = field(default_factory=no_otel)
     owners: SessionOwnership | None = None
     store: Callable[[], Store] | None = None
+    history: StepSource | None = None

@@ -7,13 +7,18 @@ GatewayError                        status, code, message, param
 │   ├── AuthenticationError         401: missing or wrong gateway key
 │   ├── UnknownModelError           404: unknown provider or malformed `provider/model`
 │   ├── SessionNotFoundError        404: the named session is another tenant's
-│   ├── StepConflictError           409: an explicit (session, turn, step) was already used
+│   ├── StepConflictError           409: a (session, turn, step) or idempotency key already
+│   │                               used by a different request
+│   ├── StepGoneError               410: a resumed step's chunks are no longer retained
 │   ├── BodyTooLargeError           413: body above the configured maximum
 │   └── TranslationUnsupportedError 400: no translation between the two dialects (yet)
 └── StepFailureError                the request was valid but the step could not complete
     ├── BrokerUnavailableError      503: the broker did not acknowledge; step not captured
     ├── StepLimitError              502: the step reached a gateway bound; recorded ``limit``
     ├── StepContractError           502: the stream broke the fold's contract; recorded ``contract``
+    ├── RecordedStepError           502: a resumed step had ended as a recorded error
+    ├── StepAbandonedError          502: a resumed step's gateway stopped before the step ended
+    ├── TooManyResumersError        429: a step already has the most resumers allowed
     └── UpstreamError               502 (or the provider's 4xx/429): the provider call failed
 ```
 
@@ -88,9 +93,17 @@ class StepConflictError(RequestError):
     status = 409
     code = "conflict_error"
 
-    def __init__(self, session: str, turn: int, step: int) -> None:
-        super().__init__(f"step {session}/{turn}/{step} was already used")
+    def __init__(self, session: str, turn: int, step: int, why: str = "") -> None:
+        super().__init__(f"step {session}/{turn}/{step} was already used" + why)
         self.session, self.turn, self.step = session, turn, step
+
+
+class StepGoneError(RequestError):
+    """A retried (or retrieved) step whose chunks the broker no longer holds (past the
+    stream's retention), or never held (its gateway could not publish anything)."""
+
+    status = 410
+    code = "not_found_error"
 
 
 class BodyTooLargeError(RequestError):
@@ -172,3 +185,28 @@ def _relay_status(upstream: int | None) -> int:
     if upstream in (503, 529):
         return 503
     return 502
+
+
+class RecordedStepError(StepFailureError):
+    """A resumed step that had ended as a recorded error: the caller gets that error again
+    (``retryable`` as recorded), never a second provider call under the same claim."""
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class StepAbandonedError(StepFailureError):
+    """A resumed step that stopped before its end: nothing of it came for longer than the
+    step's own idle bound (its gateway died, or lost the broker). It is never called again."""
+
+
+class TooManyResumersError(StepFailureError):
+    """The step already has ``limit`` resumers on this gateway (answered with ``retry-after``)."""
+
+    status = 429
+    code = "rate_limit_error"
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit

@@ -13,13 +13,22 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tokenwire.broker import BrokerError, PendingAssignment, StepAllocator, StepClaimConflict
+from tokenwire.broker import (
+    BrokerError,
+    KeyBinding,
+    PendingAssignment,
+    StepAllocator,
+    StepClaimConflict,
+    StepRecord,
+)
 from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     InvalidRequestError,
     StepConflictError,
+    StepGoneError,
 )
 
+IDEMPOTENCY_HEADER = "idempotency-key"
 SESSION_HEADER = "x-tokenwire-session"
 TURN_HEADER = "x-tokenwire-turn"
 STEP_HEADER = "x-tokenwire-step"
@@ -123,27 +132,101 @@ class StepClaim:
             self._pending = None
 
 
-async def claim_explicit(session: str, turn: int, step: int, steps: StepAllocator) -> StepClaim:
-    """Claim an explicit triple; :class:`StepConflictError` (409) when it was claimed before,
-    :class:`BrokerUnavailableError` (503) when the registry does not answer."""
+@dataclass(frozen=True, slots=True)
+class ResumeTarget:
+    """A claimed step that a request resumes (the same request again), with its claim's
+    record (``_resume.py``)."""
+
+    identity: StepIdentity
+    record: StepRecord
+
+
+async def claim_explicit(
+    session: str, turn: int, step: int, steps: StepAllocator, fingerprint: str = ""
+) -> StepClaim | ResumeTarget:
+    """Claim an explicit triple, keeping the request's ``fingerprint`` with it. Claimed
+    before: the same request resumes it (:class:`ResumeTarget`), another one is a
+    :class:`StepConflictError` (409); :class:`BrokerUnavailableError` (503) when the registry
+    does not answer."""
     try:
-        await steps.claim(session, turn, step)
+        await steps.claim(session, turn, step, fingerprint)
     except StepClaimConflict as exc:
-        raise StepConflictError(session, turn, step) from exc
+        return await _resumed(steps, KeyBinding(session, turn, step, fingerprint), exc)
     except BrokerError as exc:
         raise _unavailable(exc) from exc
     return StepClaim(session, known=StepIdentity(session, turn, step, explicit=True))
 
 
-async def assign_next(session: str, steps: StepAllocator, *, new_turn: bool) -> StepClaim:
+async def _resumed(
+    steps: StepAllocator, wanted: KeyBinding, cause: Exception | None = None, why: str = ""
+) -> ResumeTarget:
+    """The claimed step ``wanted`` names, when its record holds the same fingerprint."""
+    session, turn, step = wanted.session, wanted.turn, wanted.step
+    try:
+        record = await steps.record(session, turn, step)
+    except BrokerError as exc:
+        raise _unavailable(exc) from exc
+    if record is None:
+        raise StepGoneError(f"step {session}/{turn}/{step} is no longer claimed (expired)")
+    if not wanted.fingerprint or record.fingerprint != wanted.fingerprint:
+        why = why or " by a different request (another body or endpoint)"
+        raise StepConflictError(session, turn, step, why) from cause
+    return ResumeTarget(StepIdentity(session, turn, step, explicit=True), record)
+
+
+async def assign_next(
+    session: str, steps: StepAllocator, *, new_turn: bool, fingerprint: str = ""
+) -> StepClaim:
     """Send the assignment of the session's next step (a new turn, or the next step of this
     one); the claim's :meth:`StepClaim.identity` gives it. :class:`BrokerUnavailableError`
     (503) when the registry does not answer."""
     try:
-        pending = await steps.begin_next_step(session, new_turn)
+        pending = await steps.begin_next_step(session, new_turn, fingerprint)
     except BrokerError as exc:
         raise _unavailable(exc) from exc
     return StepClaim(session, pending=pending)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedRequest:
+    """An unnamed request carrying an ``Idempotency-Key``: the key's hash (scoped to the
+    caller's credential), the request's fingerprint, how long a key maps to its step."""
+
+    key_hash: str
+    fingerprint: str
+    ttl_s: float
+
+
+async def assign_keyed(
+    session: str, steps: StepAllocator, keyed: KeyedRequest, *, new_turn: bool
+) -> StepClaim | ResumeTarget:
+    """The step an idempotency key maps to (resumed; a different request with the key is a
+    409), or a new one assigned now and mapped to the key before the provider is called.
+    Two requests with one key at once: the second to map it resumes the first's step, and
+    the step it was assigned stays claimed, unused."""
+    try:
+        held = await steps.key_binding(keyed.key_hash, keyed.ttl_s)
+        if held is not None:
+            return await _resumed(steps, _wanted(held, keyed), why=_KEY_CONFLICT)
+        claim = await assign_next(session, steps, new_turn=new_turn, fingerprint=keyed.fingerprint)
+        mine = await claim.identity()
+        binding = KeyBinding(mine.session, mine.turn, mine.step, keyed.fingerprint)
+        bound = await steps.bind_key(keyed.key_hash, binding, keyed.ttl_s)
+    except BrokerError as exc:
+        raise _unavailable(exc) from exc
+    if (bound.session, bound.turn, bound.step) != (mine.session, mine.turn, mine.step):
+        return await _resumed(steps, _wanted(bound, keyed), why=_KEY_CONFLICT)
+    return claim
+
+
+_KEY_CONFLICT = " by a different request with the same Idempotency-Key"
+
+
+def _wanted(held: KeyBinding, keyed: KeyedRequest) -> KeyBinding:
+    """What a request with the key asks for: the bound step, with the request's fingerprint
+    (a different one is a conflict)."""
+    fingerprint = keyed.fingerprint if held.fingerprint == keyed.fingerprint else ""
+    return KeyBinding(held.session, held.turn, held.step, fingerprint)
 
 
 def _unavailable(exc: BrokerError) -> BrokerUnavailableError:

@@ -89,6 +89,21 @@ _PAGE = [
     _query("limit", "sessions per page (1-1000, default 100)", {"type": "integer"}),
     _query("offset", "sessions to skip (default 0)", {"type": "integer"}),
 ]
+_RETRIEVE = [
+    {
+        "name": "response_id",
+        "in": "path",
+        "required": True,
+        "description": 'a Responses answer\'s id (docs/gateway.md, "Resuming a step")',
+        "schema": {"type": "string"},
+    },
+    _query("stream", "true: the events again, then live (default false)", {"type": "boolean"}),
+    _query(
+        "starting_after",
+        "stream from the event after this sequence_number",
+        {"type": "integer", "minimum": 0},
+    ),
+]
 _EVENTS = [
     _query("from_seq", "first stream sequence (else `Last-Event-ID` + 1)", {"type": "integer"}),
     _query("follow", "false: end once caught up (default true)", {"type": "boolean"}),
@@ -178,6 +193,11 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "OpenAI Chat Completions", "OpenAI's Chat Completions API", "OpenAI"
             ),
             "/v1/responses": _model_call("OpenAI Responses", "OpenAI's Responses API", "OpenAI"),
+            "/v1/responses/{response_id}": _get(
+                "a Responses answer again, from the broker (folded, or streamed with "
+                "`stream=true`)",
+                query=_RETRIEVE,
+            ),
             "/v1/messages": _model_call(
                 "Anthropic Messages", "Anthropic's Messages API", "Anthropic"
             ),

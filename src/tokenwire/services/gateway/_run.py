@@ -36,6 +36,7 @@ from tokenwire.services.gateway._app import create_app
 from tokenwire.services.gateway._deps import GatewayDeps, HttpUpstream
 from tokenwire.services.gateway._edge import KEEP_ALIVE_S, bounded_protocol
 from tokenwire.services.gateway._settings import GatewaySettings
+from tokenwire.services.gateway._step_source import BrokerStepSource
 from tokenwire.store import Store, open_store
 
 PUBLISH_WINDOW = 4096
@@ -119,6 +120,7 @@ async def broker_deps(
     deps = GatewayDeps(
         upstream=upstream, sink=publisher, steps=steps, ready=ready, live=live,
         otel=otel or no_otel(), owners=SessionOwners(nc, topology),
+        history=BrokerStepSource(nc, topology),
     )  # fmt: skip
     return BrokerDeps(deps, publisher, steps, upstream)
 

@@ -75,6 +75,9 @@ class GatewaySettings:
       ``_framing.py``, ADR 0024).
     - ``step_retries``, ``step_retry_s``: the bound of the step registry's retries while its
       KV bucket elects a leader (count, total seconds of one assignment); past it 503.
+    - ``max_resumers``: how many callers may resume one step at once on this gateway (a
+      retry past it: 429 with ``retry-after``); ``idempotency_ttl_s``: how long an
+      ``Idempotency-Key`` keeps mapping to its step (docs/gateway.md, "Resuming a step").
 
     Secrets (``keys``, ``provider_env``) are left out of ``repr``.
     """
@@ -102,6 +105,8 @@ class GatewaySettings:
     step_retries: int = 16  # tokenwire.broker.StepRegistry's defaults
     step_retry_s: float = 30.0
     framing: FramePolicy = field(default_factory=FramePolicy)
+    max_resumers: int = 8
+    idempotency_ttl_s: float = 24 * 3600.0
 
     @property
     def authenticated(self) -> bool:
@@ -167,6 +172,9 @@ class GatewaySettings:
                                    env.get("TOKENWIRE_GATEWAY_STEP_RETRIES", "16"), 0),
             step_retry_s=_seconds(env, "TOKENWIRE_GATEWAY_STEP_RETRY_S", 30.0),
             framing=framing_from_env(env),
+            max_resumers=parse_int("TOKENWIRE_GATEWAY_MAX_RESUMERS",
+                                   env.get("TOKENWIRE_GATEWAY_MAX_RESUMERS", "8"), 1),
+            idempotency_ttl_s=_seconds(env, "TOKENWIRE_GATEWAY_IDEMPOTENCY_TTL_S", 86400.0),
         )  # fmt: skip
         settings.key_ring()  # a key or a name in both sources stops the start
         return settings

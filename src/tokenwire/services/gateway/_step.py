@@ -34,13 +34,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator
+import logging
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import NoReturn
 
 import msgspec
 
-from tokenwire.broker import BrokerError, PayloadTooLarge, header_size, msg_id
+from tokenwire.broker import (
+    BrokerError,
+    KeyBinding,
+    PayloadTooLarge,
+    StepNames,
+    header_size,
+    msg_id,
+)
 from tokenwire.providers import Normaliser, ProviderHTTPError
 from tokenwire.schemas import (
     LIMIT_ERROR_CODE,
@@ -76,11 +84,16 @@ from tokenwire.services.gateway._genai import CallObserver
 from tokenwire.services.gateway._identity import StepClaim, StepIdentity
 from tokenwire.services.gateway._keys import ANONYMOUS, Caller
 from tokenwire.services.gateway._metrics import GatewayMetrics
+from tokenwire.services.gateway._resume import response_alias
 from tokenwire.services.gateway._routing import Route
 from tokenwire.services.gateway._watchdog import Watchdog
 
+log = logging.getLogger("tokenwire.gateway")
 DEFAULT_BOUNDS = StepBounds()
 DEFAULT_FRAMING = FramePolicy()
+ALIAS_TTL_S = 10 * 365 * 24 * 3600.0
+"""A Responses id maps to its step for as long as the registry keeps it (its bucket's TTL,
+the chunk stream's retention)."""
 _ID_GROWTH = 64
 """Bytes kept free in a fitted message for what grows with the ordinal (its envelope field and
 the ``Nats-Msg-Id`` header)."""
@@ -115,6 +128,12 @@ class StepPlan:
     """Whether the step reads the provider to the end when its caller leaves."""
     caller: Caller = ANONYMOUS
     """Whose step it is: its key's name and tenant go on the first chunk (``_keys.py``)."""
+    naming: Callable[[HeadTap | None], StepNames] | None = None
+    """A resumable step's names (``_resume.py``): how its caller saw the answer named, from
+    the provider's first events (read by a :class:`HeadTap`) or the gateway's reply; kept
+    with the claim once the first chunk is published. None: not resumable, nothing kept."""
+    aliased: bool = False
+    """A Responses answer: its id is mapped to the step too (``GET /v1/responses/{id}``)."""
 
 
 def _or_unset(value: str | None) -> str | msgspec.UnsetType:
@@ -324,10 +343,33 @@ class StepRun:
     def _head_read(self, normaliser: Normaliser) -> Normaliser:
         """``normaliser``, reading the provider's response id and model off its first events
         for the call's span when spans are recorded (the non-streaming answer reads its own)."""
-        if self._call is None or not self._call.calls.recording:
+        recording = self._call is not None and self._call.calls.recording
+        if not recording and self.plan.naming is None:
             return normaliser
         self._head = HeadTap(normaliser)
         return self._head
+
+    def _name_step(self) -> None:
+        """Keep the resumable step's names with its claim (in a task of its own: nothing
+        waits for it; a resumer that finds no names yet reads them again)."""
+        if self.plan.naming is None:
+            return
+        names = self.plan.naming(self._head)
+        task = asyncio.create_task(self._named(names))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _named(self, names: StepNames) -> None:
+        try:
+            async with asyncio.timeout(self._ack_timeout):
+                await self._deps.steps.name_step(*self._key, names)
+                if self.plan.aliased and names.response_id is not None:
+                    alias = KeyBinding(*self._key, fingerprint="")
+                    await self._deps.steps.bind_key(
+                        response_alias(names.response_id), alias, ALIAS_TTL_S
+                    )
+        except (BrokerError, TimeoutError) as exc:
+            log.warning("the names of step %s/%s/%s were not kept: %s", *self._key, exc)
 
     async def _end(self) -> None:
         """Whatever way the step ended: counters, the caller's outbox, the provider stream."""
@@ -394,6 +436,7 @@ class StepRun:
             await self._stop_broken(broken)
         if first:
             self._observe_first_chunk()
+            self._name_step()
             out.append(self.output.opening())
         out.append(self.output.chunk(chunk))
 

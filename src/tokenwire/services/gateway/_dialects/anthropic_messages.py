@@ -444,15 +444,20 @@ MESSAGE_STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 
 
 def anthropic_usage(usage: TokenUsage | None) -> dict[str, int]:
-    """Disjoint counts in Anthropic's fields (its output count includes thinking)."""
+    """Disjoint counts in Anthropic's fields (its output count includes thinking); the cache
+    counts only when the provider sent them (absent, never a made-up 0, as Anthropic's own
+    stream leaves them out when it has none to report)."""
     if usage is None:
         return {"input_tokens": 0, "output_tokens": 0}
-    return {
+    out = {
         "input_tokens": usage.input_tokens or 0,
         "output_tokens": (usage.output_tokens or 0) + (usage.reasoning_tokens or 0),
-        "cache_read_input_tokens": usage.cache_read_tokens or 0,
-        "cache_creation_input_tokens": usage.cache_write_tokens or 0,
     }
+    if usage.cache_read_tokens is not None:
+        out["cache_read_input_tokens"] = usage.cache_read_tokens
+    if usage.cache_write_tokens is not None:
+        out["cache_creation_input_tokens"] = usage.cache_write_tokens
+    return out
 
 
 def anthropic_error_body(message: str, kind: str) -> bytes:

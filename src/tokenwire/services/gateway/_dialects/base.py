@@ -30,11 +30,13 @@ cannot speak Gemini's)."""
 @dataclass(frozen=True)
 class Reply:
     """Ids and names of one response: ``response_id`` is ``chatcmpl-...``, ``msg_...`` or
-    ``resp_...``."""
+    ``resp_...``; ``system_fingerprint`` only on a resumed stream whose provider sent one
+    (OpenAI Chat puts it on every chunk)."""
 
     response_id: str
     model: str
     created: int
+    system_fingerprint: str | None = None
 
 
 def provider_reply(reply: Reply, response_id: str | None, model: str | None) -> Reply:

@@ -419,13 +419,18 @@ def openai_stream_error(message: str, kind: str) -> bytes:
 class OpenAIStreamEncoder:
     """Encodes one step's chunks as ``chat.completion.chunk`` server-sent events."""
 
-    def __init__(self, *, completion_id: str, model: str, created: int, include_usage: bool):
+    def __init__(
+        self, *, completion_id: str, model: str, created: int, include_usage: bool,
+        system_fingerprint: str | None = None,
+    ) -> None:  # fmt: skip
         self._base: dict[str, Any] = {
             "id": completion_id,
             "object": "chat.completion.chunk",
             "created": created,
             "model": model,
         }
+        if system_fingerprint is not None:
+            self._base["system_fingerprint"] = system_fingerprint
         self._include_usage = include_usage
         self._tool_slot: dict[int, int] = {}
         self._streamed: set[int] = set()
@@ -554,7 +559,7 @@ class OpenAIChat:
     def encoder(self, req: OpenAIChatRequest, reply: Reply) -> OpenAIStreamEncoder:
         return OpenAIStreamEncoder(
             completion_id=reply.response_id, model=reply.model, created=reply.created,
-            include_usage=req.include_usage,
+            include_usage=req.include_usage, system_fingerprint=reply.system_fingerprint,
         )  # fmt: skip
 
     def forwarder(self, req: OpenAIChatRequest) -> OpenAIChatForwarder:

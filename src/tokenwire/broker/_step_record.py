@@ -1,0 +1,85 @@
+"""What the step registry keeps beside a claim: the request it was claimed for, and the
+names the step's answer got; and the idempotency keys that map to a step.
+
+A claim key (``<session>.<turn>.<step>``) holds a :class:`StepRecord` as JSON: the claim's
+``token`` (whose claim it is), the request's ``fingerprint`` (a retry of the same request
+resumes the step, another one is a conflict) and, once the step's answer was named
+(``names``), the response id, model and creation time its caller saw. A claim written
+before records existed holds the bare token: it reads as a record without a fingerprint.
+
+An idempotency key (``idem.k.<hash>``; never a session's key: sessions have no dots, and a
+claim key's second token is a number) holds a :class:`KeyBinding`: the step the key's first
+request was assigned and that request's fingerprint.
+
+``time_ns`` of both is the broker's: when the stored message was written (the KV stream's
+clock, the same clock the chunk stream's messages are stamped with on that server or cluster).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class StepNames(msgspec.Struct, frozen=True, omit_defaults=True):
+    """How a step's answer was named to its caller (the provider's names when it gave them)."""
+
+    response_id: str | None = None
+    model: str | None = None
+    created: int | None = None
+    system_fingerprint: str | None = None
+
+
+class StepRecord(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A claim key's value (see the module)."""
+
+    token: str
+    fingerprint: str = ""
+    names: StepNames | None = None
+    time_ns: int = msgspec.field(default=0, name="_t")  # from the stored message, never written
+
+
+class KeyBinding(msgspec.Struct, frozen=True, omit_defaults=True):
+    """An idempotency key's value: the step it maps to, and its first request's fingerprint."""
+
+    session: str
+    turn: int
+    step: int
+    fingerprint: str
+    time_ns: int = msgspec.field(default=0, name="_t")  # from the stored message, never written
+
+
+_record = msgspec.json.Decoder(StepRecord)
+_binding = msgspec.json.Decoder(KeyBinding)
+
+
+def encode_record(record: StepRecord) -> bytes:
+    """The claim key's value (``time_ns`` left out: the stored message carries it)."""
+    return msgspec.json.encode(msgspec.structs.replace(record, time_ns=0))
+
+
+def decode_record(value: bytes, time_ns: int = 0) -> StepRecord:
+    """A claim key's value; a bare token (a claim from before records) has no fingerprint."""
+    try:
+        record = _record.decode(value)
+    except msgspec.DecodeError:
+        record = StepRecord(token=value.decode("utf-8", "replace"))
+    return msgspec.structs.replace(record, time_ns=time_ns)
+
+
+def encode_binding(binding: KeyBinding) -> bytes:
+    """An idempotency key's value (``time_ns`` left out)."""
+    return msgspec.json.encode(msgspec.structs.replace(binding, time_ns=0))
+
+
+def decode_binding(value: bytes, time_ns: int = 0) -> KeyBinding | None:
+    """An idempotency key's value; None when it is not one (never written by us)."""
+    try:
+        binding = _binding.decode(value)
+    except msgspec.DecodeError:
+        return None
+    return msgspec.structs.replace(binding, time_ns=time_ns)
+
+
+def key_binding_key(key_hash: str) -> str:
+    """The KV key of an idempotency key's binding (``key_hash``: hex digits)."""
+    return f"idem.k.{key_hash}"
