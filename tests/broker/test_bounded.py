@@ -113,7 +113,7 @@ async def test_a_lost_delivery_is_a_gap_read_again_in_order(nc: Client, topology
     class LosesOne(BoundedRead):
         lost = False
 
-        def _on_delivery(self, subject, reply, data, hdr):  # type: ignore[no-untyped-def]
+        def _on_delivery(self, subject, reply, data, hdr):
             if data == b"0100" and not self.lost:
                 self.lost = True  # as if the connection dropped it
                 return
@@ -158,6 +158,6 @@ async def test_a_reader_back_after_its_consumer_expired_reads_on(
         await read.close()
 
 
-async def _consumers(nc: Client, topology: Topology):  # type: ignore[no-untyped-def]
+async def _consumers(nc: Client, topology: Topology):
     for info in await nc.jetstream().consumers_info(topology.stream):
         yield info

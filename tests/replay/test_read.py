@@ -200,7 +200,7 @@ class _LaggingReplica:
             async def open(self) -> int:
                 return max(0, await super().open() - behind)  # the replica's count
 
-            def _on_delivery(self, subject, reply, data, hdr):  # type: ignore[no-untyped-def]
+            def _on_delivery(self, subject, reply, data, hdr):
                 if never and int(reply.split(b".")[-1]) < behind:
                     return  # the replica never gets the last ``behind`` messages
                 super()._on_delivery(subject, reply, data, hdr)
