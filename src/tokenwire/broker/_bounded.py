@@ -203,16 +203,20 @@ class BoundedRead:
         deadline = None if timeout_s is None else self._clock() + timeout_s
         silent = 0.0
         while not self._items:
+            # Cleared before anything that yields to the loop: a delivery arriving meanwhile
+            # sets it again, so the wait below cannot miss it.
+            self._signal.clear()
+            self._heard = False
             if self._lost:
                 await self._recreate()
             await self._top_up()
+            if self._items:
+                break
             wait = self._heartbeat
             if deadline is not None:
                 wait = min(wait, deadline - self._clock())
                 if wait <= 0:
                     return []
-            self._signal.clear()
-            self._heard = False
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self._signal.wait()

@@ -10,17 +10,19 @@
 - ``GET /viewer``: the session viewer (one static page).
 
 Errors are JSON ``{"error": {"type", "message"}}``: 400 for a bad session id or parameter,
-404 for an unknown session's messages, 503 when the broker or the store is unavailable.
+404 for an unknown session's messages, 503 when the broker or the store is unavailable, and
+503 ``overloaded`` with ``retry-after`` when ``max_readers`` event responses are open already.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from importlib import resources
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route, Router
+from starlette.types import Receive, Scope, Send
 
 from tokenwire.broker import Topology, valid_session
 from tokenwire.replay._sse import NcProvider, SlowReaderPolicy, SseStats, stream
@@ -39,6 +41,9 @@ MAX_SEQ = 2**64 - 1
 """JetStream's highest stream sequence (uint64): a resume id past it names no chunk that can
 ever exist, so it is a 400, not a response that waits forever for nothing."""
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+DEFAULT_MAX_READERS = 256
+"""Event responses open at once per app (each one broker read): see docs/gateway.md."""
+READERS_RETRY_AFTER_S = 1
 
 
 class _BadRequestError(Exception):
@@ -54,14 +59,18 @@ def events_router(
     *,
     policy: SlowReaderPolicy | None = None,
     stats: SseStats | None = None,
+    max_readers: int = DEFAULT_MAX_READERS,
 ) -> Router:
     """The replay routes, to include in an app: ``Starlette(routes=[..., *router.routes])``.
 
     ``policy`` bounds each SSE client (default :class:`SlowReaderPolicy`); ``stats`` (if given)
-    counts clients, events, coalesced events and lagged responses.
+    counts clients, events, coalesced events, lagged and refused responses; ``max_readers``
+    caps the event responses open at once (past it: 503 with ``retry-after``).
     """
+    if max_readers < 1:
+        raise ValueError(f"max_readers must be at least 1, got {max_readers}")
     routes = _Routes(nc_provider, topology, store_provider, policy or SlowReaderPolicy(),
-                     stats if stats is not None else SseStats())  # fmt: skip
+                     stats if stats is not None else SseStats(), max_readers)  # fmt: skip
     return Router(
         routes=[
             Route("/v1/sessions", routes.sessions, methods=["GET"]),
@@ -80,12 +89,14 @@ class _Routes:
         store_provider: StoreProvider,
         policy: SlowReaderPolicy,
         stats: SseStats,
+        max_readers: int,
     ) -> None:
         self._nc = nc_provider
         self._topology = topology
         self._store = store_provider
         self._policy = policy
         self._stats = stats
+        self._max_readers = max_readers
 
     async def events(self, request: Request) -> Response:
         try:
@@ -98,8 +109,18 @@ class _Routes:
             nc = self._nc()
         except Exception as exc:
             return _error(503, "unavailable", f"broker not available: {exc}")
+        if self._stats.clients >= self._max_readers:
+            return self._refused()
         body = stream(nc, self._topology, session, from_seq, follow, self._policy, self._stats)
-        return StreamingResponse(body, media_type="text/event-stream", headers=_SSE_HEADERS)
+        return _CountedStream(body, self._stats)
+
+    def _refused(self) -> Response:
+        self._stats.refused += 1
+        message = (f"the gateway serves at most {self._max_readers} session event streams at "
+                   "once; retry shortly")  # fmt: skip
+        response = _error(503, "overloaded", message)
+        response.headers["retry-after"] = str(READERS_RETRY_AFTER_S)
+        return response
 
     async def sessions(self, request: Request) -> Response:
         try:
@@ -128,6 +149,22 @@ class _Routes:
 
     async def viewer(self, request: Request) -> Response:
         return HTMLResponse(viewer_html())
+
+
+class _CountedStream(StreamingResponse):
+    """An SSE response counted in ``stats.clients`` from its creation until it ended, however
+    it ends (caught up, lagged, the client gone, or never started): the reader cap's count."""
+
+    def __init__(self, body: AsyncIterator[bytes], stats: SseStats) -> None:
+        super().__init__(body, media_type="text/event-stream", headers=_SSE_HEADERS)
+        self._stats = stats
+        stats.clients += 1
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._stats.clients -= 1
 
 
 def viewer_html() -> str:

@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 import msgspec
 
-from tokenwire.broker import Connection, Topology, valid_session
+from tokenwire.broker import Connection, ReadWindow, Topology, valid_session
 from tokenwire.replay._errors import InvalidSessionId, UndecodableChunk
 from tokenwire.replay._events import ReplayEvent
 from tokenwire.replay._render import SessionRenderer
@@ -61,13 +61,15 @@ async def rendered(
     emit_from: int,
     follow: bool,
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    *,
+    window: ReadWindow | None = None,
 ) -> AsyncGenerator[ReplayEvent, None]:
     """Read from ``read_from``, render every chunk with ``renderer`` (exactly once, in stream
     order), yield the events from ``emit_from`` on. A caller that stops early and reads on
-    later with the same renderer continues from the seq after the last event it got."""
-    batches = stored_chunks(
-        nc, topology, session, read_from, follow=follow, idle_timeout_s=idle_timeout_s
-    )
+    later with the same renderer continues from the seq after the last event it got.
+    ``window`` bounds the broker read (``broker.ReadWindow``; its default when None)."""
+    batches = stored_chunks(nc, topology, session, read_from, follow=follow,
+                            idle_timeout_s=idle_timeout_s, window=window)  # fmt: skip
     render = renderer.render
     decode = envelope_decoder.decode
     try:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from tokenwire.broker import BrokerError, Connection, Topology
+from tokenwire.broker import BrokerError, Connection, ReadWindow, Topology
 from tokenwire.replay._errors import ReplayError, UndecodableChunk
 from tokenwire.replay._events import ReplayEvent, ShownReasoning, ShownText
 from tokenwire.replay._read import rendered
@@ -42,19 +42,25 @@ NcProvider = Callable[[], Connection]
 """Returns the gateway's connected NATS client (raise if there is none yet)."""
 
 
+EVENTS_READ_WINDOW = ReadWindow(messages=256, bytes=256 * 1024)
+"""What one client's broker read has in flight at most (requested, not yet rendered)."""
+
+
 @dataclass(frozen=True)
 class SlowReaderPolicy:
     """Bounds of one SSE client. ``queue_bound`` events wait at most; merged text grows to
     ``max_coalesced_chars`` at most; a paused broker read waits ``max_pause_s`` at most for
     the client to drain half the queue before the client is lagged; a ``: keepalive``
     comment goes out after ``keepalive_s`` idle; ``retry_ms`` is the reconnection delay the
-    client is told."""
+    client is told; ``read_window`` bounds the client's broker read (messages and bytes
+    requested from the server and not yet rendered)."""
 
     queue_bound: int = 256
     max_coalesced_chars: int = 64 * 1024
     max_pause_s: float = 10.0
     keepalive_s: float = 15.0
     retry_ms: int = 1000
+    read_window: ReadWindow = EVENTS_READ_WINDOW
 
 
 @dataclass
@@ -62,7 +68,9 @@ class SseStats:
     """Counters across clients (for metrics and tests)."""
 
     clients: int = 0
-    """Responses open now."""
+    """Responses open now (each holds one broker read)."""
+    refused: int = 0
+    """Responses refused with 503 because ``clients`` was at the reader cap."""
     events: int = 0
     """Events sent."""
     coalesced: int = 0
@@ -218,7 +226,7 @@ async def produce(
     try:
         while True:
             held = await _read_until_full(nc, topology, session, renderer, read_from,
-                                          emit_from, follow, queue)  # fmt: skip
+                                          emit_from, follow, queue, policy)  # fmt: skip
             if held is None:
                 queue.end()
                 return
@@ -242,9 +250,11 @@ async def _read_until_full(
     emit_from: int,
     follow: bool,
     queue: ClientQueue,
+    policy: SlowReaderPolicy,
 ) -> ReplayEvent | None:
     """Offer events until the queue refuses one (returned; the read is closed) or the end."""
-    events = rendered(nc, topology, session, renderer, read_from, emit_from, follow)
+    events = rendered(nc, topology, session, renderer, read_from, emit_from, follow,
+                      window=policy.read_window)  # fmt: skip
     async with contextlib.aclosing(events):
         async for event in events:
             if not queue.offer(event):
@@ -261,12 +271,12 @@ async def stream(
     policy: SlowReaderPolicy,
     stats: SseStats,
 ) -> AsyncIterator[bytes]:
-    """The SSE body of one client: events from ``from_seq`` (inclusive)."""
+    """The SSE body of one client: events from ``from_seq`` (inclusive). (The caller counts
+    it in ``stats.clients``: the count must hold before the body starts, for the cap.)"""
     queue = ClientQueue(policy, from_seq - 1, stats)
     producer = asyncio.create_task(
         produce(nc, topology, session, from_seq, follow, queue, policy, stats)
     )
-    stats.clients += 1
     try:
         yield b"retry: %d\n\n" % policy.retry_ms
         while True:
@@ -280,7 +290,6 @@ async def stream(
                 yield _closing(item, queue)
                 return
     finally:
-        stats.clients -= 1
         producer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await producer

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from tokenwire import config
 from tokenwire.config import ConfigError, parse_addr, parse_int, parse_urls, without_userinfo
 from tokenwire.providers import check_header, check_proxy, check_url, get_provider, provider_names
+from tokenwire.replay import DEFAULT_MAX_READERS
 from tokenwire.services.gateway._bounds import (
     DEFAULT_MAX_STEP_BYTES,
     DEFAULT_MAX_STEP_CHUNKS,
@@ -62,6 +63,8 @@ class GatewaySettings:
     - ``store_url``: the store the session and message routes read (``TOKENWIRE_STORE``).
     - ``step_retries``, ``step_retry_s``: the bound of the step registry's retries while its
       KV bucket elects a leader (count, total seconds of one assignment); past it 503.
+    - ``max_readers``: session event streams (``GET /v1/sessions/{s}/events``) open at once,
+      each one bounded broker read; past it 503 with ``retry-after``.
 
     Secrets (``keys``, ``provider_env``) are left out of ``repr``.
     """
@@ -87,6 +90,7 @@ class GatewaySettings:
     store_url: str | None = None
     step_retries: int = 16  # tokenwire.broker.StepRegistry's defaults
     step_retry_s: float = 30.0
+    max_readers: int = DEFAULT_MAX_READERS
 
     @property
     def loopback_only(self) -> bool:
@@ -140,6 +144,9 @@ class GatewaySettings:
             step_retries=parse_int("TOKENWIRE_GATEWAY_STEP_RETRIES",
                                    env.get("TOKENWIRE_GATEWAY_STEP_RETRIES", "16"), 0),
             step_retry_s=_seconds(env, "TOKENWIRE_GATEWAY_STEP_RETRY_S", 30.0),
+            max_readers=parse_int("TOKENWIRE_GATEWAY_MAX_READERS",
+                                  env.get("TOKENWIRE_GATEWAY_MAX_READERS",
+                                          str(DEFAULT_MAX_READERS)), 1),
         )  # fmt: skip
 
 
