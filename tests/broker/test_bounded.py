@@ -161,3 +161,32 @@ async def test_a_reader_back_after_its_consumer_expired_reads_on(
 async def _consumers(nc: Client, topology: Topology):
     for info in await nc.jetstream().consumers_info(topology.stream):
         yield info
+
+
+async def test_without_the_tap_nats_pys_msg_path_delivers_the_same(
+    nc: Client, topology: Topology, monkeypatch
+) -> None:
+    """ADR 0008's guard: when nats-py lacks what the tap uses, the read takes the ``Msg`` path
+    with the same handlers; the same seqs, payloads, subjects and headers come out."""
+    from tokenwire.broker import _bounded
+    from tokenwire.broker._replies import header_fields
+
+    payloads = [b"%04d" % k for k in range(120)]
+    await _publish(nc, topology, "paths", payloads)
+
+    async def read_all() -> list[tuple[int, bytes, bytes, dict[str, str], int]]:
+        read = _read(nc, topology, "paths", ReadWindow(messages=32))
+        await read.open()
+        try:
+            got = await _all(read, 120)
+        finally:
+            await read.close()
+        return [(s, p, subj, header_fields(h), pend) for s, p, subj, h, pend in got]
+
+    tapped = await read_all()
+    monkeypatch.setattr(_bounded, "tap", lambda *args: False)
+    untapped = await read_all()
+    assert untapped == tapped
+    assert [d[1] for d in tapped] == payloads
+    assert tapped[0][3]["Nats-Msg-Id"] == "paths:0:0:0"
+    assert [d[4] for d in tapped][-1] == 0

@@ -75,10 +75,12 @@ class GatewayMetrics:
             "Chunks published and not yet acknowledged.", registry=r,
         )  # fmt: skip
         window.set_function(window_in_use)
+        self._readers = _ReaderCollector(SseStats())  # zeros until watch_readers()
+        r.register(self._readers)
 
     def watch_readers(self, stats: SseStats) -> None:
-        """Expose the session event readers' counters (``GET /v1/sessions/{s}/events``)."""
-        self.registry.register(_ReaderCollector(stats))
+        """Expose these session event readers' counters (``GET /v1/sessions/{s}/events``)."""
+        self._readers.stats = stats
 
     def render(self) -> bytes:
         """The text exposition format."""
@@ -89,10 +91,10 @@ class _ReaderCollector(Collector):
     """The events endpoint's :class:`SseStats`, read at each scrape."""
 
     def __init__(self, stats: SseStats) -> None:
-        self._stats = stats
+        self.stats = stats
 
     def collect(self) -> Iterator[Metric]:
-        s = self._stats
+        s = self.stats
         yield GaugeMetricFamily(
             "tokenwire_gateway_readers_open",
             "Session event streams open now (each holds one bounded broker read).",
