@@ -1,8 +1,8 @@
 """The session events as server-sent events, with a slow-reader policy that never blocks.
 
-Each client gets its own ordered read of the broker (its own ephemeral consumer) and a
-bounded queue between that read and the HTTP response. The read never waits on the client
-while subscribed:
+Each client gets its own bounded read of the broker (its own ephemeral pull consumer, at most
+``read_window`` in flight) and a bounded queue between that read and the HTTP response. The
+read never waits on the client while it is open:
 
 1. while the queue has room, every event is queued as is;
 2. when it is full, an event that shows nothing (block-start, tool-call fragments, usage) is
@@ -10,9 +10,9 @@ while subscribed:
    appended to the last queued fragment (up to ``max_coalesced_chars``): the rendered view
    stays exact, the event's ``id`` advances to the newest seq, ``coalesced`` counts the
    events it stands for;
-3. when nothing can be merged, the read pauses: it unsubscribes (its consumer is deleted, so
-   nothing on the broker waits for this client) and waits up to ``max_pause_s`` for the queue
-   to drain to half, then subscribes again from the next seq, with its rendering state kept;
+3. when nothing can be merged, the read pauses: it closes its read (its consumer is deleted,
+   so nothing on the broker waits for this client) and waits up to ``max_pause_s`` for the
+   queue to drain to half, then reads again from the next seq, with its rendering state kept;
 4. a client that did not drain in time is told: it gets what was queued, then
    ``event: lagged`` with the id to resume from, and the response ends. A browser's
    EventSource reconnects by itself with ``Last-Event-ID`` = that id and catches up from the
