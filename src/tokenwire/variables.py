@@ -117,6 +117,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TOKENWIRE_GATEWAY_IDEMPOTENCY_TTL_S", "idempotency-ttl-s", "`86400`",
              "Seconds an `Idempotency-Key` maps to its step; after it the key starts a new "
              "step.", ("gateway",)),
+    Variable("TOKENWIRE_GATEWAY_MAX_READERS", "max-readers", "`256`",
+             "Session event streams (`GET /v1/sessions/{session}/events`, the viewer) open at "
+             "once, each a bounded broker read; past it 503 with `retry-after` (at least 1).",
+             ("gateway",)),
     Variable("TOKENWIRE_GATEWAY_MAX_HEADER_BYTES", "max-header-bytes", "`65536`",
              "Request line and headers of one request; past it 431.", ("gateway",)),
     Variable("TOKENWIRE_GATEWAY_MAX_HEADERS", "max-headers", "`100`",

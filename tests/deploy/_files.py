@@ -129,7 +129,12 @@ def exposed_metric_labels() -> dict[str, frozenset[str]]:
         TelemetryMetrics().registry,
     ):  # fmt: skip
         for metric in registry._collector_to_names:
-            name = metric._name  # type: ignore[attr-defined]  # prometheus_client keeps a metric's name private
+            if not hasattr(metric, "_name"):  # a custom collector (e.g. the gateway's readers)
+                for family in metric.collect():
+                    for suffix in suffixes.get(family.type, ("",)):
+                        out[family.name + suffix] = frozenset()  # unlabelled figures
+                continue
+            name = metric._name  # private in prometheus_client (hasattr above)
             labels = frozenset(metric._labelnames)  # type: ignore[attr-defined]  # prometheus_client keeps a metric's labels private
             for suffix in suffixes.get(metric._type, ("",)):  # type: ignore[attr-defined]  # prometheus_client keeps a metric's type private
                 extra = {"le"} if suffix == "_bucket" else set()

@@ -126,6 +126,8 @@ def catalogue() -> list[Pub | Sub]:
         # a session's owner (tenant keys) and a resumed step's first chunk, by subject
         Pub(f"$JS.API.STREAM.MSG.GET.{T.stream}", readers),
         Pub(f"$JS.API.CONSUMER.DELETE.{T.stream}.rdx", readers),
+        # bounded reads pull from their own ephemeral consumers (random names)
+        Pub(f"$JS.API.CONSUMER.MSG.NEXT.{T.stream}.rdx", readers),
         # the bucket: the gateway's, read by the operator
         Pub(f"$JS.API.DIRECT.GET.KV_{T.steps_bucket}.$KV.{T.steps_bucket}.sess-x", readers),
         Pub("$JS.API.STREAM.INFO.TOKENWIRE_DLQ", _users("operator")),

@@ -139,17 +139,28 @@ def test_assembler_permissions_list_every_partition_consumer() -> None:
 
 
 @pytest.mark.parametrize("block", ["GATEWAY_PERMISSIONS", "OPERATOR_PERMISSIONS"])
-def test_replay_readers_may_delete_consumers_but_never_a_durable_one(block: str) -> None:
-    """A replay deletes its ephemeral consumer (random name: only the `*` form allows it), so
-    every durable consumer of the pipeline must be on the deny list, and nothing else."""
+def test_replay_readers_may_delete_and_pull_consumers_but_never_a_durable_one(block: str) -> None:
+    """A replay pulls from and deletes its ephemeral consumer (random name: only the `*` form
+    allows it), so every durable consumer of the pipeline must be on the deny list for
+    writes and pulls, and nothing else."""
     assert "$JS.API.CONSUMER.DELETE.TOKENWIRE.*" in _allowed(block)
+    assert "$JS.API.CONSUMER.MSG.NEXT.TOKENWIRE.*" in _allowed(block)
     topology = Topology()
     durables = [topology.assembler_consumer(p) for p in range(topology.partitions)]
     durables.append(topology.telemetry_consumer)
     assert sorted(_publish(block, "deny")) == sorted(
         [f"$JS.API.CONSUMER.DELETE.{topology.stream}.{d}" for d in durables]
         + [f"$JS.API.CONSUMER.CREATE.{topology.stream}.{d}.>" for d in durables]
+        + [f"$JS.API.CONSUMER.MSG.NEXT.{topology.stream}.{d}" for d in durables]
     )
+
+
+def test_the_assembler_may_not_pull_from_a_consumer_it_does_not_own() -> None:
+    """Its pulls name its own partition consumers only (never `*`: that would reach the
+    telemetry consumer's messages)."""
+    pulls = [s for s in _allowed("ASSEMBLER_PERMISSIONS") if ".MSG.NEXT." in s]
+    assert pulls
+    assert not [s for s in pulls if s.endswith(".*") or s.endswith(".>")]
 
 
 def test_only_the_replay_readers_may_delete_anything() -> None:

@@ -192,32 +192,20 @@ class _LaggingReplica:
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import tokenwire.broker._batches as source
-        from tokenwire.broker._ordered import ordered_subscribe as real  # what _batches calls
+        from tokenwire.broker._bounded import BoundedRead  # what _batches reads with
 
-        async def placed(js, subject, *, cb, **kwargs):
-            delivered: list[object] = []
+        behind, never = self.behind, self.never
 
-            async def lagging_cb(msg):
-                delivered.append(msg)
-                if not (self.never and msg.metadata.num_pending < self.behind):
-                    await cb(msg)
+        class OnALaggingReplica(BoundedRead):
+            async def open(self) -> int:
+                return max(0, await super().open() - behind)  # the replica's count
 
-            sub = await real(js, subject, cb=lagging_cb, **kwargs)
-            info = sub.consumer_info
+            def _on_delivery(self, subject, reply, data, hdr):
+                if never and int(reply.split(b".")[-1]) < behind:
+                    return  # the replica never gets the last ``behind`` messages
+                super()._on_delivery(subject, reply, data, hdr)
 
-            async def replica_info():
-                got = await info()  # the replica holds ``behind`` fewer of the session
-                assert got.delivered is not None
-                assert got.num_pending is not None
-                held = max(0, got.num_pending + got.delivered.consumer_seq - self.behind)
-                got.delivered.consumer_seq = min(got.delivered.consumer_seq, held)
-                got.num_pending = held - got.delivered.consumer_seq
-                return got
-
-            sub.consumer_info = replica_info  # type: ignore[method-assign]  # the replica's count
-            return sub
-
-        monkeypatch.setattr(source, "ordered_subscribe", placed)
+        monkeypatch.setattr(source, "BoundedRead", OnALaggingReplica)
 
 
 async def test_a_read_on_a_lagging_replica_waits_for_what_the_leader_holds(

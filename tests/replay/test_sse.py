@@ -274,3 +274,36 @@ async def test_a_reader_that_does_not_read_is_told_it_lagged_and_never_blocks_th
     assert text_by_step(datas) == expected  # nothing missed (coalesced text included)
     finishes = sum(s["type"] == "finish" for d in datas for s in d["shown"])
     assert finishes == len(expected)
+
+
+async def test_past_the_reader_cap_the_events_endpoint_answers_503_with_retry_after(
+    nc, topology, store, stats
+):
+    """Two readers at most: a third gets 503 in the endpoint's JSON dialect with
+    ``retry-after``; once one of the two ended, a new reader is served again."""
+    router = events_router(lambda: nc, topology, lambda: store, stats=stats, max_readers=2)
+    session = new_session()
+    await publish(nc, topology, envelopes(session)[:10])
+    async with serve(Starlette(routes=router.routes)) as url, httpx.AsyncClient(timeout=20) as c:
+        events = f"{url}/v1/sessions/{session}/events"  # following: each stays open
+        async with c.stream("GET", events) as first, c.stream("GET", events) as second:
+            assert (first.status_code, second.status_code) == (200, 200)
+            refused = await c.get(events)
+            assert refused.status_code == 503
+            assert refused.headers["retry-after"] == "1"
+            assert refused.json()["error"]["type"] == "overloaded"
+            assert "at most 2" in refused.json()["error"]["message"]
+            assert (stats.clients, stats.refused) == (2, 1)
+        for _ in range(200):  # both responses closed: their slots are free (bounded wait)
+            if stats.clients == 0:
+                break
+            await asyncio.sleep(0.05)
+        again = await c.get(f"{events}?follow=false")
+        assert again.status_code == 200
+        assert again.text.count("event: chunk") == 10
+    assert (stats.clients, stats.refused) == (0, 1)
+
+
+def test_a_reader_cap_below_one_is_refused(nc, topology, store) -> None:
+    with pytest.raises(ValueError, match="max_readers"):
+        events_router(lambda: nc, topology, lambda: store, max_readers=0)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from tokenwire.broker._api import Connection, connect
 from tokenwire.broker._batches import READ_IDLE_TIMEOUT_S, READ_MAX_BATCH, RawChunk, session_batches
+from tokenwire.broker._bounded import ReadWindow
 from tokenwire.broker._consumer import (
     PIN_HEADER,
     BatchHandler,
@@ -145,6 +146,7 @@ __all__ = [
     "PullConsumer",
     "PullSettings",
     "RawChunk",
+    "ReadWindow",
     "ReaderStalled",
     "Reject",
     "RequestFailed",

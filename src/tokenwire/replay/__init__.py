@@ -39,7 +39,7 @@ from tokenwire.replay._events import (
     ShownText,
     ShownToolCall,
 )
-from tokenwire.replay._http import StoreProvider, events_router, viewer_html
+from tokenwire.replay._http import DEFAULT_MAX_READERS, StoreProvider, events_router, viewer_html
 from tokenwire.replay._print import EventPrinter
 from tokenwire.replay._read import paced, read_session
 from tokenwire.replay._render import SessionRenderer
@@ -48,6 +48,7 @@ from tokenwire.replay._sse import ClientQueue, NcProvider, SlowReaderPolicy, Sse
 from tokenwire.replay._verify import Difference, DifferenceKind, VerifyReport, verify, verify_report
 
 __all__ = [
+    "DEFAULT_MAX_READERS",
     "ClientQueue",
     "Difference",
     "DifferenceKind",

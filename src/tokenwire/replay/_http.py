@@ -14,7 +14,8 @@
 - ``GET /viewer``: the session viewer (one static page).
 
 Errors are JSON ``{"error": {"type", "message"}}``: 400 for a bad session id or parameter,
-404 for an unknown session's messages or usage, 503 when the broker or the store is unavailable.
+404 for an unknown session's messages or usage, 503 when the broker or the store is unavailable, and
+503 ``overloaded`` with ``retry-after`` when ``max_readers`` event responses are open already.
 
 Scoped reads: an app that authenticates its callers puts each one in ``request.state.caller``
 (the gateway's ``Caller``: see :class:`Reader`). A caller that is not an operator reads only
@@ -28,13 +29,14 @@ session is readable.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from typing import Protocol
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route, Router
+from starlette.types import Receive, Scope, Send
 
 from tokenwire.broker import BrokerError, Topology, session_owner, valid_session
 from tokenwire.ledger import StepUsage, session_report
@@ -57,6 +59,9 @@ MAX_INDEX = 2**32 - 1
 """The largest chunk index a resume position may name inside one message (a frame holds far
 fewer: its payload is bounded by the broker's message size)."""
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+DEFAULT_MAX_READERS = 256
+"""Event responses open at once per app (each one broker read): see docs/gateway.md."""
+READERS_RETRY_AFTER_S = 1
 
 
 class Reader(Protocol):
@@ -93,14 +98,18 @@ def events_router(
     *,
     policy: SlowReaderPolicy | None = None,
     stats: SseStats | None = None,
+    max_readers: int = DEFAULT_MAX_READERS,
 ) -> Router:
     """The replay routes, to include in an app: ``Starlette(routes=[..., *router.routes])``.
 
     ``policy`` bounds each SSE client (default :class:`SlowReaderPolicy`); ``stats`` (if given)
-    counts clients, events, coalesced events and lagged responses.
+    counts clients, events, coalesced events, lagged and refused responses; ``max_readers``
+    caps the event responses open at once (past it: 503 with ``retry-after``).
     """
+    if max_readers < 1:
+        raise ValueError(f"max_readers must be at least 1, got {max_readers}")
     routes = _Routes(nc_provider, topology, store_provider, policy or SlowReaderPolicy(),
-                     stats if stats is not None else SseStats())  # fmt: skip
+                     stats if stats is not None else SseStats(), max_readers)  # fmt: skip
     return Router(
         routes=[
             Route("/v1/sessions", routes.sessions, methods=["GET"]),
@@ -120,12 +129,14 @@ class _Routes:
         store_provider: StoreProvider,
         policy: SlowReaderPolicy,
         stats: SseStats,
+        max_readers: int,
     ) -> None:
         self._nc = nc_provider
         self._topology = topology
         self._store = store_provider
         self._policy = policy
         self._stats = stats
+        self._max_readers = max_readers
 
     async def events(self, request: Request) -> Response:
         try:
@@ -138,6 +149,8 @@ class _Routes:
             nc = self._nc()
         except Exception as exc:
             return _error(503, "unavailable", f"broker not available: {exc}")
+        if self._stats.clients >= self._max_readers:
+            return self._refused()
         scope = read_scope(request)
         if scope is not None:
             try:
@@ -147,7 +160,15 @@ class _Routes:
             if owner is None or owner.tenant != scope:
                 return _not_found(session)
         body = stream(nc, self._topology, session, start, follow, self._policy, self._stats)
-        return StreamingResponse(body, media_type="text/event-stream", headers=_SSE_HEADERS)
+        return _CountedStream(body, self._stats)
+
+    def _refused(self) -> Response:
+        self._stats.refused += 1
+        message = (f"the gateway serves at most {self._max_readers} session event streams at "
+                   "once; retry shortly")  # fmt: skip
+        response = _error(503, "overloaded", message)
+        response.headers["retry-after"] = str(READERS_RETRY_AFTER_S)
+        return response
 
     async def sessions(self, request: Request) -> Response:
         try:
@@ -214,6 +235,22 @@ async def _owned(store: Store, session: str, scope: str) -> bool:
     reads, whether or not the session exists)."""
     summary = await store.session(session)
     return summary is not None and summary.tenant == scope
+
+
+class _CountedStream(StreamingResponse):
+    """An SSE response counted in ``stats.clients`` from its creation until it ended, however
+    it ends (caught up, lagged, the client gone, or never started): the reader cap's count."""
+
+    def __init__(self, body: AsyncIterator[bytes], stats: SseStats) -> None:
+        super().__init__(body, media_type="text/event-stream", headers=_SSE_HEADERS)
+        self._stats = stats
+        stats.clients += 1
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._stats.clients -= 1
 
 
 def viewer_html() -> str:

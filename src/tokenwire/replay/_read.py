@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 import msgspec
 
-from tokenwire.broker import Connection, Topology, valid_session
+from tokenwire.broker import Connection, ReadWindow, Topology, valid_session
 from tokenwire.replay._errors import InvalidSessionId, UndecodableChunk
 from tokenwire.replay._events import ReplayEvent
 from tokenwire.replay._render import SessionRenderer
@@ -64,16 +64,18 @@ async def rendered(
     emit_from: tuple[int, int],
     follow: bool,
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    *,
+    window: ReadWindow | None = None,
 ) -> AsyncGenerator[ReplayEvent, None]:
     """Read from the position ``read_from`` (stream seq, chunk index in that message), render
     every chunk from there with ``renderer`` (exactly once, in stream order), yield the events
     from the position ``emit_from`` on. A caller that stops early and reads on later with the
-    same renderer continues from the last event's :attr:`~ReplayEvent.next_position`."""
+    same renderer continues from the last event's :attr:`~ReplayEvent.next_position`.
+    ``window`` bounds the broker read (``broker.ReadWindow``; its default when None)."""
     skip_seq, skip_index = read_from
     emit_seq, emit_index = emit_from
-    batches = stored_chunks(
-        nc, topology, session, skip_seq, follow=follow, idle_timeout_s=idle_timeout_s
-    )
+    batches = stored_chunks(nc, topology, session, skip_seq, follow=follow,
+                            idle_timeout_s=idle_timeout_s, window=window)  # fmt: skip
     render = renderer.render
     try:
         async for batch in batches:

@@ -1,4 +1,4 @@
-"""One session's stored chunks, in batches, for replay: the broker's batched reader
+"""One session's stored chunks, in batches, for replay: the broker's bounded batched reader
 (``broker._batches``) with its stall reported as the replay's :class:`ReplayStalled`."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from collections.abc import AsyncGenerator
 
 from tokenwire.broker import (
     READ_IDLE_TIMEOUT_S,
-    READ_MAX_BATCH,
     Connection,
     RawChunk,
     ReaderStalled,
+    ReadWindow,
     Topology,
     session_batches,
 )
@@ -26,13 +26,15 @@ async def stored_chunks(
     from_seq: int | None = None,
     *,
     follow: bool = False,
-    max_batch: int = READ_MAX_BATCH,
+    window: ReadWindow | None = None,
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
 ) -> AsyncGenerator[list[RawChunk], None]:
     """Yield the session's stored chunks from ``from_seq`` (inclusive) in stream order, in
-    batches (see ``broker.session_batches``); ReplayStalled when what was due stopped coming."""
+    batches of at most ``window.messages`` (see ``broker.session_batches``: at most a window
+    in flight, nothing pulled while the caller does not iterate); ReplayStalled when what was
+    due stopped coming."""
     batches = session_batches(nc, topology, session, from_seq, follow=follow,
-                              max_batch=max_batch, idle_timeout_s=idle_timeout_s)  # fmt: skip
+                              window=window, idle_timeout_s=idle_timeout_s)  # fmt: skip
     try:
         async for batch in batches:
             yield batch

@@ -1,8 +1,8 @@
 """The session events as server-sent events, with a slow-reader policy that never blocks.
 
-Each client gets its own ordered read of the broker (its own ephemeral consumer) and a
-bounded queue between that read and the HTTP response. The read never waits on the client
-while subscribed:
+Each client gets its own bounded read of the broker (its own ephemeral pull consumer, at most
+``read_window`` in flight) and a bounded queue between that read and the HTTP response. The
+read never waits on the client while it is open:
 
 1. while the queue has room, every event is queued as is;
 2. when it is full, an event that shows nothing (block-start, tool-call fragments, usage) is
@@ -10,9 +10,9 @@ while subscribed:
    appended to the last queued fragment (up to ``max_coalesced_chars``): the rendered view
    stays exact, the event's ``id`` advances to the newest event's, ``coalesced`` counts the
    events it stands for;
-3. when nothing can be merged, the read pauses: it unsubscribes (its consumer is deleted, so
-   nothing on the broker waits for this client) and waits up to ``max_pause_s`` for the queue
-   to drain to half, then subscribes again from the next position, with its rendering state kept;
+3. when nothing can be merged, the read pauses: it closes its read (its consumer is deleted,
+   so nothing on the broker waits for this client) and waits up to ``max_pause_s`` for the
+   queue to drain to half, then reads again from the next position, with its rendering state kept;
 4. a client that did not drain in time is told: it gets what was queued, then
    ``event: lagged`` with the id to resume from, and the response ends. A browser's
    EventSource reconnects by itself with ``Last-Event-ID`` = that id and catches up from the
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from tokenwire.broker import BrokerError, Connection, Topology
+from tokenwire.broker import BrokerError, Connection, ReadWindow, Topology
 from tokenwire.replay._errors import ReplayError, UndecodableChunk
 from tokenwire.replay._events import ReplayEvent, ShownReasoning, ShownText
 from tokenwire.replay._read import rendered
@@ -45,19 +45,25 @@ Position = tuple[int, int]
 """Where a read starts: (stream seq of a message, index of a chunk in it)."""
 
 
+EVENTS_READ_WINDOW = ReadWindow(messages=256, bytes=256 * 1024)
+"""What one client's broker read has in flight at most (requested, not yet rendered)."""
+
+
 @dataclass(frozen=True)
 class SlowReaderPolicy:
     """Bounds of one SSE client. ``queue_bound`` events wait at most; merged text grows to
     ``max_coalesced_chars`` at most; a paused broker read waits ``max_pause_s`` at most for
     the client to drain half the queue before the client is lagged; a ``: keepalive``
     comment goes out after ``keepalive_s`` idle; ``retry_ms`` is the reconnection delay the
-    client is told."""
+    client is told; ``read_window`` bounds the client's broker read (messages and bytes
+    requested from the server and not yet rendered)."""
 
     queue_bound: int = 256
     max_coalesced_chars: int = 64 * 1024
     max_pause_s: float = 10.0
     keepalive_s: float = 15.0
     retry_ms: int = 1000
+    read_window: ReadWindow = EVENTS_READ_WINDOW
 
 
 @dataclass
@@ -65,7 +71,9 @@ class SseStats:
     """Counters across clients (for metrics and tests)."""
 
     clients: int = 0
-    """Responses open now."""
+    """Responses open now (each holds one broker read)."""
+    refused: int = 0
+    """Responses refused with 503 because ``clients`` was at the reader cap."""
     events: int = 0
     """Events sent."""
     coalesced: int = 0
@@ -238,7 +246,7 @@ async def produce(
     try:
         while True:
             held = await _read_until_full(nc, topology, session, renderer, read_from,
-                                          emit_from, follow, queue)  # fmt: skip
+                                          emit_from, follow, queue, policy)  # fmt: skip
             if held is None:
                 queue.end()
                 return
@@ -262,9 +270,11 @@ async def _read_until_full(
     emit_from: Position,
     follow: bool,
     queue: ClientQueue,
+    policy: SlowReaderPolicy,
 ) -> ReplayEvent | None:
     """Offer events until the queue refuses one (returned; the read is closed) or the end."""
-    events = rendered(nc, topology, session, renderer, read_from, emit_from, follow)
+    events = rendered(nc, topology, session, renderer, read_from, emit_from, follow,
+                      window=policy.read_window)  # fmt: skip
     async with contextlib.aclosing(events):
         async for event in events:
             if not queue.offer(event):
@@ -281,12 +291,12 @@ async def stream(
     policy: SlowReaderPolicy,
     stats: SseStats,
 ) -> AsyncIterator[bytes]:
-    """The SSE body of one client: events from the position ``start`` (inclusive)."""
+    """The SSE body of one client: events from the position ``start`` (inclusive). (The caller
+    counts it in ``stats.clients``: the count must hold before the body starts, for the cap.)"""
     queue = ClientQueue(policy, start, stats)
     producer = asyncio.create_task(
         produce(nc, topology, session, start, follow, queue, policy, stats)
     )
-    stats.clients += 1
     try:
         yield b"retry: %d\n\n" % policy.retry_ms
         while True:
@@ -300,7 +310,6 @@ async def stream(
                 yield _closing(item, queue)
                 return
     finally:
-        stats.clients -= 1
         producer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await producer

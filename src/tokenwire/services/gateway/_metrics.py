@@ -3,12 +3,15 @@ in tests never collide). Labels never carry content, session ids or credentials.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
 
 from tokenwire.observability.conventions import CHUNK_GAP_BUCKETS_S, LATENCY_BUCKETS_S
+from tokenwire.replay import SseStats
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -72,7 +75,36 @@ class GatewayMetrics:
             "Chunks published and not yet acknowledged.", registry=r,
         )  # fmt: skip
         window.set_function(window_in_use)
+        self._readers = _ReaderCollector(SseStats())  # zeros until watch_readers()
+        r.register(self._readers)
+
+    def watch_readers(self, stats: SseStats) -> None:
+        """Expose these session event readers' counters (``GET /v1/sessions/{s}/events``)."""
+        self._readers.stats = stats
 
     def render(self) -> bytes:
         """The text exposition format."""
         return generate_latest(self.registry)
+
+
+class _ReaderCollector(Collector):
+    """The events endpoint's :class:`SseStats`, read at each scrape."""
+
+    def __init__(self, stats: SseStats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.stats
+        yield GaugeMetricFamily(
+            "tokenwire_gateway_readers_open",
+            "Session event streams open now (each holds one bounded broker read).",
+            value=s.clients,
+        )
+        for name, value, meaning in (
+            ("readers_refused", s.refused, "Event streams refused with 503 at the reader cap."),
+            ("reader_events", s.events, "Session events sent to event stream clients."),
+            ("reader_events_coalesced", s.coalesced, "Events merged because a client was behind."),
+            ("reader_pauses", s.pauses, "Broker reads paused until a client drained its queue."),
+            ("readers_lagged", s.lagged, "Event streams ended with `lagged` (client too slow)."),
+        ):
+            yield CounterMetricFamily(f"tokenwire_gateway_{name}", meaning, value=value)

@@ -31,7 +31,7 @@ from tokenwire.broker import (
 )
 from tokenwire.config import ConfigError
 from tokenwire.observability import OtelProviders, no_otel, otel_from_env
-from tokenwire.replay import events_router
+from tokenwire.replay import SseStats, events_router
 from tokenwire.services.gateway._app import create_app
 from tokenwire.services.gateway._deps import GatewayDeps, HttpUpstream
 from tokenwire.services.gateway._edge import KEEP_ALIVE_S, bounded_protocol
@@ -222,11 +222,15 @@ async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> N
         real = await broker_deps(
             nc, topology, otel=otel, step_retry=(settings.step_retries, settings.step_retry_s)
         )
-        routes = events_router(lambda: nc, topology, lambda: store).routes
+        readers = SseStats()
+        routes = events_router(lambda: nc, topology, lambda: store, stats=readers,
+                               max_readers=settings.max_readers).routes  # fmt: skip
         real.deps = dataclasses.replace(real.deps, extra_routes=routes, store=lambda: store)
         try:
+            app = create_app(settings, real.deps)
+            app.state.gateway.metrics.watch_readers(readers)
             config = uvicorn.Config(
-                create_app(settings, real.deps), host=settings.host, port=settings.port,
+                app, host=settings.host, port=settings.port,
                 log_level="info", lifespan="on", access_log=False,
             **_edge_options(settings),
                 timeout_graceful_shutdown=int(settings.ack_timeout_s),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from tokenwire import config
 from tokenwire.config import ConfigError, parse_addr, parse_int, parse_urls, without_userinfo
 from tokenwire.providers import check_header, check_proxy, check_url, get_provider, provider_names
+from tokenwire.replay import DEFAULT_MAX_READERS
 from tokenwire.services.gateway._bounds import (
     DEFAULT_MAX_STEP_BYTES,
     DEFAULT_MAX_STEP_CHUNKS,
@@ -78,6 +79,8 @@ class GatewaySettings:
     - ``max_resumers``: how many callers may resume one step at once on this gateway (a
       retry past it: 429 with ``retry-after``); ``idempotency_ttl_s``: how long an
       ``Idempotency-Key`` keeps mapping to its step (docs/gateway.md, "Resuming a step").
+    - ``max_readers``: session event streams (``GET /v1/sessions/{s}/events``) open at once,
+      each one bounded broker read; past it 503 with ``retry-after``.
 
     Secrets (``keys``, ``provider_env``) are left out of ``repr``.
     """
@@ -107,6 +110,7 @@ class GatewaySettings:
     framing: FramePolicy = field(default_factory=FramePolicy)
     max_resumers: int = 8
     idempotency_ttl_s: float = 24 * 3600.0
+    max_readers: int = DEFAULT_MAX_READERS
 
     @property
     def authenticated(self) -> bool:
@@ -175,6 +179,9 @@ class GatewaySettings:
             max_resumers=parse_int("TOKENWIRE_GATEWAY_MAX_RESUMERS",
                                    env.get("TOKENWIRE_GATEWAY_MAX_RESUMERS", "8"), 1),
             idempotency_ttl_s=_seconds(env, "TOKENWIRE_GATEWAY_IDEMPOTENCY_TTL_S", 86400.0),
+            max_readers=parse_int("TOKENWIRE_GATEWAY_MAX_READERS",
+                                  env.get("TOKENWIRE_GATEWAY_MAX_READERS",
+                                          str(DEFAULT_MAX_READERS)), 1),
         )  # fmt: skip
         settings.key_ring()  # a key or a name in both sources stops the start
         return settings
