@@ -34,12 +34,14 @@ from tokenwire.broker._errors import (
     BrokerError,
     BrokerUnavailable,
     FlushTimeout,
+    LayoutConflict,
     PayloadTooLarge,
     PublishError,
     PublishRejected,
     PublishTimeout,
     ReaderStalled,
     RequestFailed,
+    ReshardRefused,
     ServerStartError,
     StepAssignmentContention,
     StepClaimConflict,
@@ -55,6 +57,13 @@ from tokenwire.broker._inspect import (
     stream_info,
     stream_subjects,
 )
+from tokenwire.broker._layout import (
+    check_layout,
+    locate_session,
+    retired_layouts,
+    shard_leaders,
+    spread_leaders,
+)
 from tokenwire.broker._memory import MemoryPublisher, MemoryStepRegistry, Published
 from tokenwire.broker._messages import (
     StoredMessage,
@@ -66,7 +75,7 @@ from tokenwire.broker._messages import (
 from tokenwire.broker._ordered import ordered_subscribe, read_range, reader_name
 from tokenwire.broker._partitions import partition_consumer
 from tokenwire.broker._protocol import ChunkSink, PendingAssignment, StepAllocator
-from tokenwire.broker._provision import ensure_topology
+from tokenwire.broker._provision import ensure_topology, reshard
 from tokenwire.broker._publisher import ChunkPublisher, PublisherStats
 from tokenwire.broker._reader import SessionReader, StoredChunk
 from tokenwire.broker._retained import retained_sessions
@@ -88,6 +97,7 @@ from tokenwire.broker._topology import (
     parse_stored_subject,
     partition_of,
     stored_subject,
+    topology_from,
     valid_session,
 )
 
@@ -112,6 +122,7 @@ __all__ = [
     "EmbeddedServer",
     "FlushTimeout",
     "Handler",
+    "LayoutConflict",
     "MemoryPublisher",
     "MemoryStepRegistry",
     "NodeConfig",
@@ -130,6 +141,7 @@ __all__ = [
     "ReaderStalled",
     "Reject",
     "RequestFailed",
+    "ReshardRefused",
     "Retry",
     "ServerInfo",
     "ServerStartError",
@@ -145,6 +157,7 @@ __all__ = [
     "TopologyError",
     "ack_fields",
     "ack_many",
+    "check_layout",
     "chunk_subject",
     "cluster_configs",
     "connect",
@@ -157,6 +170,7 @@ __all__ = [
     "free_port",
     "jetstream_request",
     "last_by_subject",
+    "locate_session",
     "msg_id",
     "nak_many",
     "ordered_subscribe",
@@ -167,13 +181,18 @@ __all__ = [
     "publish_event",
     "read_range",
     "reader_name",
+    "reshard",
     "retained_sessions",
+    "retired_layouts",
     "server_info",
     "session_batches",
+    "shard_leaders",
+    "spread_leaders",
     "stored_subject",
     "stored_with_msg_id",
     "stream_info",
     "stream_subjects",
+    "topology_from",
     "unpin",
     "valid_session",
 ]

@@ -34,7 +34,8 @@ from nats.js import api
 from nats.js.errors import Error as JsError
 
 from tokenwire.broker._api import server_url
-from tokenwire.broker._errors import BrokerUnavailable, ReaderStalled
+from tokenwire.broker._errors import BrokerUnavailable, ReaderStalled, TopologyError
+from tokenwire.broker._layout import locate_session
 from tokenwire.broker._ordered import ordered_subscribe
 from tokenwire.broker._topology import Topology
 
@@ -88,8 +89,12 @@ async def session_batches(
 ) -> AsyncGenerator[list[RawChunk], None]:
     """Yield the session's stored chunks from ``from_seq`` (inclusive) in stream order, in
     batches. Without ``follow`` it stops once caught up (what is due is fixed when the read
-    starts); with ``follow`` it waits for new chunks until the caller stops iterating."""
+    starts); with ``follow`` it waits for new chunks until the caller stops iterating.
+
+    The session is read from its layout's stream (``topology.stream_of``), or from a retired
+    layout's stream that still holds it when the current one does not (``locate_session``)."""
     batch = _Batch(max_batch)
+    topology = await _located(nc, topology, session)
     sub = await _subscribe(nc, topology, session, from_seq, batch)
     try:
         # What is due is counted when the consumer exists: the first `due` messages it
@@ -106,7 +111,15 @@ async def session_batches(
                 remaining -= len(raw)
             yield raw
     finally:
-        await _close(nc, topology, sub)
+        await _close(nc, topology, session, sub)
+
+
+async def _located(nc: Client, topology: Topology, session: str) -> Topology:
+    """The layout holding the session (a retired one after ``tokenwire reshard``)."""
+    try:
+        return await locate_session(nc, topology, session)
+    except TopologyError as exc:
+        raise BrokerUnavailable(server_url(nc), f"cannot locate {session}: {exc}") from exc
 
 
 def _convert(msgs: list[Msg], remaining: int | None) -> list[RawChunk]:
@@ -144,7 +157,7 @@ async def _subscribe(
         return await ordered_subscribe(
             nc.jetstream(),
             topology.session_filter(session),
-            stream=topology.stream,
+            stream=topology.stream_of(session),
             config=config,
             idle_heartbeat=_HEARTBEAT_S,
             cb=batch.put,
@@ -172,14 +185,16 @@ async def _due(
 async def _leader_count(nc: Client, topology: Topology, session: str) -> int:
     """The session's chunks in the stream, as its leader holds them (stream info is answered
     by the leader, never by a follower)."""
-    stream = await nc.jetstream().stream_info(topology.stream, topology.session_filter(session))
+    stream = await nc.jetstream().stream_info(
+        topology.stream_of(session), topology.session_filter(session)
+    )
     return sum((stream.state.subjects or {}).values())
 
 
-async def _close(nc: Client, topology: Topology, sub: object) -> None:
+async def _close(nc: Client, topology: Topology, session: str, sub: object) -> None:
     """Unsubscribe and delete the ephemeral consumer now (not after the inactive threshold)."""
     with contextlib.suppress(NatsError, JsError, asyncio.TimeoutError):
         name = getattr(sub, "_consumer", None)
         await sub.unsubscribe()  # type: ignore[attr-defined]  # the subscription is kept as an object (see _subscribe)
         if name and not nc.is_closed:
-            await nc.jetstream().delete_consumer(topology.stream, name)
+            await nc.jetstream().delete_consumer(topology.stream_of(session), name)

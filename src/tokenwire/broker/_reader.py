@@ -21,7 +21,8 @@ from nats.js import api
 from nats.js.errors import Error as JsError
 
 from tokenwire.broker._api import server_url
-from tokenwire.broker._errors import BrokerUnavailable, ReaderStalled
+from tokenwire.broker._errors import BrokerUnavailable, ReaderStalled, TopologyError
+from tokenwire.broker._layout import locate_session
 from tokenwire.broker._ordered import ordered_subscribe
 from tokenwire.broker._topology import Topology
 
@@ -70,6 +71,11 @@ class SessionReader:
         self._clock = clock
 
     async def _subscribe(self) -> object:
+        try:
+            self._topology = await locate_session(self._nc, self._topology, self._session)
+        except TopologyError as exc:
+            reason = f"cannot locate {self._session}: {exc}"
+            raise BrokerUnavailable(server_url(self._nc), reason) from exc
         if self._from_seq is not None and self._from_seq > 1:
             config = api.ConsumerConfig(
                 deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
@@ -84,7 +90,7 @@ class SessionReader:
             return await ordered_subscribe(
                 self._nc.jetstream(),
                 self._topology.session_filter(self._session),
-                stream=self._topology.stream,
+                stream=self._topology.stream_of(self._session),
                 config=config,
                 idle_heartbeat=2.0,
             )

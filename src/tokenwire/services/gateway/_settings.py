@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tokenwire import config
+from tokenwire.broker import Topology, topology_from
 from tokenwire.config import ConfigError, parse_addr, parse_int, parse_urls, without_userinfo
 from tokenwire.providers import check_header, check_proxy, check_url, get_provider, provider_names
 from tokenwire.services.gateway._bounds import (
@@ -58,6 +59,8 @@ class GatewaySettings:
       (content bytes, published chunks, seconds); past one the step ends as a recorded
       ``limit`` error, whether or not its caller is still there (docs/configuration.md).
     - ``partitions``, ``replicas``: the broker topology (session partitions, stream replicas);
+      ``topology``: all of it (shards, retention, compression, placement), from the shared
+      variables; None: the defaults with ``partitions`` and ``replicas``.
       ``provision``: create/update it at start (off when a provisioner owns it).
     - ``store_url``: the store the session and message routes read (``TOKENWIRE_STORE``).
     - ``step_retries``, ``step_retry_s``: the bound of the step registry's retries while its
@@ -87,6 +90,14 @@ class GatewaySettings:
     store_url: str | None = None
     step_retries: int = 16  # tokenwire.broker.StepRegistry's defaults
     step_retry_s: float = 30.0
+    topology: Topology | None = None
+
+    @property
+    def broker_topology(self) -> Topology:
+        """The topology to publish to, read from and (with ``provision``) provision."""
+        if self.topology is not None:
+            return self.topology
+        return Topology(partitions=self.partitions, replicas=self.replicas)
 
     @property
     def loopback_only(self) -> bool:
@@ -140,6 +151,7 @@ class GatewaySettings:
             step_retries=parse_int("TOKENWIRE_GATEWAY_STEP_RETRIES",
                                    env.get("TOKENWIRE_GATEWAY_STEP_RETRIES", "16"), 0),
             step_retry_s=_seconds(env, "TOKENWIRE_GATEWAY_STEP_RETRY_S", 30.0),
+            topology=topology_from(config.load(env)),
         )  # fmt: skip
 
 
