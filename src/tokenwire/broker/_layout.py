@@ -71,7 +71,7 @@ async def check_layout(nc: Client, t: Topology) -> None:
     """
     found = await chunk_streams_found(nc, t)
     if set(found) - set(t.chunk_streams):
-        raise LayoutConflict(describe(t), ", ".join(found))
+        raise LayoutConflict(describe(t), describe_found(t, found))
 
 
 def describe(t: Topology) -> str:
@@ -79,6 +79,21 @@ def describe(t: Topology) -> str:
     streams = t.chunk_streams
     names = streams[0] if len(streams) == 1 else f"{streams[0]} .. {streams[-1]}"
     return f"{t.layout} ({names})"
+
+
+def describe_found(t: Topology, names: list[str]) -> str:
+    """``K=1: TOKENWIRE`` / ``K=4 P=16: TOKENWIRE_K4_P16_S0, ...``: each name with the layout
+    its name encodes (a K = 1 name does not encode its partitions)."""
+    parts = []
+    for name in names:
+        match = _SHARD_NAME.match(name)
+        if name == t.stream:
+            parts.append(f"K=1: {name}")
+        elif match is not None and match["base"] == t.stream:
+            parts.append(f"K={match['k']} P={match['p']}: {name}")
+        else:
+            parts.append(name)
+    return ", ".join(parts)
 
 
 def retired_subject(t: Topology, stream: str) -> str:
