@@ -136,6 +136,9 @@ def test_reshard_keeps_old_sessions_readable_and_moves_new_ones(
     retired = asyncio.run(_stream(url, "TOKENWIRE"))
     assert retired["config"]["subjects"] == ["tw.retired.K1.P4.TOKENWIRE"]  # type: ignore[index]
     assert retired["state"]["messages"] == held["messages"] > 0  # type: ignore[index]
+    # its reservation shrinks to what it holds (the new streams need the file store)
+    assert retired["config"]["max_bytes"] < OLD.max_bytes  # type: ignore[index]
+    assert retired["config"]["max_bytes"] >= held["bytes"]  # type: ignore[index]
 
     env["TOKENWIRE_SHARDS"] = "2"
     new = [recorded(env, NEW, "new") for _ in range(4)]

@@ -75,14 +75,14 @@ async def check_layout(nc: Client, t: Topology) -> None:
 
 
 def describe(t: Topology) -> str:
-    """``K=4 P=16 (TOKENWIRE_K4_P16_S0 .. TOKENWIRE_K4_P16_S3)``."""
+    """``K=4 P=16 (<stream>_K4_P16_S0 .. <stream>_K4_P16_S3)``."""
     streams = t.chunk_streams
     names = streams[0] if len(streams) == 1 else f"{streams[0]} .. {streams[-1]}"
     return f"{t.layout} ({names})"
 
 
 def describe_found(t: Topology, names: list[str]) -> str:
-    """``K=1: TOKENWIRE`` / ``K=4 P=16: TOKENWIRE_K4_P16_S0, ...``: each name with the layout
+    """``K=1: <stream>`` / ``K=4 P=16: <stream>_K4_P16_S0, ...``: each name with the layout
     its name encodes (a K = 1 name does not encode its partitions)."""
     parts = []
     for name in names:
@@ -262,6 +262,8 @@ async def _step_down(nc: Client, stream: str, old: str, preferred: str, wait_s: 
 # -- changing the layout ---------------------------------------------------------------------
 
 _SHARD_NAME = re.compile(r"^(?P<base>.+)_K(?P<k>\d+)_P(?P<p>\d+)_S(?P<s>\d+)$")
+_RETIRED_SLACK = 1024 * 1024
+"""Bytes a retired stream's ``max_bytes`` keeps above what it holds (never discards any)."""
 _TRANSFORM_N = re.compile(r"partition\((?P<n>\d+),")
 
 
@@ -322,7 +324,9 @@ async def undrained(nc: Client, t: Topology) -> list[str]:
 
 async def retire(nc: Client, old: Topology) -> list[str]:
     """Move every stream of layout ``old`` off the chunk subjects (to its retired subject),
-    keeping its messages and limits: they stay readable until they age out. Returns the
+    keeping its messages: they stay readable until they age out (``max_age``). Its
+    ``max_bytes`` shrinks to what it holds (nothing new comes in), which releases the rest of
+    its reservation on the servers' file store for the new layout's streams. Returns the
     streams retired (the ones that still captured chunk subjects)."""
     retired = []
     for name in old.chunk_streams:
@@ -338,6 +342,7 @@ async def retire(nc: Client, old: Topology) -> list[str]:
             continue
         config["subjects"] = [subject]
         config.pop("subject_transform", None)
+        config["max_bytes"] = int((info.get("state") or {}).get("bytes", 0)) + _RETIRED_SLACK
         try:
             await api_request(nc, f"$JS.API.STREAM.UPDATE.{name}", config)
         except ApiError as exc:

@@ -24,7 +24,7 @@ class Topology:
     contiguous partitions ``[k*P//K, (k+1)*P//K)`` of the ``partitions`` (P) and stores their
     subjects ``<prefix>.chunks.<p>.<session>.<first|next>``. With K = 1 the one stream keeps
     the name ``stream`` (``TOKENWIRE``); with K > 1 the names encode the layout
-    (``TOKENWIRE_K4_P16_S0`` .. ``_S3``), so streams of two layouts are never confused.
+    (``<stream>_K4_P16_S0`` .. ``_S3``), so streams of two layouts are never confused.
 
     ``max_bytes`` is the retention budget of all chunk streams together, split evenly over
     the shards (``shard_max_bytes``); the events and DLQ streams get an eighth each (the
