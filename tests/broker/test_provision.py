@@ -19,6 +19,7 @@ from tokenwire.broker import (
     session_batches,
 )
 from tokenwire.broker._api import api_request
+from tokenwire.broker._provision import shard_stream_config
 
 
 async def test_ensure_topology_provisions_everything_and_is_idempotent(
@@ -151,3 +152,10 @@ async def test_a_pre_shard_stream_is_another_layout_for_k_above_one(nc: Client) 
             await ensure_topology(nc, dataclasses.replace(t, shards=2))
     finally:
         await drop_topology(nc, t)
+
+
+def test_placement_tags_go_round_the_shards() -> None:
+    t = Topology(partitions=16, shards=4, shard_tags=("az-a", "az-b", "az-c"))
+    tags = [shard_stream_config(t, k)["placement"] for k in range(4)]
+    assert tags == [{"tags": ["az-a"]}, {"tags": ["az-b"]}, {"tags": ["az-c"]}, {"tags": ["az-a"]}]
+    assert "placement" not in shard_stream_config(Topology(shards=2), 0)  # JetStream decides
