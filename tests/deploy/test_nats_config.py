@@ -23,6 +23,7 @@ from tests.deploy._nats import (
     connect_as,
     loopback_config,
     provision,
+    run_provision,
     running,
     server_env,
     write_node_configs,
@@ -307,6 +308,33 @@ async def test_each_user_may_do_its_job_and_nothing_else(tmp_path: Path, shards:
         finally:
             for conn in conns.values():
                 await close(conn)
+
+
+@pytest.mark.slow
+async def test_the_provisioner_reshards_a_drained_layout_without_violations(
+    tmp_path: Path,
+) -> None:
+    """`docker compose run --rm provision reshard` / the Job with `args: [reshard]`: the
+    provisioner's permissions cover the layout check, the drain check, retiring the old
+    streams, creating the new ones and spreading their leaders; the services of the new
+    layout then start; one of the old layout is refused."""
+    port = free_port()
+    node = Node(_single_node_config(tmp_path, port), NodePorts(port, 0, 0), "single")
+    with running([node]):
+        provision(node.url("provisioner"), replicas=1)
+        result = run_provision(node.url("provisioner"), 1, shards=3, command=("reshard",))
+        assert result.returncode == 0, result.stderr
+        assert "K=1 P=16 -> K=3 P=16; retired TOKENWIRE" in result.stdout
+        assert "Violation" not in node.log()
+        stale = run_provision(node.url("provisioner"), 1, shards=1)
+        assert stale.returncode == 2
+        assert "another layout" in stale.stderr
+        conn = await connect_as("gateway", node.url("gateway"))
+        try:
+            await check_layout(conn.nc, Topology(shards=3))
+            assert conn.violations() == []
+        finally:
+            await close(conn)
 
 
 def test_write_node_configs_uses_free_ports_never_the_defaults(tmp_path: Path) -> None:
