@@ -108,7 +108,8 @@ PARTS: dict[str, Callable[[Figures, Profile, argparse.Namespace], str]] = {
     "telemetry": _module("telemetry"),
     "scaling": _scaling,
 }
-EXTRA = ("publish", "fold", "parse")  # run only when named: their own tables, no suite figures
+EXTRA = ("publish", "fold", "parse", "compression")  # run only when named: their own tables
+"""``compression`` records its figures (bytes per chunk on disk with and without S2, ADR 0023)."""
 
 
 def _args(argv: list[str]) -> argparse.Namespace:

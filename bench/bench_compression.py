@@ -14,7 +14,8 @@ Two figures per setting:
   written and, with S2, compressed); what the volume holds;
 - ``accounted``: the server's own ``state.bytes``, what ``max_bytes`` limits.
 
-Run: ``python -m bench.bench_compression [--chunks N]``; prints one JSON object.
+Run: ``python -m bench.bench_compression [--chunks N] [--order s2,none]`` prints one JSON
+object; ``make bench BENCH=compression`` records the figures (phase ``compression``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import time
 import uuid
@@ -69,22 +71,32 @@ def envelopes(total: int) -> list[tuple[str, int, int, bytes]]:
     return out[:total]
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def publish(
-    url: str, t: Topology, load: list[tuple[str, int, int, bytes]]
-) -> tuple[int, float]:
-    """Publish the load; (the server's ``state.bytes``, acked chunks per second)."""
-    nc = await connect(url)
+    server: EmbeddedServer, t: Topology, load: list[tuple[str, int, int, bytes]]
+) -> tuple[int, float, float]:
+    """Publish the load; (the server's ``state.bytes``, acked chunks per second, the server's
+    CPU microseconds per chunk from the first publish to 1 s after the last ack)."""
+    nc = await connect(server.url)
+    pid = server.pid
     try:
         await ensure_topology(nc, t)
         publisher = await ChunkPublisher(nc, t).start()
-        started = time.perf_counter()
+        cpu0, started = cpu_s(pid), time.perf_counter()
         for session, step, ordinal, payload in load:
             await publisher.publish(payload, session, 0, step, ordinal, first=ordinal == 0)
         await publisher.flush(120.0)
         rate = len(load) / (time.perf_counter() - started)
+        await asyncio.sleep(1.0)  # blocks sealed at the end are compressed now, not at stop
+        cpu_us = (cpu_s(pid) - cpu0) * 1e6 / len(load)
         await publisher.close()
         info = await nc.jetstream().stream_info(t.stream)
-        return int(info.state.bytes), rate
+        return int(info.state.bytes), rate, cpu_us
     finally:
         await nc.close()
 
@@ -110,14 +122,15 @@ async def measure(chunks: int, order: tuple[str, ...] = ("none", "s2")) -> dict[
         server = EmbeddedServer(Path(tmp))
         server.start()
         store = Path(tmp) / "jetstream"
-        accounted, rates = {}, {}
+        accounted, rates, cpu = {}, {}, {}
         try:
             for compression in order:
                 t = Topology(prefix=f"c{compression}", stream=f"C_{compression.upper()}",
                              events_stream=f"CE_{compression}", dlq_stream=f"CD_{compression}",
                              steps_bucket=f"cs-{compression}", compression=compression,
                              max_bytes=1024**3)  # fmt: skip
-                accounted[compression], rates[compression] = await publish(server.url, t, load)
+                got = await publish(server, t, load)
+                accounted[compression], rates[compression], cpu[compression] = got
         finally:
             server.stop()  # every block written out (and compressed) before it is measured
         disk = {}
@@ -128,14 +141,48 @@ async def measure(chunks: int, order: tuple[str, ...] = ("none", "s2")) -> dict[
                 "disk_bytes_per_chunk": round(disk[compression] / len(load), 1),
                 "accounted_bytes_per_chunk": round(accounted[compression] / len(load), 1),
                 "published_chunks_per_s": round(rates[compression]),
+                "server_cpu_us_per_chunk": round(cpu[compression], 2),
             }
     figures["disk_ratio_none_to_s2"] = round(disk["none"] / disk["s2"], 2)
     return figures
 
 
-def main() -> None:
+CHUNKS = 200_000
+FIGURES: dict[str, float] = {}
+"""What ``python -m bench compression`` records (phase ``compression``)."""
+
+
+def main() -> str:
+    """The suite's entry (``python -m bench compression``): the table; FIGURES filled."""
+    figures = asyncio.run(measure(CHUNKS))
+    none, s2 = figures["none"], figures["s2"]
+    assert isinstance(none, dict)
+    assert isinstance(s2, dict)
+    for name, row in (("none", none), ("s2", s2)):
+        for key, value in row.items():
+            FIGURES[f"{name}_{key}"] = float(value)
+    ratio = figures["disk_ratio_none_to_s2"]
+    assert isinstance(ratio, float)
+    FIGURES["disk_ratio_none_to_s2"] = ratio
+    lines = [
+        f"{figures['chunks']:,} recorded-stream chunks (envelope payload "
+        f"{figures['payload_bytes_per_chunk']:.1f} B), one embedded nats-server",
+        "",
+        "| compression | on disk (B/chunk) | state.bytes (B/chunk) | acked publishes/s "
+        "| nats-server CPU (us/chunk) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for name, row in (("none", none), ("s2", s2)):
+        disk, held = row["disk_bytes_per_chunk"], row["accounted_bytes_per_chunk"]
+        lines.append(f"| {name} | {disk} | {held} | {row['published_chunks_per_s']:,} "
+                     f"| {row['server_cpu_us_per_chunk']} |")  # fmt: skip
+    lines.append(f"\ndisk none / s2: {figures['disk_ratio_none_to_s2']}x")
+    return "\n".join(lines)
+
+
+def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--chunks", type=int, default=200_000)
+    parser.add_argument("--chunks", type=int, default=CHUNKS)
     parser.add_argument("--order", default="none,s2", help="which setting publishes first")
     args = parser.parse_args()
     order = tuple(args.order.split(","))
@@ -143,4 +190,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli()
