@@ -108,8 +108,9 @@ PARTS: dict[str, Callable[[Figures, Profile, argparse.Namespace], str]] = {
     "telemetry": _module("telemetry"),
     "scaling": _scaling,
 }
-EXTRA = ("publish", "fold", "parse", "compression")  # run only when named: their own tables
-"""``compression`` records its figures (bytes per chunk on disk with and without S2, ADR 0023)."""
+EXTRA = ("publish", "fold", "parse", "compression", "shards")  # run only when named
+"""Their own tables; ``compression`` (bytes per chunk on disk with and without S2, ADR 0023) and
+``shards`` (one stream's ceiling and K = 3 on a loopback R3 cluster) record their figures."""
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
