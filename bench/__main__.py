@@ -108,12 +108,10 @@ PARTS: dict[str, Callable[[Figures, Profile, argparse.Namespace], str]] = {
     "telemetry": _module("telemetry"),
     "scaling": _scaling,
 }
-EXTRA = (
-    "publish",
-    "fold",
-    "parse",
-    "frames",
-)  # run only when named: their own tables, no suite figures
+EXTRA = ("publish", "fold", "parse", "frames", "compression", "shards")  # run only when named
+"""Their own tables; ``frames`` (messages, bytes and CPU per chunk against lingers, ADR 0024),
+``compression`` (bytes per chunk on disk with and without S2, ADR 0023) and ``shards`` (one
+stream's ceiling and K = 3 on a loopback R3 cluster) record their figures."""
 
 
 def _args(argv: list[str]) -> argparse.Namespace:

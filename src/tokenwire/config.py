@@ -8,7 +8,12 @@
 | ``TOKENWIRE_GATEWAY_KEYS`` | absent: the gateway listens on loopback only |
 | ``TOKENWIRE_GATEWAY_ADDR`` | ``127.0.0.1:8080`` |
 | ``TOKENWIRE_PARTITIONS`` | ``16`` |
+| ``TOKENWIRE_SHARDS`` | ``1``: chunk streams, each owning a contiguous range of partitions |
+| ``TOKENWIRE_SHARD_TAGS`` | absent: JetStream places the shards; else tag ``k mod n`` per shard |
 | ``TOKENWIRE_REPLICAS`` | ``1`` (3 in a three-node cluster) |
+| ``TOKENWIRE_RETENTION_BYTES`` | ``4GiB``: the chunk streams' byte budget, split over the shards |
+| ``TOKENWIRE_RETENTION_AGE_S`` | ``604800`` (7 days): the oldest chunk kept |
+| ``TOKENWIRE_COMPRESSION`` | ``s2``: the chunk streams' compression (``s2`` or ``none``) |
 | ``TOKENWIRE_PROVISION`` | ``1``: services create/update the topology at start; ``0``: they don't |
 | ``TOKENWIRE_CONNECT_TIMEOUT_S`` | ``5``: bound of the first connect to broker and store |
 
@@ -29,6 +34,14 @@ NATS_URL_FILE = "nats.url"
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 """How long a command's (or a service's) first connect to the broker or the store may take."""
 
+DEFAULT_RETENTION_BYTES = 4 * 1024**3
+DEFAULT_RETENTION_AGE_S = 7 * 24 * 3600.0
+DEFAULT_COMPRESSION = "s2"
+"""Chosen by measurement (docs/adr/0023-shards-compression-retention-budget.md)."""
+COMPRESSIONS = ("s2", "none")
+_BYTE_UNITS = {"": 1, "B": 1, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB": 1024**4,
+               "KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4}  # fmt: skip
+_BYTES = re.compile(r"\s*(\d+)\s*([A-Za-z]*)\s*")
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s,]*@")
 
 
@@ -56,6 +69,11 @@ class Settings:
     replicas: int = 1
     provision: bool = True
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    shards: int = 1
+    shard_tags: tuple[str, ...] = ()
+    retention_bytes: int = DEFAULT_RETENTION_BYTES
+    retention_age_s: float = DEFAULT_RETENTION_AGE_S
+    compression: str = DEFAULT_COMPRESSION
 
     @property
     def nats_url(self) -> str | None:
@@ -72,6 +90,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     """Read the settings from ``env`` (default: the process environment)."""
     env = os.environ if env is None else env
     data_dir = Path(env.get("TOKENWIRE_DATA_DIR", DEFAULT_DATA_DIR))
+    partitions = parse_int("TOKENWIRE_PARTITIONS", env.get("TOKENWIRE_PARTITIONS", "16"), 1)
     host, port = parse_addr(env.get("TOKENWIRE_GATEWAY_ADDR", DEFAULT_GATEWAY_ADDR))
     return Settings(
         data_dir=data_dir,
@@ -80,11 +99,38 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         gateway_host=host,
         gateway_port=port,
         gateway_keys=frozenset(k for k in env.get("TOKENWIRE_GATEWAY_KEYS", "").split(",") if k),
-        partitions=parse_int("TOKENWIRE_PARTITIONS", env.get("TOKENWIRE_PARTITIONS", "16"), 1),
+        partitions=partitions,
         replicas=parse_int("TOKENWIRE_REPLICAS", env.get("TOKENWIRE_REPLICAS", "1"), 1, 5),
         provision=parse_flag("TOKENWIRE_PROVISION", env.get("TOKENWIRE_PROVISION", "1")),
         connect_timeout_s=connect_timeout(env),
-    )
+        shards=parse_int("TOKENWIRE_SHARDS", env.get("TOKENWIRE_SHARDS", "1"), 1, partitions),
+        shard_tags=tuple(t.strip() for t in env.get("TOKENWIRE_SHARD_TAGS", "").split(",")
+                         if t.strip()),
+        retention_bytes=parse_bytes("TOKENWIRE_RETENTION_BYTES",
+                                    env.get("TOKENWIRE_RETENTION_BYTES", "4GiB")),
+        retention_age_s=parse_seconds("TOKENWIRE_RETENTION_AGE_S",
+                                      env.get("TOKENWIRE_RETENTION_AGE_S", "604800")),
+        compression=parse_choice("TOKENWIRE_COMPRESSION", env.get("TOKENWIRE_COMPRESSION",
+                                 DEFAULT_COMPRESSION), COMPRESSIONS),
+    )  # fmt: skip
+
+
+def parse_bytes(name: str, value: str) -> int:
+    """A positive byte count: ``4294967296``, ``4GiB``, ``512MiB``, ``10GB`` (binary and
+    decimal units, case-insensitive)."""
+    match = _BYTES.fullmatch(value)
+    unit = _BYTE_UNITS.get(match.group(2).upper()) if match else None
+    if match is None or unit is None or int(match.group(1)) <= 0:
+        raise ConfigError(name, value, "expected a positive size such as 4GiB or 512MiB")
+    return int(match.group(1)) * unit
+
+
+def parse_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (case-insensitive)."""
+    lowered = value.strip().lower()
+    if lowered not in choices:
+        raise ConfigError(name, value, f"expected one of {', '.join(choices)}")
+    return lowered
 
 
 def connect_timeout(env: Mapping[str, str] | None = None) -> float:

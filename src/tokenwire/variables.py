@@ -15,9 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 BROKER_COMMANDS = ("replay", "tail", "status", "rebuild", "gateway", "assembler", "telemetry",
-                   "provision")  # fmt: skip
+                   "provision", "reshard")  # fmt: skip
 READ_COMMANDS = ("replay", "tail", "messages", "status", "rebuild", "usage")
 STACK_COMMANDS = ("demo", "up")
+PROVISIONING = ("gateway", "assembler", "telemetry", "provision", "reshard", *STACK_COMMANDS)
+"""The commands that create or update streams (and so apply the retention and placement)."""
 
 
 @dataclass(frozen=True)
@@ -49,9 +51,26 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TOKENWIRE_PARTITIONS", "partitions", "`16`",
              "Session partitions of the chunk stream; the same in every process of a "
              "deployment.", (*BROKER_COMMANDS, *STACK_COMMANDS)),
+    Variable("TOKENWIRE_SHARDS", "shards", "`1`",
+             "Chunk streams (K, 1 to `TOKENWIRE_PARTITIONS`), each its own raft group owning "
+             "the partitions `[k*P//K, (k+1)*P//K)`; the same in every process. Changing it on "
+             "a running deployment: `tokenwire reshard` (docs/operations.md).",
+             (*BROKER_COMMANDS, *STACK_COMMANDS)),
+    Variable("TOKENWIRE_SHARD_TAGS", "shard-tags", "absent",
+             "Comma-separated JetStream placement tags: shard k's stream is placed on servers "
+             "tagged `tags[k mod n]`. Absent: JetStream places each shard, and provisioning "
+             "spreads the leaders over the nodes.", PROVISIONING),
     Variable("TOKENWIRE_REPLICAS", "replicas", "`1`",
              "JetStream replicas of the streams and the KV bucket (1 to 5).",
-             ("gateway", "assembler", "telemetry", "provision")),
+             ("gateway", "assembler", "telemetry", "provision", "reshard")),
+    Variable("TOKENWIRE_RETENTION_BYTES", "retention-bytes", "`4GiB`",
+             "Byte budget of the retained chunks, split evenly over the shards (each stream's "
+             "`max_bytes` is budget / K); the events and dead-letter streams get an eighth "
+             "each. `tokenwire status` says how many hours of replay it holds.", PROVISIONING),
+    Variable("TOKENWIRE_RETENTION_AGE_S", "retention-age-s", "`604800`",
+             "Seconds a chunk (and a claimed step) is kept at most (7 days).", PROVISIONING),
+    Variable("TOKENWIRE_COMPRESSION", "compression", "`s2`",
+             "Chunk stream compression on disk: `s2` or `none` (ADR 0023).", PROVISIONING),
     Variable("TOKENWIRE_PROVISION", "provision", "`1`",
              "`0`: the gateway and the telemetry consumer do not create or update the topology "
              "at start.", ("gateway", "telemetry")),

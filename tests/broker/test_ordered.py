@@ -7,7 +7,7 @@ import asyncio
 from nats.aio.client import Client
 from nats.js.api import ConsumerConfig
 
-from tokenwire.broker import Topology, ordered_subscribe
+from tokenwire.broker import Topology, chunk_subject, ordered_subscribe
 from tokenwire.broker._ordered import READER_NAME_PREFIX
 
 
@@ -15,7 +15,7 @@ async def test_a_reset_recreates_the_consumer_under_a_new_name(
     nc: Client, topology: Topology
 ) -> None:
     js = nc.jetstream()
-    subject = f"{topology.prefix}.in.sess-o.rest"
+    subject = chunk_subject(topology, "sess-o", first=False)
     for i in range(6):
         await js.publish(subject, f"m{i}".encode(), stream=topology.stream)
     sub = await ordered_subscribe(

@@ -196,23 +196,29 @@ async def close(conn: Connection) -> None:
 
 
 def run_provision(
-    urls: str | None, replicas: int, timeout_s: float = 40.0
+    urls: str | None,
+    replicas: int,
+    timeout_s: float = 40.0,
+    shards: int = 1,
+    command: tuple[str, ...] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``tokenwire provision``, with the environment compose's service and the Job give it
-    (the services' ``TOKENWIRE_PROVISION=0`` included: it must not stop provisioning)."""
+    """``tokenwire provision`` (or ``command``, e.g. ``("reshard",)``), with the environment
+    compose's service and the Job give it (the services' ``TOKENWIRE_PROVISION=0`` included:
+    it must not stop provisioning)."""
     env = {k: v for k, v in server_env().items() if not k.startswith("TOKENWIRE_")}
     env |= {"TOKENWIRE_REPLICAS": str(replicas), "TOKENWIRE_PARTITIONS": "16",
-            "TOKENWIRE_PROVISION": "0"}  # fmt: skip
+            "TOKENWIRE_PROVISION": "0", "TOKENWIRE_SHARDS": str(shards)}  # fmt: skip
     if urls is not None:
         env["TOKENWIRE_NATS_URL"] = urls
+    args = command or ("provision", "--timeout", str(timeout_s))
     return subprocess.run(
-        [sys.executable, "-m", "tokenwire", "provision", "--timeout", str(timeout_s)],
+        [sys.executable, "-m", "tokenwire", *args],
         env=env, capture_output=True, text=True, timeout=timeout_s + 60, check=False,
     )  # fmt: skip
 
 
-def provision(urls: str, replicas: int) -> None:
+def provision(urls: str, replicas: int, shards: int = 1) -> None:
     """Provision as the compose service and the Kubernetes Job do; fail the test if it fails."""
-    result = run_provision(urls, replicas)
+    result = run_provision(urls, replicas, shards=shards)
     assert result.returncode == 0, result.stderr
     assert f"{replicas} replicas) ready" in result.stdout

@@ -30,7 +30,9 @@ from tokenwire.broker._provision import (
 
 USERS = ("gateway", "assembler", "telemetry", "operator")
 T = Topology()
-STREAMS = (T.stream, T.events_stream, T.dlq_stream, f"KV_{T.steps_bucket}")
+SHARD = Topology(shards=3).stream_of_partition(15)
+"""A shard stream's name (TOKENWIRE_K3_P16_S2): the same rules hold for every layout."""
+STREAMS = (T.stream, SHARD, T.events_stream, T.dlq_stream, f"KV_{T.steps_bucket}")
 DURABLES = [T.assembler_consumer(p) for p in (0, 7, 15)] + [T.telemetry_consumer]
 VIOLATION_BOUND_S = 15.0
 
@@ -99,6 +101,8 @@ def catalogue() -> list[Pub | Sub]:
         entries.append(Pub(f"$JS.ACK.{T.stream}.{durable}.1.1.1.1.1", mine))
         if durable.startswith("assembler"):
             entries.append(Pub(f"$JS.API.CONSUMER.UNPIN.{T.stream}.{durable}", mine))
+        entries.append(Pub(f"$JS.API.CONSUMER.DELETE.{SHARD}.{durable}"))
+        entries.append(Pub(f"$JS.API.CONSUMER.MSG.NEXT.{SHARD}.{durable}", mine))
     readers = _users("gateway", "operator")
     chunk_readers = readers | {"assembler"}
     entries += [
@@ -106,8 +110,9 @@ def catalogue() -> list[Pub | Sub]:
         Pub("$JS.API.META.LEADER.STEPDOWN"),
         Pub("$JS.API.SERVER.REMOVE"),
         # data in: only the gateway files chunks and claims steps
-        Pub("tw.in.sess-x.first", _users("gateway")),
-        Pub("tw.in.sess-x.rest", _users("gateway")),
+        Pub("tw.chunks.3.sess-x.first", _users("gateway")),
+        Pub("tw.chunks.3.sess-x.next", _users("gateway")),
+        Pub("tw.in.sess-x.first"),  # the pre-shard input subject: nobody any more
         Pub(f"$KV.{T.steps_bucket}.sess-x", _users("gateway")),
         # events: persisted by the assembler, started by telemetry
         Pub("tw.events.sess-x.persisted", _users("assembler")),
@@ -118,6 +123,11 @@ def catalogue() -> list[Pub | Sub]:
         # reading chunks: replays (gateway, operator) and the take-over read (assembler);
         # the telemetry user sees first chunks through its durable consumer only
         Pub(f"$JS.API.CONSUMER.CREATE.{T.stream}.rdx.tw.chunks.3.sess-x.*", chunk_readers),
+        Pub(f"$JS.API.CONSUMER.CREATE.{SHARD}.rdx.tw.chunks.15.sess-x.*", chunk_readers),
+        Pub(
+            f"$JS.API.CONSUMER.CREATE.{T.events_stream}.rdx.tw.chunks.3.sess-x.*", chunk_readers
+        ),  # a filter no events message matches: harmless, and still a read
+        Pub(f"$JS.API.CONSUMER.CREATE.{T.events_stream}.rdx.tw.events.>", _users("operator")),
         Pub(
             f"$JS.API.CONSUMER.CREATE.{T.stream}.rdx.tw.chunks.3.>",
             chunk_readers - readers | {"operator"},
@@ -127,11 +137,17 @@ def catalogue() -> list[Pub | Sub]:
         Pub(f"$JS.API.STREAM.MSG.GET.{T.stream}", readers),
         Pub(f"$JS.API.CONSUMER.DELETE.{T.stream}.rdx", readers),
         # bounded reads pull from their own ephemeral consumers (random names)
-        Pub(f"$JS.API.CONSUMER.MSG.NEXT.{T.stream}.rdx", readers),
+        Pub(f"$JS.API.CONSUMER.MSG.NEXT.{SHARD}.rdx", readers),
+        Pub(f"$JS.API.CONSUMER.DELETE.{SHARD}.rdx", readers),
+        # another user's ephemeral consumer outside the chunk streams: nobody's to delete
+        Pub(f"$JS.API.CONSUMER.DELETE.{T.events_stream}.rdx"),
+        Pub(f"$JS.API.CONSUMER.DELETE.KV_{T.steps_bucket}.rdx"),
         # the bucket: the gateway's, read by the operator
         Pub(f"$JS.API.DIRECT.GET.KV_{T.steps_bucket}.$KV.{T.steps_bucket}.sess-x", readers),
-        Pub("$JS.API.STREAM.INFO.TOKENWIRE_DLQ", _users("operator")),
-        Pub("$JS.API.STREAM.LIST", _users("operator")),
+        # stream info and lists: the operator, and the gateway (readiness of every shard,
+        # where a session lives)
+        Pub("$JS.API.STREAM.INFO.TOKENWIRE_DLQ", readers),
+        Pub("$JS.API.STREAM.LIST", readers),
     ]
     # subscriptions: one's own inbox only; core subjects of the data path to nobody
     entries += [

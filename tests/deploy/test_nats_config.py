@@ -23,6 +23,7 @@ from tests.deploy._nats import (
     connect_as,
     loopback_config,
     provision,
+    run_provision,
     running,
     server_env,
     write_node_configs,
@@ -35,6 +36,7 @@ from tokenwire.broker import (
     SessionReader,
     StepRegistry,
     Topology,
+    check_layout,
     find_binary,
     free_port,
     ordered_subscribe,
@@ -128,14 +130,14 @@ def test_assembler_permissions_list_every_partition_consumer() -> None:
     allowed = _allowed("ASSEMBLER_PERMISSIONS")
     topology = Topology()
     for verb in ("MSG.NEXT", "UNPIN", "INFO"):
-        listed = {s for s in allowed if s.startswith(f"$JS.API.CONSUMER.{verb}.TOKENWIRE.")}
-        expected = {
-            f"$JS.API.CONSUMER.{verb}.TOKENWIRE.{topology.assembler_consumer(p)}"
+        listed = {s for s in allowed if s.startswith(f"$JS.API.CONSUMER.{verb}.")}
+        expected = {  # `*`: on whichever shard stream holds the partition
+            f"$JS.API.CONSUMER.{verb}.*.{topology.assembler_consumer(p)}"
             for p in range(topology.partitions)
         }
         assert listed == expected, verb
     acks = {s for s in allowed if s.startswith("$JS.ACK.")}
-    assert acks == {f"$JS.ACK.TOKENWIRE.assembler-p{p}.>" for p in range(topology.partitions)}
+    assert acks == {f"$JS.ACK.*.assembler-p{p}.>" for p in range(topology.partitions)}
 
 
 @pytest.mark.parametrize("block", ["GATEWAY_PERMISSIONS", "OPERATOR_PERMISSIONS"])
@@ -143,15 +145,17 @@ def test_replay_readers_may_delete_and_pull_consumers_but_never_a_durable_one(bl
     """A replay pulls from and deletes its ephemeral consumer (random name: only the `*` form
     allows it), so every durable consumer of the pipeline must be on the deny list for
     writes and pulls, and nothing else."""
-    assert "$JS.API.CONSUMER.DELETE.TOKENWIRE.*" in _allowed(block)
-    assert "$JS.API.CONSUMER.MSG.NEXT.TOKENWIRE.*" in _allowed(block)
-    topology = Topology()
-    durables = [topology.assembler_consumer(p) for p in range(topology.partitions)]
-    durables.append(topology.telemetry_consumer)
+    assert "$JS.API.CONSUMER.DELETE.*.*" in _allowed(block)
+    assert "$JS.API.CONSUMER.MSG.NEXT.*.*" in _allowed(block)
+    t = Topology()
+    durables = [t.assembler_consumer(p) for p in range(t.partitions)]
+    durables.append(t.telemetry_consumer)
+    others = (t.events_stream, t.dlq_stream, f"KV_{t.steps_bucket}", f"KV_{t.members_bucket}")
     assert sorted(_publish(block, "deny")) == sorted(
-        [f"$JS.API.CONSUMER.DELETE.{topology.stream}.{d}" for d in durables]
-        + [f"$JS.API.CONSUMER.CREATE.{topology.stream}.{d}.>" for d in durables]
-        + [f"$JS.API.CONSUMER.MSG.NEXT.{topology.stream}.{d}" for d in durables]
+        [f"$JS.API.CONSUMER.DELETE.*.{d}" for d in durables]
+        + [f"$JS.API.CONSUMER.CREATE.*.{d}.>" for d in durables]
+        + [f"$JS.API.CONSUMER.DELETE.{s}.*" for s in others]
+        + [f"$JS.API.CONSUMER.MSG.NEXT.*.{d}" for d in durables]
     )
 
 
@@ -223,7 +227,9 @@ async def _gateway_publishes(conn: Connection, topology: Topology) -> None:
         await publisher.publish(payload, "sess-a", 0, 0, ordinal, first=ordinal == 0)
     await publisher.wait_acked("sess-a", 0, 0)
     await publisher.close()
-    await conn.nc.jetstream().stream_info(topology.stream)  # the readiness probe
+    for stream in topology.chunk_streams:
+        await conn.nc.jetstream().stream_info(stream)  # the readiness probe
+    await check_layout(conn.nc, topology)  # at start
 
 
 async def _assembler_consumes(conn: Connection, topology: Topology) -> int:
@@ -243,7 +249,7 @@ async def _assembler_consumes(conn: Connection, topology: Topology) -> int:
     tail = await ordered_subscribe(
         conn.nc.jetstream(),
         topology.partition_filter(partition_of("sess-a", topology.partitions)),
-        stream=topology.stream,
+        stream=topology.stream_of("sess-a"),
         config=ConsumerConfig(),
     )
     assert (await tail.next_msg(timeout=5)).metadata.sequence.stream == 1
@@ -259,23 +265,27 @@ async def _telemetry_consumes(conn: Connection, topology: Topology) -> int:
         await conn.nc.jetstream().publish(topology.event_subject("sess-a", "started"), b"{}")
         await conn.nc.publish(topology.telemetry_live_subject, b"{}")
 
-    consumer = await PullConsumer(conn.nc, topology.stream, "telemetry", handle).start()
+    await check_layout(conn.nc, topology)  # at start
+    stream = topology.stream_of("sess-a")
+    consumer = await PullConsumer(conn.nc, stream, "telemetry", handle).start()
     for _ in range(100):
         if got:
             break
         await asyncio.sleep(0.05)
-    await conn.nc.jetstream().consumer_info(topology.stream, topology.telemetry_consumer)
+    await conn.nc.jetstream().consumer_info(stream, topology.telemetry_consumer)
     await consumer.stop()
     return len(got)
 
 
 @pytest.mark.slow
-async def test_each_user_may_do_its_job_and_nothing_else(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shards", [1, 3])
+async def test_each_user_may_do_its_job_and_nothing_else(tmp_path: Path, shards: int) -> None:
+    """The same committed file for every TOKENWIRE_SHARDS (the stream names change with it)."""
     port = free_port()
     node = Node(_single_node_config(tmp_path, port), NodePorts(port, 0, 0), "single")
     with running([node]):
-        provision(node.url("provisioner"), replicas=1)
-        topology = Topology()
+        provision(node.url("provisioner"), replicas=1, shards=shards)
+        topology = Topology(shards=shards)
         users = ("gateway", "assembler", "telemetry", "operator")
         conns = {u: await connect_as(u, node.url(u)) for u in users}
         try:
@@ -294,20 +304,48 @@ async def test_each_user_may_do_its_job_and_nothing_else(tmp_path: Path) -> None
             # Everything above ran without a single violation ...
             assert {u: c.violations() for u, c in conns.items()} == {u: [] for u in conns}
             # ... and what each must not do is refused.
+            s = topology.stream_of_partition(15)
             for verb in ("DELETE", "UPDATE", "PURGE"):
-                await _denied(conns["gateway"], f"$JS.API.STREAM.{verb}.TOKENWIRE")
-            await _denied(conns["gateway"], "$JS.API.CONSUMER.CREATE.TOKENWIRE.assembler-p0")
-            await _denied(conns["gateway"], "$JS.API.CONSUMER.DELETE.TOKENWIRE.assembler-p15")
-            await _denied(conns["gateway"], "$JS.API.CONSUMER.DELETE.TOKENWIRE.telemetry")
-            await _denied(conns["gateway"], "$JS.API.STREAM.MSG.DELETE.TOKENWIRE")
-            await _denied(conns["assembler"], "$JS.API.STREAM.PURGE.TOKENWIRE")
-            await _denied(conns["telemetry"], "$JS.API.CONSUMER.MSG.NEXT.TOKENWIRE.assembler-p0")
-            await _denied(conns["operator"], "$JS.API.CONSUMER.DELETE.TOKENWIRE.telemetry")
-            await _denied(conns["operator"], "$JS.API.CONSUMER.DELETE.TOKENWIRE.assembler-p3")
-            await _denied(conns["operator"], "tw.in.sess-x.first")
+                await _denied(conns["gateway"], f"$JS.API.STREAM.{verb}.{s}")
+            await _denied(conns["gateway"], f"$JS.API.CONSUMER.CREATE.{s}.assembler-p15")
+            await _denied(conns["gateway"], f"$JS.API.CONSUMER.DELETE.{s}.assembler-p15")
+            await _denied(conns["gateway"], f"$JS.API.CONSUMER.DELETE.{s}.telemetry")
+            await _denied(conns["gateway"], f"$JS.API.STREAM.MSG.DELETE.{s}")
+            await _denied(conns["assembler"], f"$JS.API.STREAM.PURGE.{s}")
+            await _denied(conns["telemetry"], f"$JS.API.CONSUMER.MSG.NEXT.{s}.assembler-p15")
+            await _denied(conns["operator"], f"$JS.API.CONSUMER.DELETE.{s}.telemetry")
+            await _denied(conns["operator"], f"$JS.API.CONSUMER.DELETE.{s}.assembler-p15")
+            await _denied(conns["operator"], "tw.chunks.3.sess-x.first")
         finally:
             for conn in conns.values():
                 await close(conn)
+
+
+@pytest.mark.slow
+async def test_the_provisioner_reshards_a_drained_layout_without_violations(
+    tmp_path: Path,
+) -> None:
+    """`docker compose run --rm provision reshard` / the Job with `args: [reshard]`: the
+    provisioner's permissions cover the layout check, the drain check, retiring the old
+    streams, creating the new ones and spreading their leaders; the services of the new
+    layout then start; one of the old layout is refused."""
+    port = free_port()
+    node = Node(_single_node_config(tmp_path, port), NodePorts(port, 0, 0), "single")
+    with running([node]):
+        provision(node.url("provisioner"), replicas=1)
+        result = run_provision(node.url("provisioner"), 1, shards=3, command=("reshard",))
+        assert result.returncode == 0, result.stderr
+        assert "K=1 P=16 -> K=3 P=16; retired TOKENWIRE" in result.stdout
+        assert "Violation" not in node.log()
+        stale = run_provision(node.url("provisioner"), 1, shards=1)
+        assert stale.returncode == 2
+        assert "another layout" in stale.stderr
+        conn = await connect_as("gateway", node.url("gateway"))
+        try:
+            await check_layout(conn.nc, Topology(shards=3))
+            assert conn.violations() == []
+        finally:
+            await close(conn)
 
 
 def test_write_node_configs_uses_free_ports_never_the_defaults(tmp_path: Path) -> None:

@@ -82,9 +82,9 @@ class Cluster:
         js = operator.jetstream()
         match target:
             case "stream-leader":
-                return _leader((await js.stream_info(topology.stream)).cluster)
+                return _leader((await js.stream_info(topology.chunk_streams[0])).cluster)
             case "follower":
-                cluster = (await js.stream_info(topology.stream)).cluster
+                cluster = (await js.stream_info(topology.chunk_streams[0])).cluster
                 assert cluster is not None
                 assert cluster.replicas
                 return str(cluster.replicas[0].name)
@@ -93,7 +93,8 @@ class Cluster:
             case "kv-leader":
                 return _leader((await js.stream_info(f"KV_{topology.steps_bucket}")).cluster)
             case "consumer-leader":
-                info = await js.consumer_info(topology.stream, topology.assembler_consumer(0))
+                stream = topology.stream_of_partition(0)
+                info = await js.consumer_info(stream, topology.assembler_consumer(0))
                 return _leader(info.cluster)
 
 

@@ -35,11 +35,12 @@ def files(paths: Iterable[Path]) -> list[tuple[str, bytes]]:
 
 
 async def broker_messages(operator: Client, topology: Topology) -> list[tuple[str, bytes]]:
-    """Every message of the three streams, payload and headers (bounded by their counts)."""
+    """Every message of the chunk, events and dead-letter streams, payload and headers
+    (bounded by their counts)."""
     js = operator.jetstream()
     out: list[tuple[str, bytes]] = []
     for stream, subject in (
-        (topology.stream, f"{topology.prefix}.chunks.>"),
+        *((s, f"{topology.prefix}.chunks.>") for s in topology.chunk_streams),
         (topology.events_stream, f"{topology.prefix}.events.>"),
         (topology.dlq_stream, f"{topology.prefix}.dlq.>"),
     ):

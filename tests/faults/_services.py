@@ -84,21 +84,24 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _base_env(workdir: Path, nats_urls: str, store_url: str) -> dict[str, str]:
+def _base_env(workdir: Path, nats_urls: str, store_url: str, shards: int) -> dict[str, str]:
     env = {k: v for k, v in server_env().items() if not k.startswith("TOKENWIRE_")}
     return env | {
         "TOKENWIRE_NATS_URL": nats_urls,
         "TOKENWIRE_STORE": store_url,
         "TOKENWIRE_PROVISION": "0",
         "TOKENWIRE_PARTITIONS": "16",
+        "TOKENWIRE_SHARDS": str(shards),
         "TOKENWIRE_REPLICAS": "3",
         "TOKENWIRE_DATA_DIR": str(workdir / "data"),
     }
 
 
-def gateway(workdir: Path, nats_urls: str, store_url: str, scripted_url: str, tag: str) -> Service:
+def gateway(
+    workdir: Path, nats_urls: str, store_url: str, scripted_url: str, tag: str, shards: int = 1
+) -> Service:
     port = free_port()
-    env = _base_env(workdir, nats_urls, store_url) | {
+    env = _base_env(workdir, nats_urls, store_url, shards) | {
         "TOKENWIRE_GATEWAY_ADDR": f"127.0.0.1:{port}",
         "TOKENWIRE_GATEWAY_KEYS": GATEWAY_KEY,
         "TOKENWIRE_SCRIPTED_BASE_URL": scripted_url,
@@ -112,10 +115,15 @@ def gateway(workdir: Path, nats_urls: str, store_url: str, scripted_url: str, ta
 
 
 def assembler(
-    workdir: Path, nats_urls: str, store_url: str, tag: str, abandon_s: float = 5.0
+    workdir: Path,
+    nats_urls: str,
+    store_url: str,
+    tag: str,
+    abandon_s: float = 5.0,
+    shards: int = 1,
 ) -> Service:
     port = free_port()
-    env = _base_env(workdir, nats_urls, store_url) | {
+    env = _base_env(workdir, nats_urls, store_url, shards) | {
         "TOKENWIRE_ASSEMBLER_PROVISION": "0",
         "TOKENWIRE_ASSEMBLER_METRICS_ADDR": f"127.0.0.1:{port}",
         "TOKENWIRE_ASSEMBLER_ABANDON_TIMEOUT_S": str(abandon_s),

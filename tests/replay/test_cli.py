@@ -215,10 +215,12 @@ def test_status_reports_broker_stream_consumers_and_store(env, capsys):
     assert main(["status", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["broker"]["server_version"] == "2.15.1"
-    stream = report["stream"]
+    (stream,) = report["streams"]  # one shard (TOKENWIRE_SHARDS' default)
     assert stream["name"] == "TOKENWIRE"
     assert stream["replicas"] == 1
     assert stream["messages"] == stream["last_seq"] > 0
+    assert stream["lag"] == stream["messages"]  # no assembler runs
+    assert stream["replay"]["budget_bytes"] == 4 * 1024**3
     assigned = [c for c in report["consumers"] if (c["durable"] or "").startswith("assembler-p")]
     assert len(assigned) == PARTITIONS
     # No assembler runs: every stored chunk is pending on exactly one partition's consumer.

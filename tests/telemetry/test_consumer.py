@@ -8,7 +8,7 @@ import random
 import pytest
 from nats.aio.client import Client
 
-from tokenwire.broker import ChunkPublisher, Topology, ensure_topology
+from tokenwire.broker import ChunkPublisher, Topology, chunk_subject, ensure_topology
 from tokenwire.schemas import (
     ChunkEnvelope,
     Finish,
@@ -160,7 +160,9 @@ async def test_an_undecodable_first_chunk_is_dead_lettered_and_the_rest_continue
 ) -> None:
     js = nc.jetstream()
     await js.publish(
-        f"{topology.prefix}.in.bad-session.first", b"{not json", headers={"Nats-Msg-Id": "bad"}
+        chunk_subject(topology, "bad-session", first=True),
+        b"{not json",
+        headers={"Nats-Msg-Id": "bad"},
     )
     await _publish_steps(nc, topology, [2, 2])
     metrics = TelemetryMetrics()

@@ -35,12 +35,14 @@ from tokenwire.broker._errors import (
     BrokerError,
     BrokerUnavailable,
     FlushTimeout,
+    LayoutConflict,
     PayloadTooLarge,
     PublishError,
     PublishRejected,
     PublishTimeout,
     ReaderStalled,
     RequestFailed,
+    ReshardRefused,
     ServerStartError,
     StepAssignmentContention,
     StepClaimConflict,
@@ -56,6 +58,13 @@ from tokenwire.broker._inspect import (
     server_info,
     stream_info,
     stream_subjects,
+)
+from tokenwire.broker._layout import (
+    check_layout,
+    locate_session,
+    retired_layouts,
+    shard_leaders,
+    spread_leaders,
 )
 from tokenwire.broker._memory import (
     MemoryPublisher,
@@ -81,7 +90,7 @@ from tokenwire.broker._protocol import (
     SessionOwnership,
     StepAllocator,
 )
-from tokenwire.broker._provision import ensure_topology
+from tokenwire.broker._provision import ensure_topology, reshard
 from tokenwire.broker._publisher import ChunkPublisher, PublisherStats
 from tokenwire.broker._reader import SessionReader, StoredChunk
 from tokenwire.broker._retained import retained_sessions
@@ -104,6 +113,7 @@ from tokenwire.broker._topology import (
     parse_stored_subject,
     partition_of,
     stored_subject,
+    topology_from,
     valid_session,
 )
 
@@ -129,6 +139,7 @@ __all__ = [
     "FlushTimeout",
     "Handler",
     "KeyBinding",
+    "LayoutConflict",
     "MemoryPublisher",
     "MemorySessionOwners",
     "MemoryStepRegistry",
@@ -150,6 +161,7 @@ __all__ = [
     "ReaderStalled",
     "Reject",
     "RequestFailed",
+    "ReshardRefused",
     "Retry",
     "ServerInfo",
     "ServerStartError",
@@ -170,6 +182,7 @@ __all__ = [
     "TopologyError",
     "ack_fields",
     "ack_many",
+    "check_layout",
     "chunk_subject",
     "cluster_configs",
     "connect",
@@ -183,6 +196,7 @@ __all__ = [
     "header_size",
     "jetstream_request",
     "last_by_subject",
+    "locate_session",
     "msg_id",
     "nak_many",
     "next_stored",
@@ -194,14 +208,19 @@ __all__ = [
     "publish_event",
     "read_range",
     "reader_name",
+    "reshard",
     "retained_sessions",
+    "retired_layouts",
     "server_info",
     "session_batches",
     "session_owner",
+    "shard_leaders",
+    "spread_leaders",
     "stored_subject",
     "stored_with_msg_id",
     "stream_info",
     "stream_subjects",
+    "topology_from",
     "unpin",
     "valid_session",
 ]

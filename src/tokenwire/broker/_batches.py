@@ -26,7 +26,8 @@ from nats.js.errors import Error as JsError
 
 from tokenwire.broker._api import server_url
 from tokenwire.broker._bounded import BoundedRead, ReadWindow
-from tokenwire.broker._errors import BrokerUnavailable, ReaderStalled
+from tokenwire.broker._errors import BrokerUnavailable, ReaderStalled, TopologyError
+from tokenwire.broker._layout import locate_session
 from tokenwire.broker._topology import Topology
 
 READ_MAX_BATCH = ReadWindow().messages
@@ -42,9 +43,20 @@ def session_read(
     nc: Client, topology: Topology, session: str, from_seq: int | None, window: ReadWindow | None
 ) -> BoundedRead:
     """The bounded read of one session's stored chunks (the one place that names the stream
-    and the filter a session is read from)."""
-    return BoundedRead(nc, topology.stream, topology.session_filter(session), from_seq or 1,
-                       window=window)  # fmt: skip
+    and the filter a session is read from): ``topology`` is the layout that holds the session
+    (:func:`located`)."""
+    return BoundedRead(nc, topology.stream_of(session), topology.session_filter(session),
+                       from_seq or 1, window=window)  # fmt: skip
+
+
+async def located(nc: Client, topology: Topology, session: str) -> Topology:
+    """The layout holding the session: its stream under ``topology``
+    (``topology.stream_of``), or a retired layout's stream that still holds it when the
+    current one does not (after ``tokenwire reshard``, ``locate_session``)."""
+    try:
+        return await locate_session(nc, topology, session)
+    except TopologyError as exc:
+        raise BrokerUnavailable(server_url(nc), f"cannot locate {session}: {exc}") from exc
 
 
 async def session_batches(
@@ -60,7 +72,8 @@ async def session_batches(
     """Yield the session's stored chunks from ``from_seq`` (inclusive) in stream order, in
     batches of at most ``window.messages``. Without ``follow`` it stops once caught up (what
     is due is fixed when the read starts); with ``follow`` it waits for new chunks until the
-    caller stops iterating."""
+    caller stops iterating. The session is read where it is (:func:`located`)."""
+    topology = await located(nc, topology, session)
     read = session_read(nc, topology, session, from_seq, window)
     try:
         local = await read.open()
@@ -92,5 +105,6 @@ async def _due(
 async def _leader_count(nc: Client, topology: Topology, session: str) -> int:
     """The session's chunks in the stream, as its leader holds them (stream info is answered
     by the leader, never by a follower)."""
-    stream = await nc.jetstream().stream_info(topology.stream, topology.session_filter(session))
+    stream_name, subjects = topology.stream_of(session), topology.session_filter(session)
+    stream = await nc.jetstream().stream_info(stream_name, subjects)
     return sum((stream.state.subjects or {}).values())

@@ -6,6 +6,8 @@
     ├── BrokerUnavailable(url)            no server answered, or the connection closed
     ├── ServerStartError(binary, reason)  the embedded nats-server did not come up
     ├── TopologyError(what, detail)       a stream, consumer or bucket could not be provisioned
+    ├── LayoutConflict(configured, found)  the broker holds chunk streams of another shard layout
+    ├── ReshardRefused(reason)             the old layout is not drained (or not recognised)
     ├── PublishError
     │   ├── PublishTimeout(subject, msg_id, waited_s)  no positive ack within the retry horizon
     │   ├── PublishRejected(subject, msg_id, code, description)  a permanent error ack
@@ -57,6 +59,34 @@ class TopologyError(BrokerError):
         self.what = what
         self.detail = detail
         super().__init__(f"cannot provision {what}: {detail}")
+
+
+class LayoutConflict(BrokerError):  # noqa: N818 - a condition, like PayloadTooLarge
+    """The broker holds chunk streams of another layout (shards or partitions) than the one
+    this process is configured for. ``configured`` and ``found`` describe both (the layout and
+    the stream names). Nothing was created or changed: starting anyway would file new chunks
+    where no reader of the other layout looks (docs/operations.md, "Changing the shard
+    count")."""
+
+    def __init__(self, configured: str, found: str) -> None:
+        self.configured = configured
+        self.found = found
+        super().__init__(
+            f"the broker holds chunk streams of another layout ({found}); this process is"
+            f" configured for {configured}: set TOKENWIRE_SHARDS and TOKENWIRE_PARTITIONS to"
+            " the broker's layout, or drain and run `tokenwire reshard` (docs/operations.md,"
+            " 'Changing the shard count')"
+        )
+
+
+class ReshardRefused(BrokerError):  # noqa: N818 - a condition, like LayoutConflict
+    """``tokenwire reshard`` changed nothing: ``reason`` says why (a partition of the old
+    layout still has undelivered or unacknowledged chunks, or the streams found are not one
+    layout)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"reshard refused: {reason}")
 
 
 class PublishError(BrokerError):

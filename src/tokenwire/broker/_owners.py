@@ -58,7 +58,9 @@ async def session_owner(
 ) -> Owner | None:
     """The owner named by the session's first retained step, None when none is retained."""
     subject = stored_subject(topology, session, first=True)
-    stored = await _get(nc, topology.stream, {"seq": 1, "next_by_subj": subject}, timeout_s)
+    stored = await _get(
+        nc, topology.stream_of(session), {"seq": 1, "next_by_subj": subject}, timeout_s
+    )
     if stored is None:
         return None
     what = f"first step of {session}"

@@ -23,7 +23,8 @@ def partition_consumer(
     batch_handler: BatchHandler | None = None,
     dlq_subject: str | None = None,
 ) -> PullConsumer:
-    """The consumer ``assembler-p<partition>`` in the assemblers priority group (not started).
+    """The consumer ``assembler-p<partition>`` in the assemblers priority group (not started),
+    on the stream of the partition's shard.
 
     Exactly one of ``handler`` and ``batch_handler`` (see PullConsumer). Rejected messages go
     to ``dlq_subject``, by default ``<prefix>.dlq.assembler-p<partition>``.
@@ -31,7 +32,7 @@ def partition_consumer(
     name = topology.assembler_consumer(partition)
     return PullConsumer(
         nc,
-        topology.stream,
+        topology.stream_of_partition(partition),
         name,
         handler,
         group=topology.assembler_group,

@@ -8,7 +8,14 @@ from nats.aio.client import Client
 from nats.js.errors import Error as JsError
 
 from tokenwire.broker._api import NS, STREAM_NAME_IN_USE, ApiError, api_request
-from tokenwire.broker._errors import TopologyError
+from tokenwire.broker._errors import ReshardRefused, TopologyError
+from tokenwire.broker._layout import (
+    check_layout,
+    current_layout,
+    retire,
+    spread_leaders,
+    undrained,
+)
 from tokenwire.broker._topology import Topology
 
 DEFAULT_ACK_WAIT_S = 300.0
@@ -18,18 +25,23 @@ DEFAULT_MEMBER_TTL_S = 6.0
 ASSEMBLER_MAX_ACK_PENDING = 200_000
 
 
-def chunks_stream_config(t: Topology) -> dict[str, Any]:
-    """The chunk stream: ``<prefix>.in.*.*`` stored as ``<prefix>.chunks.<p>.<session>.<kind>``.
+def shard_stream_config(t: Topology, shard: int) -> dict[str, Any]:
+    """Shard ``shard``'s chunk stream: its partitions' subjects ``<prefix>.chunks.<p>.*.*``
+    (the gateway publishes straight to them), ``max_bytes`` its share of the retention
+    budget, the layout's compression and, with ``shard_tags``, its placement tag.
 
-    The partition is computed by the server's ``{{partition(n,1)}}`` transform (FNV-1a mod n),
-    so no client can file a session under the wrong partition.
+    No subject transform: a K = 1 stream provisioned before shards (``<prefix>.in.*.*`` and a
+    ``{{partition(n,1)}}`` transform) is updated in place to this form, keeping its messages.
     """
-    return {
-        "name": t.stream,
-        "subjects": [t.input_subjects],
-        "subject_transform": {"src": t.input_subjects, "dest": t.stored_pattern},
-        **_limits(t, t.max_bytes),
+    config = {
+        "name": t.shard_stream(shard),
+        "subjects": t.shard_subjects(shard),
+        **_limits(t, t.shard_max_bytes),
+        "compression": t.compression,
     }
+    if t.shard_tags:
+        config["placement"] = {"tags": [t.shard_tags[shard % len(t.shard_tags)]]}
+    return config
 
 
 def _limits(t: Topology, max_bytes: int) -> dict[str, Any]:
@@ -71,7 +83,8 @@ def assembler_consumer_config(
 
 
 def telemetry_consumer_config(t: Topology, ack_wait_s: float, max_deliver: int) -> dict[str, Any]:
-    """Durable pull consumer of first chunks only (selection by subject, on the server)."""
+    """Durable pull consumer of first chunks only (selection by subject, on the server); one
+    per shard stream, each of the same name and filter."""
     return {
         "durable_name": t.telemetry_consumer,
         "name": t.telemetry_consumer,
@@ -162,23 +175,64 @@ async def ensure_topology(
     events stream's duplicate window, so a signal redelivered after a crash normally still
     falls in its window; the consumer also checks redeliveries against the stored events).
 
-    Raises TopologyError when the server refuses a setting (e.g. switching an existing
-    consumer's priority policy, which JetStream does not allow).
+    Every shard's stream, its assembler consumers (``assembler-p<i>`` on the stream of
+    partition i) and a ``telemetry`` consumer per shard stream; then, in a cluster, the
+    shard leaders are spread over the nodes (:func:`spread_leaders`, bounded).
+
+    Raises LayoutConflict, before changing anything, when the broker holds chunk streams of
+    another layout; TopologyError when the server refuses a setting (e.g. switching an
+    existing consumer's priority policy, which JetStream does not allow).
     """
     t = topology
-    await ensure_stream(nc, chunks_stream_config(t))
+    await check_layout(nc, t)
+    for shard in range(t.shards):
+        await ensure_stream(nc, shard_stream_config(t, shard))
     await ensure_stream(nc, side_stream_config(t, t.events_stream, f"{t.prefix}.events.>"))
     await ensure_stream(nc, side_stream_config(t, t.dlq_stream, f"{t.prefix}.dlq.>"))
     await ensure_steps_bucket(nc, t)
     await ensure_stream(nc, members_bucket_config(t, member_ttl_s))
     for p in range(t.partitions):
         config = assembler_consumer_config(t, p, ack_wait_s, max_deliver, priority_timeout_s)
-        await ensure_consumer(nc, t.stream, config)
+        await ensure_consumer(nc, t.stream_of_partition(p), config)
     telemetry_wait = telemetry_ack_wait_s or telemetry_ack_wait(t, ack_wait_s)
-    await ensure_consumer(nc, t.stream, telemetry_consumer_config(t, telemetry_wait, max_deliver))
+    telemetry = telemetry_consumer_config(t, telemetry_wait, max_deliver)
+    for stream in t.chunk_streams:
+        await ensure_consumer(nc, stream, telemetry)
+    await spread_leaders(nc, t)
 
 
 def telemetry_ack_wait(t: Topology, ack_wait_s: float = DEFAULT_ACK_WAIT_S) -> float:
     """``ack_wait_s``, but at most half the duplicate window (60 s by default): a redelivery
     after a crash between publish and ack then comes while the window still holds the id."""
     return min(ack_wait_s, t.duplicate_window_s / 2)
+
+
+async def reshard(
+    nc: Client, topology: Topology, **provision: Any
+) -> tuple[Topology | None, list[str]]:
+    """Switch the broker to ``topology``'s shard layout; returns the layout found before (None
+    when there was none) and the streams retired.
+
+    When the streams capturing chunk subjects are another layout, every durable consumer of
+    that layout must be drained (nothing pending, nothing unacknowledged: stop the gateways
+    and let the assemblers and the telemetry consumer finish), else ReshardRefused and
+    nothing changes. Its streams are then retired (:func:`retire`: their subjects moved to
+    ``<prefix>.retired...``, their data readable until it ages out) and the new layout is
+    provisioned (``ensure_topology`` with ``provision``'s settings). The same layout, or a
+    K = 1 layout with other partitions (the same stream, updated in place: docs/operations.md,
+    "Adding partitions"), is only provisioned. Idempotent: a second run finds the new layout.
+    """
+    old = await current_layout(nc, topology)
+    retired: list[str] = []
+    if old is not None and old.layout != topology.layout:
+        busy = await undrained(nc, old)
+        if busy:
+            shown = "; ".join(busy[:4]) + (f"; ... {len(busy) - 4} more" if len(busy) > 4 else "")
+            raise ReshardRefused(
+                f"the current layout {old.layout} is not drained ({shown}): stop the gateways"
+                " and let the assemblers and the telemetry consumer finish first"
+            )
+        if not set(old.chunk_streams) & set(topology.chunk_streams):
+            retired = await retire(nc, old)
+    await ensure_topology(nc, topology, **provision)
+    return old, retired

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from nats.aio.client import Client
 
-from tokenwire.broker._batches import session_read
+from tokenwire.broker._batches import located, session_read
 from tokenwire.broker._bounded import BoundedRead, Delivery, ReadWindow
 from tokenwire.broker._errors import ReaderStalled
 from tokenwire.broker._replies import header_fields
@@ -68,8 +68,11 @@ class SessionReader:
         self._window = window
         self._clock = clock
 
-    def _read(self) -> BoundedRead:
-        return session_read(self._nc, self._topology, self._session, self._from_seq,
+    async def _read(self) -> BoundedRead:
+        """The bounded read, on the layout that holds the session (a retired one after
+        ``tokenwire reshard``)."""
+        topology = await located(self._nc, self._topology, self._session)
+        return session_read(self._nc, topology, self._session, self._from_seq,
                             self._window)  # fmt: skip
 
     async def replay(self) -> AsyncIterator[StoredChunk]:
@@ -78,7 +81,7 @@ class SessionReader:
         What is caught up is fixed when the read starts: chunks appended while replaying are
         not included.
         """
-        read = self._read()
+        read = await self._read()
         try:
             read.limit = await read.open()
             while read.limit > 0:
@@ -92,7 +95,7 @@ class SessionReader:
 
     async def tail(self) -> AsyncIterator[StoredChunk]:
         """Yield stored chunks from the start position, then live ones, until closed."""
-        read = self._read()
+        read = await self._read()
         try:
             await read.open()
             while True:

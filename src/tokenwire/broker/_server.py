@@ -140,6 +140,11 @@ class EmbeddedServer:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int:
+        """The running server's process id (benchmarks read its CPU time); 0 when stopped."""
+        return self._proc.pid if self.running and self._proc is not None else 0
+
     def _node(self) -> NodeConfig:
         if self.config is None:
             port = self.port or free_port()

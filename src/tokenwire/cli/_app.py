@@ -13,7 +13,7 @@ import traceback
 
 import click
 
-from tokenwire.broker import BrokerUnavailable
+from tokenwire.broker import BrokerUnavailable, LayoutConflict, ReshardRefused
 from tokenwire.cli._errors import (
     CheckFailedError,
     Interrupted,
@@ -27,8 +27,9 @@ from tokenwire.scrub import scrub
 from tokenwire.store import StoreConfigError, StoreUnavailable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT = 0, 1, 2, 130
-_USAGE = (UsageError, ConfigError, ProviderError, StoreConfigError)
-_FAILED = (CheckFailedError, NotFoundError, UnreachableError, BrokerUnavailable, StoreUnavailable)
+_USAGE = (UsageError, ConfigError, ProviderError, StoreConfigError, LayoutConflict)
+_FAILED = (CheckFailedError, NotFoundError, UnreachableError, BrokerUnavailable, StoreUnavailable,
+           ReshardRefused)  # fmt: skip
 
 
 COMMANDS: dict[str, str] = {
@@ -38,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "assembler": "_services:assembler",
     "telemetry": "_services:telemetry",
     "provision": "_services:provision",
+    "reshard": "_services:reshard",
     "scripted-provider": "_services:scripted_provider",
     "fold": "_fold:fold",
     "keys": "_keys:keys",

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
-from tokenwire.broker import Topology, free_port
+from tokenwire.broker import Topology, free_port, topology_from
 from tokenwire.cli._errors import Interrupted, UnreachableError, UsageError
 from tokenwire.config import Settings, load, without_userinfo
 from tokenwire.scrub import install_log_scrubbing
@@ -32,7 +32,7 @@ def settings(ctx: click.Context) -> Settings:
 
 def topology(s: Settings) -> Topology:
     """The broker topology these settings describe."""
-    return Topology(partitions=s.partitions, replicas=s.replicas)
+    return topology_from(s)
 
 
 def port_or_free(host: str, port: int) -> int:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from tokenwire.broker import Connection, Topology, connect, valid_session
+from tokenwire.broker import Connection, Topology, connect, topology_from, valid_session
 from tokenwire.cli._common import ready_store, run_command
 from tokenwire.cli._errors import CheckFailedError, NotFoundError, UsageError
 from tokenwire.cli._flags import variable_flags
@@ -53,8 +53,8 @@ def resolve_store_url(flag: str | None = None) -> str:
 
 
 def topology() -> Topology:
-    """The topology the services use (partitions from ``TOKENWIRE_PARTITIONS``)."""
-    return Topology(partitions=load().partitions)
+    """The topology the services use (``TOKENWIRE_PARTITIONS``, ``TOKENWIRE_SHARDS``, ...)."""
+    return topology_from(load())
 
 
 def checked_session(session: str) -> str:
@@ -150,7 +150,7 @@ async def _replay(
         if printer is not None:
             printer.close()
         if shown == 0 and (from_seq is None or not await _exists(nc, t, session)):
-            raise NotFoundError(str(SessionNotFound(session, t.stream)) + f" at {url}")
+            raise NotFoundError(str(SessionNotFound(session, t.stream_of(session))) + f" at {url}")
 
 
 def _emit(event: ReplayEvent, printer: EventPrinter | None) -> None:

@@ -131,9 +131,40 @@ def provision(ctx: click.Context, timeout_s: float) -> None:
             await _retry_topology(nc, t, timeout_s, stop)
         finally:
             await nc.close()
+        streams = ", ".join(t.chunk_streams)
         click.echo(
-            f"provision: {t.stream} ({t.partitions} partitions, {t.replicas} replicas) ready"
+            f"provision: {streams} ({t.partitions} partitions over {t.shards} shard"
+            f"{'s' if t.shards > 1 else ''}, {t.replicas} replicas) ready"
         )
+
+    run_until_signal(main)
+
+
+@click.command()
+@variable_flags("reshard")
+@click.pass_context
+def reshard(ctx: click.Context) -> None:
+    """Switch the broker to TOKENWIRE_SHARDS / TOKENWIRE_PARTITIONS (docs/operations.md).
+
+    Refuses (exit 1, nothing changed) unless every durable consumer of the current layout is
+    drained. Retires the current layout's streams (their data stays readable by replay,
+    verify and rebuild until it ages out) and provisions the new layout. Idempotent.
+    """
+    from tokenwire.broker import connect, reshard
+
+    s = settings(ctx)
+    t = topology(s)
+    url = nats_url(s, service=True)
+
+    async def main(stop: asyncio.Event) -> None:
+        nc = await unless_stopped(connect(url, name="tokenwire-reshard"), stop)
+        try:
+            old, retired = await unless_stopped(reshard(nc, t), stop)
+        finally:
+            await nc.close()
+        before = old.layout if old is not None else "none"
+        click.echo(f"reshard: {before} -> {t.layout}; retired {', '.join(retired) or 'nothing'}")
+        click.echo(f"reshard: {', '.join(t.chunk_streams)} ready")
 
     run_until_signal(main)
 
@@ -148,7 +179,7 @@ async def _retry_topology(
         try:
             await ensure_topology(nc, t)
             return
-        except TopologyError:
+        except TopologyError:  # LayoutConflict is not one: it fails at once
             # Right after the nodes start JetStream answers "no suitable peers" (or nothing)
             # until a meta leader exists; past the deadline the refusal is real.
             if time.monotonic() > deadline or stop.is_set():

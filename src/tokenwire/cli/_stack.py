@@ -113,6 +113,7 @@ class Stack:
             "TOKENWIRE_STORE": self.settings.store_url,
             "TOKENWIRE_DATA_DIR": str(data),
             "TOKENWIRE_PARTITIONS": str(self.topology.partitions),
+            "TOKENWIRE_SHARDS": str(self.topology.shards),
         }
         self.addresses.update(
             {

@@ -1,4 +1,6 @@
-"""``tokenwire status``: broker, streams, partitions, consumers and their lag, store.
+"""``tokenwire status``: broker, the chunk streams (one per shard: leader, messages, bytes,
+consumers, lag, hours of replay the retention budget holds), partitions, consumers and their
+lag, retired layouts, store.
 
 Streams and consumers are read with plain JetStream API requests (``$JS.API.STREAM.INFO``,
 ``$JS.API.CONSUMER.LIST``) because nats-py's typed ConsumerInfo drops the priority-group
@@ -12,7 +14,14 @@ from typing import Any
 import click
 import msgspec
 
-from tokenwire.broker import BrokerError, Connection, jetstream_request, server_info
+from tokenwire.broker import (
+    BrokerError,
+    Connection,
+    Topology,
+    jetstream_request,
+    retired_layouts,
+    server_info,
+)
 from tokenwire.cli._common import run_command
 from tokenwire.cli._errors import UnreachableError
 from tokenwire.cli._flags import variable_flags
@@ -23,6 +32,7 @@ from tokenwire.cli._replay import (
     resolve_store_url,
     topology,
 )
+from tokenwire.cli._retention import format_replay, shard_retention, total_retention
 from tokenwire.cli._shares import member_shares, name_owners
 from tokenwire.store import StoreError, redact
 
@@ -52,8 +62,14 @@ async def _status(url: str, store_url: str) -> dict[str, Any]:
     t = topology()
     async with nats_client(url) as nc:
         report: dict[str, Any] = {"broker": _broker(nc, url), "partitions": t.partitions}
-        report["stream"] = await _stream(nc, t.stream)
-        report["consumers"] = await _consumers(nc, t.stream) if report["stream"] else []
+        report["shards"] = t.shards
+        report["streams"] = await _shards(nc, t)
+        report["retention"] = total_retention([s for s in report["streams"] if s["provisioned"]])
+        report["consumers"] = []
+        for s in report["streams"]:
+            if s["provisioned"]:
+                report["consumers"] += await _consumers(nc, s["name"])
+        report["retired"] = await _retired(nc, t)
         report["members"] = await member_shares(nc, t)
         name_owners(report["consumers"], report["members"])
         report["events_stream"] = await _stream(nc, t.events_stream)
@@ -79,13 +95,57 @@ async def _request(nc: Connection, subject: str, body: dict[str, Any] | None = N
         return {"error": {"description": str(exc)}}
 
 
+async def _shards(nc: Connection, t: Topology) -> list[dict[str, Any]]:
+    """One entry per shard: its stream's state, leader, retention, and lag (its assembler
+    consumers' undelivered messages)."""
+    shards = []
+    for k, name in enumerate(t.chunk_streams):
+        entry: dict[str, Any] = {"shard": k, "partitions": _ranges(list(t.shard_partitions(k)))}
+        stream = await _stream(nc, name)
+        entry |= stream or {"name": name, "provisioned": False}
+        if stream is not None:
+            entry["lag"] = await _lag(nc, t, k)
+        shards.append(entry)
+    return shards
+
+
+async def _lag(nc: Connection, t: Topology, shard: int) -> int:
+    """Undelivered messages over the shard's assembler consumers (its partitions')."""
+    lag = 0
+    for p in t.shard_partitions(shard):
+        info = await _request(
+            nc, f"$JS.API.CONSUMER.INFO.{t.shard_stream(shard)}.{t.assembler_consumer(p)}"
+        )
+        lag += int(info.get("num_pending", 0))
+    return lag
+
+
+async def _retired(nc: Connection, t: Topology) -> list[dict[str, Any]]:
+    """The retired layouts whose streams still hold data (until it ages out)."""
+    try:
+        layouts = await retired_layouts(nc, t)
+    except BrokerError as exc:
+        return [{"error": str(exc)}]
+    found = []
+    for layout in layouts:
+        for name in layout.chunk_streams:
+            stream = await _stream(nc, name)
+            if stream is not None:
+                found.append({"layout": layout.layout} | stream)
+    return found
+
+
 async def _stream(nc: Connection, name: str) -> dict[str, Any] | None:
     data = await _request(nc, f"$JS.API.STREAM.INFO.{name}")
     if "error" in data:
         return None
     config, state = data.get("config", {}), data.get("state", {})
-    return {
+    cluster = data.get("cluster") or {}
+    stream = {
         "name": name,
+        "provisioned": True,
+        "leader": cluster.get("leader"),
+        "followers": [r.get("name") for r in cluster.get("replicas") or []],
         "messages": state.get("messages", 0),
         "bytes": state.get("bytes", 0),
         "first_seq": state.get("first_seq", 0),
@@ -93,9 +153,11 @@ async def _stream(nc: Connection, name: str) -> dict[str, Any] | None:
         "retention": config.get("retention"),
         "max_age_s": config.get("max_age", 0) / _NS,
         "max_bytes": config.get("max_bytes"),
+        "compression": config.get("compression", "none"),
         "replicas": config.get("num_replicas"),
         "consumers": state.get("consumer_count", 0),
     }
+    return stream | {"replay": shard_retention(config, state)}
 
 
 async def _consumers(nc: Connection, stream: str) -> list[dict[str, Any]]:
@@ -120,6 +182,7 @@ def _consumer(info: dict[str, Any]) -> dict[str, Any]:
     config = info.get("config", {})
     owners = [g.get("pinned_client_id") for g in info.get("priority_groups") or []]
     return {
+        "stream": info.get("stream_name"),
         "name": info.get("name"),
         "durable": config.get("durable_name"),
         "filter": config.get("filter_subject"),
@@ -144,12 +207,23 @@ def _print(report: dict[str, Any]) -> None:
     broker = report["broker"]
     click.secho(f"broker  {broker['url']}  nats-server {broker['server_version']}"
                 f"  ({broker['server_name']})", bold=True)  # fmt: skip
-    stream = report["stream"]
-    if stream is None:
-        click.secho("stream  not provisioned (start the services, or `tokenwire up`)", fg="yellow")
-    else:
-        _print_stream("stream", stream)
-        click.echo(f"        partitions {report['partitions']}")
+    click.echo(f"layout  {report['shards']} shard{'s' if report['shards'] > 1 else ''}"
+               f" over {report['partitions']} partitions")  # fmt: skip
+    for s in report["streams"]:
+        if not s["provisioned"]:
+            click.secho(f"shard {s['shard']} {s['name']}  not provisioned (start the services,"
+                        " or `tokenwire up`)", fg="yellow")  # fmt: skip
+            continue
+        _print_stream(f"shard {s['shard']}", s)
+        click.echo(f"        partitions {s['partitions']}  leader {s['leader'] or '-'}  "
+                   f"lag {s['lag']}  replay {format_replay(s['replay'])}")  # fmt: skip
+    if report["streams"] and any(s["provisioned"] for s in report["streams"]):
+        click.echo(f"        all shards: replay {format_replay(report['retention'])}")
+    for r in report.get("retired", []):
+        if "error" in r:
+            click.secho(f"retired {r['error']}", fg="yellow")
+        else:
+            _print_stream("retired", r)
     for m in report.get("members", []):
         owned = m["owned"]
         standby = f"  standing by {_ranges(m['standby'])}" if m.get("standby") else ""
@@ -159,7 +233,8 @@ def _print(report: dict[str, Any]) -> None:
     for c in report["consumers"]:
         who = c.get("owner_member") or c["owner"]
         owner = f"  owner {who}" if who else ""
-        click.echo(f"  consumer {c['name']:<24} pending {c['num_pending']:>8}  ack pending "
+        name = f"{c['stream']}/{c['name']}"
+        click.echo(f"  consumer {name:<36} pending {c['num_pending']:>8}  ack pending "
                    f"{c['ack_pending']:>6}  redelivered {c['redelivered']}{owner}")  # fmt: skip
     for key in ("events_stream", "dlq_stream"):
         if report[key] is not None:
@@ -184,5 +259,6 @@ def _print_stream(label: str, s: dict[str, Any]) -> None:
     click.echo(
         f"{label:<7} {s['name']}  {s['messages']} messages  {s['bytes']} bytes  "
         f"seq {s['first_seq']}-{s['last_seq']}  retention {s['retention']}  "
-        f"max_age {s['max_age_s']:.0f} s  max_bytes {s['max_bytes']}  replicas {s['replicas']}"
+        f"max_age {s['max_age_s']:.0f} s  max_bytes {s['max_bytes']}  replicas {s['replicas']}  "
+        f"compression {s.get('compression', 'none')}"
     )

@@ -129,7 +129,7 @@ async def verify_report(
     retained = await _retained(nc, topology, session)
     outcomes = {(o.turn, o.step): o for o in await store.messages(session)}
     if not retained and not outcomes:
-        raise SessionNotFound(session, topology.stream)
+        raise SessionNotFound(session, topology.stream_of(session))
     logs = _chunk_logs(await store.session_events(session))
     differences: list[Difference] = []
     for key in sorted(retained.keys() | outcomes.keys()):

@@ -118,7 +118,8 @@ class PartitionSet:
         t = self.topology
         for p in self._pinned:
             with contextlib.suppress(BrokerError):  # the server moves it after the timeout
-                await unpin(self.nc, t.stream, t.assembler_consumer(p), t.assembler_group)
+                stream = t.stream_of_partition(p)
+                await unpin(self.nc, stream, t.assembler_consumer(p), t.assembler_group)
         self._pinned = []
 
     def owned(self) -> list[int]:

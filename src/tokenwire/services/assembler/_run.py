@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 
-from tokenwire.broker import BrokerError, Connection, connect
+from tokenwire.broker import BrokerError, Connection, check_layout, connect
 from tokenwire.config import without_userinfo
 from tokenwire.ledger import preload as preload_prices
 from tokenwire.observability import OtelProviders, otel_from_env
@@ -89,11 +89,13 @@ def _open(settings: AssemblerSettings) -> Store:
 async def _prepare(
     settings: AssemblerSettings, nc: Connection, store: Store, stop: asyncio.Event
 ) -> None:
-    if settings.provision:
-        try:
+    try:
+        if settings.provision:
             await provision(nc, settings)
-        except BrokerError as exc:
-            raise AssemblerStartError("topology", str(exc)) from exc
+        else:
+            await check_layout(nc, settings.topology)
+    except BrokerError as exc:
+        raise AssemblerStartError("topology", str(exc)) from exc
     # The price data loads (~0.7 s, once) while the store is awaited, not in the first commit.
     await asyncio.gather(asyncio.to_thread(preload_prices), _wait_for_store(settings, store, stop))
 

@@ -25,9 +25,11 @@ from tokenwire.broker import (
     ConsumedMessage,
     ConsumerState,
     PullSettings,
+    Topology,
     dead_letter,
     ensure_topology,
     nak_many,
+    parse_stored_subject,
     partition_of,
     publish_event,
 )
@@ -519,8 +521,9 @@ class Assembler:
             cm = token.message
             if cm is None:
                 continue  # a read-back copy: its redelivery is dead-lettered
+            stream = _stream_of_message(t, cm.subject)
             copied = await dead_letter(
-                self._nc, self._dlq_subject, cm, stream=t.stream, reason=reason, detail=detail,
+                self._nc, self._dlq_subject, cm, stream=stream, reason=reason, detail=detail,
                 terminate=terminate,
             )  # fmt: skip
             if copied:
@@ -636,3 +639,12 @@ async def provision(nc: Connection, settings: AssemblerSettings) -> None:
         priority_timeout_s=settings.priority_timeout_s,
         member_ttl_s=settings.member_ttl_s,
     )
+
+
+def _stream_of_message(t: Topology, subject: str) -> str:
+    """The shard stream a consumed chunk came from (its partition's), for the DLQ record;
+    the layout's first stream for a subject that is not a chunk subject."""
+    try:
+        return t.stream_of_partition(parse_stored_subject(t, subject)[0])
+    except ValueError:
+        return t.chunk_streams[0]

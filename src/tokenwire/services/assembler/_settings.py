@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tokenwire import config
-from tokenwire.broker import Topology
+from tokenwire.broker import Topology, topology_from
 from tokenwire.config import ConfigError
 from tokenwire.services.assembler._assembly import AssemblyConfig
 
@@ -105,7 +105,7 @@ class AssemblerSettings:
         return cls(
             nats_urls=base.nats_urls,
             store_url=base.store_url,
-            topology=Topology(partitions=base.partitions, replicas=base.replicas),
+            topology=topology_from(base),
             assembly=_assembly_config(env),
             batch_max_steps=_int(env, "BATCH_STEPS", 256),
             batch_max_s=_int(env, "BATCH_MS", 20) / 1000,

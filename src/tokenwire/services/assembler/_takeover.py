@@ -51,7 +51,8 @@ async def partition_state(
 ) -> ConsumerState | None:
     """The partition consumer's state, or None when the server did not answer (logged)."""
     try:
-        return await consumer_state(nc, topology.stream, topology.assembler_consumer(partition))
+        stream = topology.stream_of_partition(partition)
+        return await consumer_state(nc, stream, topology.assembler_consumer(partition))
     except BrokerError as exc:
         log.warning("partition %d: %s", partition, exc)
         return None
@@ -76,7 +77,8 @@ async def read_back(
     to = max(last, reach)
     highest = start - 1
     try:
-        async for seq, data in read_range(nc, topology.stream, subject, start, last=to):
+        stream = topology.stream_of_partition(partition)
+        async for seq, data in read_range(nc, stream, subject, start, last=to):
             highest = seq
             if seq <= last:
                 yield seq, data

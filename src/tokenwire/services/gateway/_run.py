@@ -25,6 +25,7 @@ from tokenwire.broker import (
     SessionOwners,
     StepRegistry,
     Topology,
+    check_layout,
     connect,
     ensure_topology,
     stream_info,
@@ -108,8 +109,10 @@ async def broker_deps(
     async def ready() -> bool:
         if not nc.is_connected:
             return False
-        try:
-            await stream_info(nc, topology.stream, timeout_s=1.0)
+        try:  # every shard's stream answers (each is where some sessions' chunks go)
+            await asyncio.gather(
+                *(stream_info(nc, s, timeout_s=1.0) for s in topology.chunk_streams)
+            )
         except BrokerError:
             return False
         return True
@@ -200,9 +203,11 @@ async def _connected(
         raise ConfigError("TOKENWIRE_NATS_URL", "", "the gateway needs a NATS server URL")
     nc = await connect(settings.nats_url, name="tokenwire-gateway", stop=stop)
     try:
-        topology = Topology(partitions=settings.partitions, replicas=settings.replicas)
+        topology = settings.broker_topology
         if settings.provision:
             await ensure_topology(nc, topology)
+        else:
+            await check_layout(nc, topology)
         yield nc, topology
     finally:
         await nc.close()

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tokenwire import config
+from tokenwire.broker import Topology, topology_from
 from tokenwire.config import ConfigError, parse_addr, parse_int, parse_urls, without_userinfo
 from tokenwire.providers import check_header, check_proxy, check_url, get_provider, provider_names
 from tokenwire.replay import DEFAULT_MAX_READERS
@@ -69,6 +70,8 @@ class GatewaySettings:
       (content bytes, published chunks, seconds); past one the step ends as a recorded
       ``limit`` error, whether or not its caller is still there (docs/configuration.md).
     - ``partitions``, ``replicas``: the broker topology (session partitions, stream replicas);
+      ``topology``: all of it (shards, retention, compression, placement), from the shared
+      variables; None: the defaults with ``partitions`` and ``replicas``.
       ``provision``: create/update it at start (off when a provisioner owns it).
     - ``store_url``: the store the session and message routes read (``TOKENWIRE_STORE``).
     - ``framing``: chunks in frames (``TOKENWIRE_FRAMES``, default on) and how long a frame
@@ -111,6 +114,7 @@ class GatewaySettings:
     max_resumers: int = 8
     idempotency_ttl_s: float = 24 * 3600.0
     max_readers: int = DEFAULT_MAX_READERS
+    topology: Topology | None = None
 
     @property
     def authenticated(self) -> bool:
@@ -120,6 +124,13 @@ class GatewaySettings:
     def key_ring(self) -> KeyRing:
         """Every accepted key; :class:`ConfigError` when a key or a name is configured twice."""
         return key_ring(self.keys, self.named_keys)
+
+    @property
+    def broker_topology(self) -> Topology:
+        """The topology to publish to, read from and (with ``provision``) provision."""
+        if self.topology is not None:
+            return self.topology
+        return Topology(partitions=self.partitions, replicas=self.replicas)
 
     @property
     def loopback_only(self) -> bool:
@@ -182,6 +193,7 @@ class GatewaySettings:
             max_readers=parse_int("TOKENWIRE_GATEWAY_MAX_READERS",
                                   env.get("TOKENWIRE_GATEWAY_MAX_READERS",
                                           str(DEFAULT_MAX_READERS)), 1),
+            topology=topology_from(config.load(env)),
         )  # fmt: skip
         settings.key_ring()  # a key or a name in both sources stops the start
         return settings

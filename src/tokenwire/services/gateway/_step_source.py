@@ -119,21 +119,26 @@ class BrokerStepSource:
     async def _start(self, triple: Triple, since_ns: int) -> tuple[bool, int]:
         """(found, the seq to read from): the step's first chunk, or the stream's end."""
         session, turn, step = triple
-        info = await stream_info(self._nc, self._topology.stream)
+        stream = self._topology.stream_of(session)
+        info = await stream_info(self._nc, stream)
         end = int((info.get("state") or {}).get("last_seq") or 0) + 1
         subject = stored_subject(self._topology, session, first=True)
         if since_ns:  # the usual case: the step's first chunk is the first one since the claim
-            stored = await next_stored(self._nc, self._topology.stream, subject, since_ns=since_ns)
+            stored = await next_stored(
+                self._nc, self._topology.stream_of(session), subject, since_ns=since_ns
+            )
             if stored is not None and _names(stored.data, turn, step):
                 return True, stored.seq
         since = max(0, since_ns - int(CLOCK_MARGIN_S * 1e9)) if since_ns else None
-        stored = await next_stored(self._nc, self._topology.stream, subject, since_ns=since)
+        stored = await next_stored(
+            self._nc, self._topology.stream_of(session), subject, since_ns=since
+        )
         for _ in range(MAX_FIRSTS):
             if stored is None:
                 return False, end
             if _names(stored.data, turn, step):
                 return True, stored.seq
-            stored = await next_stored(self._nc, self._topology.stream, subject,
+            stored = await next_stored(self._nc, stream, subject,
                                        after_seq=stored.seq)  # fmt: skip
         return False, end
 

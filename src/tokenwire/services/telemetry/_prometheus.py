@@ -53,7 +53,7 @@ class TelemetryMetrics:
         )
         self.lag = Gauge(
             "tokenwire_telemetry_consumer_lag_messages",
-            "First chunks on the stream not yet delivered to the telemetry consumer.",
+            "First chunks not yet delivered to the telemetry consumers (summed over the shards).",
             registry=self.registry,
         )
 

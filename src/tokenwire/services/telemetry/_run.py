@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import start_http_server
 
-from tokenwire.broker import Topology, connect, ensure_topology, publish_event
+from tokenwire.broker import Topology, check_layout, connect, ensure_topology, publish_event
 from tokenwire.observability import otel_from_env
 from tokenwire.services.telemetry._otel import OtelSignals
 from tokenwire.services.telemetry._prometheus import TelemetryMetrics
@@ -42,6 +42,8 @@ async def run(
     try:
         if settings.provision:
             await ensure_topology(nc, settings.topology)
+        else:
+            await check_layout(nc, settings.topology)
         consumer = TelemetryConsumer(
             nc=nc,
             topology=settings.topology,
@@ -51,7 +53,8 @@ async def run(
                 publish_event(nc, subject, payload)
             ),
         )
-        log.info("telemetry consuming %s", settings.topology.first_chunks_filter)
+        t = settings.topology
+        log.info("telemetry consuming %s on %s", t.first_chunks_filter, ", ".join(t.chunk_streams))
         await consumer.run(stop, burst=burst)
     finally:
         await nc.drain()

@@ -136,34 +136,41 @@ class TelemetryConsumer:
         if self.live is not None:
             self.live(self.topology.telemetry_live_subject, payload)
 
-    def consumer(self) -> PullConsumer:
-        """The callback-driven pull loop over the durable ``telemetry`` consumer."""
+    def consumer(self, stream: str | None = None) -> PullConsumer:
+        """The callback-driven pull loop over the durable ``telemetry`` consumer of one shard
+        stream (default: the first)."""
         t = self.topology
         return PullConsumer(
-            self.nc, t.stream, t.telemetry_consumer, self.handle,
+            self.nc, stream or t.chunk_streams[0], t.telemetry_consumer, self.handle,
             settings=self.pull, dlq_subject=t.dlq_subject(t.telemetry_consumer),
         )  # fmt: skip
 
     async def run(self, stop: asyncio.Event, burst: bool = False) -> None:
-        """Consume until ``stop`` is set (or, with ``burst``, until nothing is pending)."""
-        consumer = await self.consumer().start()
+        """Consume every shard stream's ``telemetry`` consumer until ``stop`` is set (or, with
+        ``burst``, until nothing is pending on any of them)."""
+        consumers = [self.consumer(s) for s in self.topology.chunk_streams]
         try:
+            for consumer in consumers:
+                await consumer.start()
             while not stop.is_set():
                 pending = await self._pending()
                 if pending is not None:
                     self.metrics.lag.set(pending[0])
-                    if burst and pending == (0, 0) and consumer.buffered == 0:
+                    buffered = sum(c.buffered for c in consumers)
+                    if burst and pending == (0, 0) and buffered == 0:
                         return
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 0.2 if burst else LAG_POLL_S)
         finally:
-            await consumer.stop()
+            await asyncio.gather(*(c.stop() for c in consumers))
 
     async def _pending(self) -> tuple[int, int] | None:
-        """(not yet delivered, delivered but unacked), or None when the broker did not answer."""
+        """(not yet delivered, delivered but unacked) over every shard's consumer, or None
+        when the broker did not answer for one of them."""
         t = self.topology
         try:
-            state = await consumer_state(self.nc, t.stream, t.telemetry_consumer)
+            states = [await consumer_state(self.nc, s, t.telemetry_consumer)
+                      for s in t.chunk_streams]  # fmt: skip
         except BrokerError:
             return None
-        return state.num_pending, state.num_ack_pending
+        return sum(s.num_pending for s in states), sum(s.num_ack_pending for s in states)
