@@ -148,6 +148,19 @@ class StoredAt(msgspec.Struct, frozen=True):
     data: bytes
 
 
+async def last_stored(
+    nc: Client, stream: str, subject: str, *, timeout_s: float = 2.0
+) -> StoredAt | None:
+    """The newest message of ``stream`` on ``subject``, asked of the stream's leader (one
+    ``STREAM.MSG.GET``, not a direct get that any replica may answer); None when there is
+    none."""
+    api = f"$JS.API.STREAM.MSG.GET.{stream}"
+    stored = await _get(nc, api, {"last_by_subj": subject}, timeout_s)
+    if stored is None:
+        return None
+    return StoredAt(stored.seq, base64.b64decode(stored.data or ""))
+
+
 async def next_stored(
     nc: Client,
     stream: str,

@@ -17,17 +17,15 @@ Every call is one attempt bounded by ``timeout_s``; a server that does not answe
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 from nats.aio.client import Client
 
 from tokenwire.broker._errors import RequestFailed
+from tokenwire.broker._messages import last_stored, next_stored
 from tokenwire.broker._topology import Topology, stored_subject
 from tokenwire.broker._translate import translated
 from tokenwire.schemas import chunk_envelopes
 
-_NO_MESSAGE = 10037
 _WRONG_LAST_SEQUENCE = 10071
 _TIMEOUT_S = 5.0
 
@@ -41,45 +39,18 @@ class Owner(msgspec.Struct, frozen=True):
 _owner_decoder = msgspec.json.Decoder(Owner)
 
 
-class _Stored(msgspec.Struct):
-    data: bytes = b""  # base64 on the wire; msgspec decodes it
-
-
-class _Reply(msgspec.Struct):
-    message: _Stored | None = None
-    error: dict[str, Any] | None = None
-
-
-_reply = msgspec.json.Decoder(_Reply)
-
-
 async def session_owner(
     nc: Client, topology: Topology, session: str, *, timeout_s: float = _TIMEOUT_S
 ) -> Owner | None:
     """The owner named by the session's first retained step, None when none is retained."""
     subject = stored_subject(topology, session, first=True)
-    stored = await _get(
-        nc, topology.stream_of(session), {"seq": 1, "next_by_subj": subject}, timeout_s
-    )
+    stored = await next_stored(nc, topology.stream_of(session), subject, timeout_s=timeout_s)
     if stored is None:
         return None
-    what = f"first step of {session}"
-    with translated(nc, what):
-        envelope = chunk_envelopes(stored)[0]
+    with translated(nc, f"first step of {session}"):
+        envelope = chunk_envelopes(stored.data)[0]
     tenant = envelope.tenant if isinstance(envelope.tenant, str) else None
     return Owner(tenant)
-
-
-async def _get(nc: Client, stream: str, body: dict[str, Any], timeout_s: float) -> bytes | None:
-    """One stored message's payload by a ``STREAM.MSG.GET`` request; None when none matches."""
-    api = f"$JS.API.STREAM.MSG.GET.{stream}"
-    with translated(nc, api):
-        reply = _reply.decode((await nc.request(api, msgspec.json.encode(body), timeout_s)).data)
-    if reply.error is not None:
-        if reply.error.get("err_code") == _NO_MESSAGE:
-            return None
-        raise RequestFailed(api, str(reply.error.get("description")), reply.error.get("err_code"))
-    return reply.message.data if reply.message is not None else None
 
 
 class SessionOwners:
@@ -121,8 +92,8 @@ class SessionOwners:
         if error.get("err_code") != _WRONG_LAST_SEQUENCE:
             raise RequestFailed(f"owner record of {session}", str(error.get("description")),
                                 error.get("err_code"))  # fmt: skip
-        recorded = await _get(self._nc, self._stream, {"last_by_subj": subject}, self._timeout)
+        recorded = await last_stored(self._nc, self._stream, subject, timeout_s=self._timeout)
         if recorded is None:
             return None
         with translated(self._nc, f"owner record of {session}"):
-            return _owner_decoder.decode(recorded)
+            return _owner_decoder.decode(recorded.data)
