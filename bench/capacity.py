@@ -112,7 +112,10 @@ def paced_inputs(fig: Figures, load: int | None = None) -> Inputs:
     """The model's inputs: the paced phase at ``load`` sessions (:func:`paced_load`)."""
     n = load or paced_load(fig)
     x = Inputs("paced, broker per message on the R3 cluster (the model)", {}, {})
-    p = (lambda name: fig.get("paced", f"s{n}_{name}")) if n else (lambda name: math.nan)
+
+    def p(name: str) -> float:
+        return fig.get("paced", f"s{n}_{name}") if n else math.nan
+
     where = f"phase paced, {n} sessions at 50 tokens/s, shipped defaults" if n else ""
     for proc in ("gateway", "assembler", "telemetry", "nats"):
         _take(x, f"{proc}_us", p(f"cpu_us_per_chunk_{proc}"), where)
@@ -383,16 +386,48 @@ def _when(fig: Figures) -> str:
     return (f"phase paced: {paced}" if paced else "phase paced: not in this run") + shards
 
 
+def _headline(fig: Figures, plans: list[tuple[Inputs, Plan]]) -> str:
+    (paced, p), full = plans[0], plans[2][1]
+    n = paced_load(fig)
+    if n is None:
+        return ("**The paced phase is not in these figures**: the model's column is made of "
+                "the stated constants (`FALLBACK` in bench/capacity.py) and says nothing; run "
+                "`make bench BENCH=paced` (and `shards`).")  # fmt: skip
+    met = p.total <= TODAY_CORES / 2
+    busy = fig.get("paced", f"s{n}_busy_gateway")
+    per_core = 1e6 * UTILISATION / (paced["gateway_us"] * TOKENS_PER_S * CHUNKS_PER_TOKEN)
+    return (
+        f"**{p.total:,} cores with the inputs measured at that pace** ({p.cores['gateway']:,} "
+        f"gateway, {p.cores['assembler']:,} assembler, {p.cores['telemetry']:,} telemetry, "
+        f"{p.cores['broker']:,} broker: {p.nodes:,} nodes of {NODE_CORES} cores at "
+        f"R{REPLICAS}, {p.streams:,} chunk streams), against {TODAY_CORES} before frames: "
+        f"the target (at most {TODAY_CORES // 2}) is " + ("met." if met else "**not met**.")
+        + f" The gateway is the bound: {p.cores['gateway']:,} cores. At {n} sessions one "
+        f"gateway process was {busy:.0%} busy ({paced['gateway_us']:.0f} us per chunk), so a "
+        f"core planned at {UTILISATION:.0%} serves about {per_core:,.0f} sessions at "
+        f"{TOKENS_PER_S:g} tokens/s. At that pace every token is its own provider read and "
+        "its own write to the caller, and the process pays a wake-up, two system calls and "
+        "its per-read work for each (docs/benchmarks.md, \"Capacity inputs\", has a profile); "
+        "at full speed one read carries many tokens, which is why the method behind today's "
+        f"{TODAY_CORES} (CPU per chunk at full speed) gives {full.total:,} with the same "
+        "code. The broker is no longer the bound: frames cut its messages to "
+        f"{paced['messages_per_chunk']:.3f} per chunk. The columns: the model (the gateway, "
+        "assembler and telemetry as measured on the paced stack; the broker from the "
+        "cluster's CPU per message, a broker as busy as a planned node); the same with the "
+        "broker as the paced stack's lightly loaded single server measured it (an upper "
+        "bound: there every message is its own wake-up); and the full-speed figures."
+    )  # fmt: skip
+
+
 def render(fig: Figures, preliminary: bool = True) -> str:
     paced = paced_inputs(fig)
     stack = stack_broker_inputs(fig)
     full = full_speed_inputs(fig, paced)
     plans = [(paced, plan(paced)), (stack, plan(stack)), (full, plan(full))]
-    p = plans[0][1]
     mark = ("**Preliminary, measured under load**: regenerate after the final `make bench`.\n\n"
             if preliminary else "")  # fmt: skip
     n = paced_load(fig)
-    met = p.total <= TODAY_CORES / 2
+    p = plans[0][1]
     lines = [
         "# Capacity model",
         "",
@@ -401,27 +436,7 @@ def render(fig: Figures, preliminary: bool = True) -> str:
         f"`shards` (bench/bench_shards.py) of `make bench` ({_when(fig)}). {mark}",
         f"## {SESSIONS:,} concurrent sessions at {TOKENS_PER_S:g} tokens/s",
         "",
-        f"**{p.total:,} cores with the inputs measured at that pace** ({p.cores['gateway']:,} "
-        f"gateway, {p.cores['assembler']:,} assembler, {p.cores['telemetry']:,} telemetry, "
-        f"{p.cores['broker']:,} broker: {p.nodes:,} nodes of {NODE_CORES} cores at "
-        f"R{REPLICAS}, {p.streams:,} chunk streams), against {TODAY_CORES} before frames: "
-        + (
-            f"the target (at most {TODAY_CORES // 2}) is met."
-            if met
-            else f"the target (at most {TODAY_CORES // 2}) is **not met**."
-        )
-        + f" The gateway alone needs {p.cores['gateway']:,} cores: at 50 tokens/s every token is "
-        "its own provider read and its own write to the caller, and a Python process pays a "
-        "wake-up, two system calls and its per-read work for each (bench/bench_paced.py; "
-        'docs/benchmarks.md, "Capacity inputs", has a profile); at full speed one read '
-        "carries many tokens, which is why the method behind today's "
-        f"{TODAY_CORES} (CPU per chunk at full speed) gives {plans[2][1].total:,} here. The "
-        "broker is no longer the bound: frames cut its messages to "
-        f"{paced['messages_per_chunk']:.3f} per chunk. The columns: the model (the gateway, "
-        "assembler and telemetry as measured on the paced stack; the broker from the "
-        "cluster's CPU per message, a broker as busy as a planned node); the same with the "
-        "broker as the paced stack's lightly loaded single server measured it (an upper "
-        "bound: there every message is its own wake-up); and the full-speed figures.",
+        _headline(fig, plans),
         "",
         *_plan_table(plans),
         "",
@@ -449,12 +464,18 @@ def render(fig: Figures, preliminary: bool = True) -> str:
         "the step's role, finish and usage chunks, 2 s at 50 tokens/s): every per-step cost "
         "(the claim, the first chunk alone, the finish, the events) is in the per-chunk "
         "figures at that length; longer steps cost less per chunk;",
-        "- the broker's CPU at R3 is the whole stack's nats-server CPU per chunk (one server: "
-        "publishes, stores, deliveries and acks to the assembler and telemetry, the step "
-        "registry's and events writes) times the cluster's CPU per message over one server's "
-        "for the same frames load (phase shards, publishes only): the consumers' deliveries "
-        "and acks are taken to scale by the same ratio; a stream leader's share likewise "
-        "(all of a stream's consumers' work counted on its leader);",
+        "- the broker at R3, the model's column: per message, a publish (every node) and one "
+        "consumer's delivery and ack (the assembler's; every node) as measured on the cluster "
+        "flat out, at the paced messages per chunk; per step, the registry's writes (measured "
+        "on the cluster), the telemetry consumer's delivery (a consumer's cost per message) "
+        "and the events writes (a publish's cost per message each); a stream's leader carries "
+        "the publish's leader node and the consumer's busiest node, for all of a stream's "
+        "consumers;",
+        "- the broker's upper bound (the second column): the paced stack's one nats-server's "
+        "CPU per chunk (publishes, stores, deliveries and acks, registry and events writes, at "
+        "a few hundred messages/s, each its own wake-up) times the cluster's CPU per message "
+        "over one server's for the same frames load (phase shards); the full-speed column "
+        "the same with the full-speed figures, as the model before frames did;",
         f"- chunk streams: as many as keep each leader at or below {LEADER_FRACTION:g} of a "
         "core (a stream is one raft group, its leader's work runs on one node; half a core "
         "leaves room for a failed node's leaders), and at least one per node; R"
@@ -498,7 +519,8 @@ def render(fig: Figures, preliminary: bool = True) -> str:
         + (
             "One events stream suffices."
             if p.events_leader_share <= LEADER_FRACTION
-            else "The events stream, one raft group, is past the bound as well."
+            else "The events stream, one raft group, is past the bound as well at that step "
+            "length (the same remedies)."
         ),
         "",
         "## Retention: hours of replay per GiB",
