@@ -143,7 +143,9 @@ def full_speed_inputs(fig: Figures, paced: Inputs) -> Inputs:
                "stack")  # fmt: skip
     g = fig.get
     in_paced = _ok(g("paced", "full_cpu_us_per_chunk_gateway"))
-    where = ("phase paced: a second stack, 50 callers, 4 requests of 200 fragments at full speed"
+    where = ("phase paced: a second stack, 50 callers, 4 requests of 200 fragments at full "
+             "speed (CPU until the callers' last event: the store's catch-up after it is not in "
+             "it, as in the stack table)"
              if in_paced else "phase stack: full stack, 50 callers at full speed")  # fmt: skip
     for proc in ("gateway", "assembler", "telemetry", "nats"):
         value = (g("paced", f"full_cpu_us_per_chunk_{proc}") if in_paced
