@@ -48,6 +48,12 @@ def _scale(profile: Profile) -> None:
                                                    (1_000_000, 1_000, 200_000))  # fmt: skip
     t = bench_telemetry
     t.STEPS, t.CHUNKS_BIG = sizes(profile, (20, 50), (200, 500), (1_000, 1_000))
+    from bench import bench_paced, bench_shards
+
+    bench_shards.CHUNKS = sizes(profile, 5_000, 100_000, 200_000)
+    bench_shards.STEPS = sizes(profile, 1_000, 10_000, 20_000)
+    bench_paced.scale(*sizes(profile, ((5,), 3.0, 1.0), ((50, 100, 150), 30.0, 10.0),
+                             ((100, 200, 400), 60.0, 10.0)))  # fmt: skip
 
 
 def _limits(fig: Figures, profile: Profile, _: argparse.Namespace) -> str:
@@ -93,6 +99,16 @@ def _module(name: str) -> Callable[[Figures, Profile, argparse.Namespace], str]:
     return run
 
 
+def _paced(fig: Figures, profile: Profile, _: argparse.Namespace) -> str:
+    from bench import bench_paced
+
+    table = bench_paced.main(full=profile != "smoke")
+    for key, value in bench_paced.FIGURES.items():
+        fig.put("paced", key, value)
+    fig.notes["paced"] = "; ".join(bench_paced.NOTES)
+    return table
+
+
 def _scaling(fig: Figures, profile: Profile, _: argparse.Namespace) -> str:
     from bench import bench_scaling
 
@@ -107,11 +123,15 @@ PARTS: dict[str, Callable[[Figures, Profile, argparse.Namespace], str]] = {
     "replay": _module("replay"),
     "telemetry": _module("telemetry"),
     "scaling": _scaling,
+    "paced": _paced,
+    "shards": _module("shards"),
 }
-EXTRA = ("publish", "fold", "parse", "frames", "compression", "shards")  # run only when named
-"""Their own tables; ``frames`` (messages, bytes and CPU per chunk against lingers, ADR 0024),
-``compression`` (bytes per chunk on disk with and without S2, ADR 0023) and ``shards`` (one
-stream's ceiling and K = 3 on a loopback R3 cluster) record their figures."""
+EXTRA = ("publish", "fold", "parse", "frames", "compression")  # run only when named
+"""Their own tables; ``frames`` (messages, bytes and CPU per chunk against lingers, ADR 0024)
+and ``compression`` (bytes per chunk on disk with and without S2, ADR 0023) record their
+figures. ``paced`` (the stack at 50 tokens/s per session, shipped defaults) and ``shards`` (one
+stream's ceiling on a loopback R3 cluster) run by default: docs/capacity.md is computed from
+them."""
 
 
 def _args(argv: list[str]) -> argparse.Namespace:

@@ -1,13 +1,22 @@
 """docs/capacity.md: a capacity model computed from the suite's figures (results.json).
 
 ``python -m bench.capacity [results.json] [capacity.md]`` regenerates it without a new run.
-Every assumption is a named constant below and printed in the document.
+Every assumption is a named constant below and printed in the document; every input names
+the phase and scenario it was measured in (issue 27 part 4).
+
+The model's inputs come from the ``paced`` phase (bench/bench_paced.py: the whole stack with
+the shipped defaults, sessions at 50 tokens/s each) and the ``shards`` phase
+(bench/bench_shards.py: a loopback three-node cluster at R3). The same arithmetic is also
+done on the full-speed figures (50 callers, 200 fragments as fast as possible: the inputs the
+model used before frames), as a second, stated row. A phase that did not run falls back to
+stated constants, named in the document.
 """
 
 from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench._suite import REPO, Figures, load
@@ -16,120 +25,515 @@ SESSIONS = 100_000
 TOKENS_PER_S = 50.0
 CHUNKS_PER_TOKEN = 1.0  # one streamed chunk per token (providers send one delta per token)
 UTILISATION = 0.6  # plan cores to 60 % busy: headroom for bursts, GC, failover
-REPLICAS = 3  # JetStream R3 on a three-node cluster
-NODE_CORES = 8  # cores per broker node of the "three-node cluster" figure
-RETENTION_H = 24.0  # hours of chunks the stream keeps (max_age; replay window)
+LEADER_FRACTION = 0.5  # no stream's (or bucket's) leader above half a core: room for failover
+REPLICAS = 3  # JetStream R3
+NODE_CORES = 8  # cores per broker node
+RETENTION_H = 24.0  # hours of replay the disk rows are sized for
 PARTITION_HEADROOM = 4  # partitions per assembler process, so the fleet can grow 4x unpinned
+PACE_KEPT = 0.95  # a paced load counts when its steps took at most 1/0.95 of the provider's pace
+TODAY_CORES = 742  # docs/capacity.md before issue 27 (run of 2026-12-02, full-speed inputs)
+FLEETS = (1_000, 5_000, 100_000)
+STEP_TOKENS = (100, 500, 1_000)  # step lengths for the step registry's rows
+GIB = 1024**3
+
+FALLBACK = {  # stated constants for inputs a run did not measure
+    "gateway_us": 50.0, "assembler_us": 50.0, "telemetry_us": 5.0, "nats_us": 10.0,
+    "messages_per_chunk": 1.0, "stream_bytes": 212.0, "disk_bytes": 75.0,
+    "r3_over_r1": 3.0, "leader_over_r1": 1.3, "kv_leader_us_per_step": 50.0,
+    "kv_writes_per_step": 2.0, "event_writes_per_step": 2.0, "chunks_per_step": 104.0,
+    "leader_us_per_message": 25.0, "publish_us_per_message": 45.0,
+    "consume_us_per_message": 40.0, "consume_max_us_per_message": 20.0,
+    "kv_us_per_step": 100.0,
+}  # fmt: skip
 
 
-def _first(*values: float) -> float:
-    """The first measured (positive) value; else the last one, the stated fallback."""
-    return next((v for v in values if not math.isnan(v) and v > 0), values[-1])
+def _ok(value: float) -> bool:
+    return not math.isnan(value) and value > 0
 
 
-def inputs(fig: Figures) -> dict[str, float]:
+@dataclass
+class Inputs:
+    """One set of per-chunk inputs and where each came from."""
+
+    label: str
+    values: dict[str, float]
+    source: dict[str, str]
+    broker: str = "cluster"  # "cluster": per message on the R3 cluster; "stack": R1 stack x ratio
+
+    def __getitem__(self, key: str) -> float:
+        return self.values[key]
+
+
+def paced_load(fig: Figures) -> int | None:
+    """The paced load the model takes: the most sessions whose steps kept the provider's
+    pace (:data:`PACE_KEPT`); else the fewest sessions measured; None if none ran."""
+    loads = sorted(int(v) for k, v in fig.values.get("paced", {}).items()
+                   if k.startswith("s") and k.endswith("_sessions"))  # fmt: skip
+    if not loads:
+        return None
+    kept = [n for n in loads if fig.get("paced", f"s{n}_pace", 0.0) >= PACE_KEPT]
+    return max(kept) if kept else loads[0]
+
+
+def _take(inputs: Inputs, key: str, value: float, source: str) -> None:
+    if _ok(value):
+        inputs.values[key], inputs.source[key] = value, source
+    else:
+        inputs.values[key] = FALLBACK[key]
+        inputs.source[key] = "not measured in this run: stated constant"
+
+
+def _broker(fig: Figures, x: Inputs) -> None:
+    """The cluster figures (phase ``shards``) both rows share."""
     g = fig.get
-    return {
-        # CPU microseconds per chunk of each process, measured on the full stack (50 callers at
-        # full speed); falling back to the single-part benchmarks when that part did not run.
-        "gateway_us": _first(g("stack", "full_cmany_cpu_ms_per_1k_gateway"),
-                             g("gateway", "b_long_cpu_us_per_chunk"), 50.0),
-        "assembler_us": _first(g("stack", "full_cmany_cpu_ms_per_1k_assembler"),
-                               1e6 / g("assembler", "sqlite_per_s", float("inf")), 50.0),
-        "telemetry_us": _first(g("stack", "full_cmany_cpu_ms_per_1k_telemetry"), 0.0),
-        "nats_us": _first(g("stack", "full_cmany_cpu_ms_per_1k_nats"), 10.0),
-        "envelope_bytes": _first(g("limits", "envelope_bytes"), 150.0),
-        "sse_bytes": _first(g("limits", "sse_bytes_per_event"), 200.0),
-    }  # fmt: skip
+    cluster = "phase shards: loopback 3-node cluster, R3, S2, recorded streams in frames"
+    r3 = g("shards", "k1f_cpu_us_per_message_all_nodes")
+    r1 = g("shards", "r1f_cpu_us_per_message_all_nodes")
+    leader = g("shards", "k1f_leader_node_cpu_us_per_message")
+    _take(x, "r3_over_r1", r3 / r1 if _ok(r1) else math.nan,
+          f"{cluster}: all nodes {r3:.1f} us/message over one server's {r1:.1f}")  # fmt: skip
+    _take(x, "leader_over_r1", leader / r1 if _ok(r1) else math.nan,
+          f"{cluster}: leader node {leader:.1f} us/message over one server's {r1:.1f}")  # fmt: skip
+    _take(x, "leader_us_per_message", leader, f"{cluster}, K = 1, the leader node")
+    _take(x, "kv_leader_us_per_step", g("shards", "kv_leader_node_cpu_us_per_step"),
+          "phase shards: StepRegistry assignments on the R3 bucket, its leader node")  # fmt: skip
+    _take(x, "kv_us_per_step", g("shards", "kv_cpu_us_per_step_all_nodes"),
+          "phase shards: StepRegistry assignments on the R3 bucket, all nodes")  # fmt: skip
+    _take(x, "publish_us_per_message", g("shards", "k1f_cpu_us_per_message_all_nodes"),
+          f"{cluster}, K = 1, all nodes")  # fmt: skip
+    _take(x, "consume_us_per_message", g("shards", "consume_cpu_us_per_message_all_nodes"),
+          "phase shards: one durable pull consumer reading and acking the K = 1 stream, "
+          "all nodes")  # fmt: skip
+    _take(x, "consume_max_us_per_message", g("shards", "consume_max_node_cpu_us_per_message"),
+          "phase shards: the same consumer, its busiest node")  # fmt: skip
+
+
+def paced_inputs(fig: Figures, load: int | None = None) -> Inputs:
+    """The model's inputs: the paced phase at ``load`` sessions (:func:`paced_load`)."""
+    n = load or paced_load(fig)
+    x = Inputs("paced, broker per message on the R3 cluster (the model)", {}, {})
+
+    def p(name: str) -> float:
+        return fig.get("paced", f"s{n}_{name}") if n else math.nan
+
+    where = f"phase paced, {n} sessions at 50 tokens/s, shipped defaults" if n else ""
+    for proc in ("gateway", "assembler", "telemetry", "nats"):
+        _take(x, f"{proc}_us", p(f"cpu_us_per_chunk_{proc}"), where)
+    _take(x, "messages_per_chunk", p("messages_per_chunk"), where)
+    _take(x, "stream_bytes", p("stream_bytes_per_chunk"), where)
+    _take(x, "disk_bytes", fig.get("paced", "disk_bytes_per_chunk"),
+          "phase paced: the chunk stream's files after the stack stopped, every paced load")  # fmt: skip
+    _take(x, "chunks_per_step", p("chunks_per_step"), where)
+    _take(x, "kv_writes_per_step", p("kv_writes_per_step"), where)
+    _take(x, "event_writes_per_step", p("event_writes_per_step"), where)
+    _broker(fig, x)
+    return x
+
+
+def stack_broker_inputs(fig: Figures) -> Inputs:
+    """The paced inputs with the broker as the paced stack's one server measured it."""
+    x = paced_inputs(fig)
+    x.label, x.broker = "paced, broker as on the paced stack (R1 x R3/R1)", "stack"
+    return x
+
+
+def full_speed_inputs(fig: Figures, paced: Inputs) -> Inputs:
+    """The same arithmetic on full-speed figures (the inputs before frames used)."""
+    x = Inputs("full speed, 50 callers x 200 fragments (the method before frames)", {}, {},
+               "stack")  # fmt: skip
+    g = fig.get
+    in_paced = _ok(g("paced", "full_cpu_us_per_chunk_gateway"))
+    where = ("phase paced: a second stack, 50 callers, 4 requests of 200 fragments at full "
+             "speed (CPU until the callers' last event: the store's catch-up after it is not in "
+             "it, as in the stack table)"
+             if in_paced else "phase stack: full stack, 50 callers at full speed")  # fmt: skip
+    for proc in ("gateway", "assembler", "telemetry", "nats"):
+        value = (g("paced", f"full_cpu_us_per_chunk_{proc}") if in_paced
+                 else g("stack", f"full_cmany_cpu_ms_per_1k_{proc}"))  # fmt: skip
+        _take(x, f"{proc}_us", value, where)
+    _take(x, "messages_per_chunk", g("paced", "full_messages_per_chunk"), where)
+    _take(x, "stream_bytes", g("paced", "full_stream_bytes_per_chunk"), where)
+    for key in ("disk_bytes", "chunks_per_step", "kv_writes_per_step", "event_writes_per_step"):
+        x.values[key], x.source[key] = paced.values[key], paced.source[key]
+    x.values["chunks_per_step"] = 200.0  # the full-speed requests' steps
+    _broker(fig, x)
+    return x
+
+
+@dataclass
+class Plan:
+    """What :data:`SESSIONS` sessions at :data:`TOKENS_PER_S` need, from one set of inputs."""
+
+    chunk_rate: float
+    cores: dict[str, int]
+    streams: int
+    nodes: int
+    leader_share: float  # of a core, per stream leader at ``streams``
+    partitions: int
+    messages_per_s: float
+    steps_per_s: float
+    kv_leader_share: float
+    events_leader_share: float
+
+    @property
+    def total(self) -> int:
+        return sum(self.cores.values())
+
+
+def broker_per_chunk(x: Inputs) -> tuple[float, float]:
+    """(every node's CPU per chunk at R3, a stream leader's), us.
+
+    ``cluster``: the cluster's own figures per message, at the messages per chunk measured:
+    a publish and one consumer's delivery and ack (the assembler's) per message, the
+    telemetry consumer's one delivery per step, the registry's writes and the events per
+    step; the leader carries the publish's leader share and the consumer's busiest node.
+    ``stack``: the whole stack's one-server CPU per chunk times the cluster's ratios."""
+    if x.broker == "stack":
+        return x["nats_us"] * x["r3_over_r1"], x["nats_us"] * x["leader_over_r1"]
+    per_msg = x["publish_us_per_message"] + x["consume_us_per_message"]
+    per_step = (x["kv_us_per_step"] + x["consume_us_per_message"]  # telemetry's delivery
+                + x["event_writes_per_step"] * x["publish_us_per_message"])  # fmt: skip
+    every = x["messages_per_chunk"] * per_msg + per_step / x["chunks_per_step"]
+    leader = x["messages_per_chunk"] * (x["leader_us_per_message"]
+                                        + x["consume_max_us_per_message"])  # fmt: skip
+    return every, leader
+
+
+def plan(x: Inputs, sessions: int = SESSIONS) -> Plan:
+    chunk_rate = sessions * TOKENS_PER_S * CHUNKS_PER_TOKEN
+
+    def cores(us: float) -> int:
+        return max(1, math.ceil(chunk_rate * us / 1e6 / UTILISATION))
+
+    broker_us, leader_us = broker_per_chunk(x)
+    streams = math.ceil(chunk_rate * leader_us / 1e6 / LEADER_FRACTION)
+    broker = cores(broker_us)
+    nodes = max(REPLICAS, math.ceil(broker / NODE_CORES))
+    streams = max(streams, min(nodes, 1 << 16))  # every node leads at least one stream
+    asm = cores(x["assembler_us"])
+    partitions = 2 ** math.ceil(math.log2(max(streams, asm * PARTITION_HEADROOM)))
+    steps = chunk_rate / x["chunks_per_step"]
+    return Plan(
+        chunk_rate=chunk_rate,
+        cores={"gateway": cores(x["gateway_us"]), "assembler": asm,
+               "telemetry": cores(x["telemetry_us"]), "broker": nodes * NODE_CORES},
+        streams=streams, nodes=nodes,
+        leader_share=chunk_rate / streams * leader_us / 1e6, partitions=partitions,
+        messages_per_s=chunk_rate * x["messages_per_chunk"], steps_per_s=steps,
+        kv_leader_share=steps * x["kv_leader_us_per_step"] / 1e6,
+        events_leader_share=steps * x["event_writes_per_step"] * x["leader_us_per_message"] / 1e6,
+    )  # fmt: skip
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:,.1f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:,.1f} min"
+    return f"{seconds / 3600:,.1f} h"
+
+
+def _inputs_table(rows: list[Inputs]) -> list[str]:
+    labels = (
+        ("gateway_us", "gateway CPU per chunk, us", "{:.1f}"),
+        ("assembler_us", "assembler CPU per chunk (SQLite), us", "{:.1f}"),
+        ("telemetry_us", "telemetry CPU per chunk, us", "{:.2f}"),
+        ("nats_us", "nats-server CPU per chunk (one server, R1, whole stack), us", "{:.1f}"),
+        ("messages_per_chunk", "broker messages per chunk", "{:.3f}"),
+        ("stream_bytes", "stream bytes per chunk (`state.bytes`, what `max_bytes` counts)",
+         "{:.1f}"),
+        ("disk_bytes", "bytes on disk per chunk with S2 (one replica)", "{:.1f}"),
+        ("chunks_per_step", "chunks per step", "{:.0f}"),
+        ("kv_writes_per_step", "step-registry KV writes per step", "{:.2f}"),
+        ("event_writes_per_step", "events-stream writes per step", "{:.2f}"),
+        ("r3_over_r1", "broker CPU at R3 (all nodes) over one server's, per message", "{:.2f}"),
+        ("leader_over_r1", "stream leader node's CPU over one server's, per message", "{:.2f}"),
+        ("leader_us_per_message", "stream leader node CPU per message (frames), us", "{:.1f}"),
+        ("kv_leader_us_per_step", "step-registry bucket leader CPU per step (R3), us", "{:.1f}"),
+        ("kv_us_per_step", "step-registry CPU per step (R3, all nodes), us", "{:.1f}"),
+        ("publish_us_per_message", "publish CPU per message (frames, R3, all nodes), us",
+         "{:.1f}"),
+        ("consume_us_per_message", "a consumer's delivery + ack per message (R3, all nodes), us",
+         "{:.1f}"),
+        ("consume_max_us_per_message", "the same, its busiest node, us", "{:.1f}"),
+    )  # fmt: skip
+    out = ["| input | " + " | ".join(r.label for r in rows) + " | measured in |",
+           "| --- |" + " ---: |" * len(rows) + " --- |"]  # fmt: skip
+    for key, label, fmt in labels:
+        sources = []
+        for r in rows:
+            if r.source[key] not in sources:
+                sources.append(r.source[key])
+        cells = " | ".join(fmt.format(r[key]) for r in rows)
+        out.append(f"| {label} | {cells} | {'; '.join(sources)} |")
+    return out
+
+
+def _paced_range(fig: Figures) -> list[str]:
+    """Every paced load side by side: how the per-chunk figures move with concurrency."""
+    loads = sorted(int(v) for k, v in fig.values.get("paced", {}).items()
+                   if k.startswith("s") and k.endswith("_sessions"))  # fmt: skip
+    if not loads:
+        return ["The paced phase did not run: the model's inputs are the stated constants."]
+    g = fig.get
+    out = ["| paced load | " + " | ".join(f"{n} sessions" for n in loads) + " |",
+           "| --- |" + " ---: |" * len(loads)]  # fmt: skip
+    rows = (
+        ("pace kept (provider's step time / measured step time)", "pace", "{:.3f}"),
+        ("chunks/s", "chunks_per_s", "{:,.0f}"),
+        ("broker messages per chunk", "messages_per_chunk", "{:.3f}"),
+        ("stream bytes per chunk", "stream_bytes_per_chunk", "{:.1f}"),
+        ("gateway us/chunk", "cpu_us_per_chunk_gateway", "{:.1f}"),
+        ("assembler us/chunk", "cpu_us_per_chunk_assembler", "{:.1f}"),
+        ("telemetry us/chunk", "cpu_us_per_chunk_telemetry", "{:.1f}"),
+        ("nats-server us/chunk", "cpu_us_per_chunk_nats", "{:.1f}"),
+        ("gateway: share of a core busy", "busy_gateway", "{:.2f}"),
+        ("assembler: share of a core busy", "busy_assembler", "{:.2f}"),
+        ("nats-server: share of a core busy", "busy_nats", "{:.2f}"),
+    )
+    for label, key, fmt in rows:
+        out.append(f"| {label} | " + " | ".join(fmt.format(g("paced", f"s{n}_{key}"))
+                                                for n in loads) + " |")  # fmt: skip
+    totals = [plan(paced_inputs(fig, n)).total for n in loads]
+    out.append("| the model's total cores with this load's inputs | "
+               + " | ".join(f"{t:,}" for t in totals) + " |")  # fmt: skip
+    return out
+
+
+def _retention(fig: Figures, x: Inputs) -> list[str]:
+    g = fig.get
+    bases = [("paced run (scripted provider's text)", x["stream_bytes"], x["disk_bytes"])]
+    rec_stream = g("shards", "recorded_stream_bytes_per_chunk")
+    rec_disk = g("shards", "recorded_disk_bytes_per_chunk")
+    if _ok(rec_stream) and _ok(rec_disk):
+        bases.append(("recorded provider streams in frames (phase shards)", rec_stream, rec_disk))
+    out = [
+        "| sessions at 50 tokens/s | bytes per chunk from | stream bytes/s | replay per GiB of "
+        "budget (`max_bytes`) | hours per GiB | budget for 24 h | replay per GiB of disk with "
+        "S2, per replica | disk for 24 h, R3 |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for sessions in FLEETS:
+        rate = sessions * TOKENS_PER_S * CHUNKS_PER_TOKEN
+        for label, stream_b, disk_b in bases:
+            per_gib = GIB / (rate * stream_b)
+            disk_gib = GIB / (rate * disk_b)
+            out.append(
+                f"| {sessions:,} | {label} | {rate * stream_b / 1e6:,.2f} MB/s "
+                f"| {_duration(per_gib)} | {per_gib / 3600:.4g} "
+                f"| {rate * stream_b * 86400 / GIB:,.0f} GiB | {_duration(disk_gib)} "
+                f"| {rate * disk_b * 86400 * REPLICAS / 1e12:,.2f} TB |"
+            )
+    return out
+
+
+def _registry(x: Inputs) -> list[str]:
+    rate = SESSIONS * TOKENS_PER_S * CHUNKS_PER_TOKEN
+    out = [
+        "| step length | steps/s | KV writes/s | bucket leader, share of a core | buckets for "
+        f"<= {LEADER_FRACTION:g} core each | events writes/s | events leader, share of a core |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    lengths = [x["chunks_per_step"], *(float(t) for t in STEP_TOKENS)]
+    for length in sorted(set(lengths)):
+        steps = rate / length
+        kv = steps * x["kv_leader_us_per_step"] / 1e6
+        ev = steps * x["event_writes_per_step"] * x["leader_us_per_message"] / 1e6
+        tag = " (measured)" if length == x["chunks_per_step"] else ""
+        out.append(
+            f"| {length:,.0f} chunks ({length / TOKENS_PER_S:.1f} s){tag} | {steps:,.0f} "
+            f"| {steps * x['kv_writes_per_step']:,.0f} | {kv:.2f} "
+            f"| {math.ceil(kv / LEADER_FRACTION)} | {steps * x['event_writes_per_step']:,.0f} "
+            f"| {ev:.2f} |"
+        )
+    return out
+
+
+def _plan_table(rows: list[tuple[Inputs, Plan]]) -> list[str]:
+    out = ["| need | " + " | ".join(x.label for x, _ in rows) + " |",
+           "| --- |" + " ---: |" * len(rows)]  # fmt: skip
+
+    def row(label: str, cells: list[str]) -> None:
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    row("chunks/s", [f"{p.chunk_rate:,.0f}" for _, p in rows])
+    row("broker messages/s", [f"{p.messages_per_s:,.0f}" for _, p in rows])
+    row("gateway processes (one per core)", [f"{p.cores['gateway']:,}" for _, p in rows])
+    row("assembler processes (one per core)", [f"{p.cores['assembler']:,}" for _, p in rows])
+    row("telemetry consumer processes", [f"{p.cores['telemetry']:,}" for _, p in rows])
+    row(f"chunk streams (shards; each leader <= {LEADER_FRACTION:g} core)",
+        [f"{p.streams:,}" for _, p in rows])  # fmt: skip
+    row("broker CPU per chunk, all nodes, us", [f"{broker_per_chunk(x)[0]:.1f}" for x, _ in rows])
+    row("a stream leader's share of a core", [f"{p.leader_share:.2f}" for _, p in rows])
+    row(f"broker nodes of {NODE_CORES} cores (R{REPLICAS})", [f"{p.nodes:,}" for _, p in rows])
+    row("broker cores (nodes x cores)", [f"{p.cores['broker']:,}" for _, p in rows])
+    row("partitions", [f"{p.partitions:,}" for _, p in rows])
+    row("step-registry bucket leader, share of a core (one bucket)",
+        [f"{p.kv_leader_share:.2f}" for _, p in rows])  # fmt: skip
+    row("**total cores** (gateway + assembler + telemetry + broker)",
+        [f"**{p.total:,}**" for _, p in rows])  # fmt: skip
+    row(f"against today's {TODAY_CORES} (target <= {TODAY_CORES // 2})",
+        [f"{p.total / TODAY_CORES:.2f}x ({'met' if p.total <= TODAY_CORES / 2 else 'not met'})"
+         for _, p in rows])  # fmt: skip
+    return out
+
+
+def _when(fig: Figures) -> str:
+    paced = fig.notes.get("paced", "")
+    g = fig.get
+    shards = ""
+    if _ok(g("shards", "load_avg_1m_start")):
+        shards = (f"; phase shards: 1-minute load average {g('shards', 'load_avg_1m_start'):.2f} "
+                  f"at its start, {g('shards', 'load_avg_1m_end'):.2f} at its end")  # fmt: skip
+    return (f"phase paced: {paced}" if paced else "phase paced: not in this run") + shards
+
+
+def _headline(fig: Figures, plans: list[tuple[Inputs, Plan]]) -> str:
+    (paced, p), full = plans[0], plans[2][1]
+    n = paced_load(fig)
+    if n is None:
+        return ("**The paced phase is not in these figures**: the model's column is made of "
+                "the stated constants (`FALLBACK` in bench/capacity.py) and says nothing; run "
+                "`make bench BENCH=paced` (and `shards`).")  # fmt: skip
+    met = p.total <= TODAY_CORES / 2
+    busy = fig.get("paced", f"s{n}_busy_gateway")
+    per_core = 1e6 * UTILISATION / (paced["gateway_us"] * TOKENS_PER_S * CHUNKS_PER_TOKEN)
+    return (
+        f"**{p.total:,} cores with the inputs measured at that pace** ({p.cores['gateway']:,} "
+        f"gateway, {p.cores['assembler']:,} assembler, {p.cores['telemetry']:,} telemetry, "
+        f"{p.cores['broker']:,} broker: {p.nodes:,} nodes of {NODE_CORES} cores at "
+        f"R{REPLICAS}, {p.streams:,} chunk streams), against {TODAY_CORES} before frames: "
+        f"the target (at most {TODAY_CORES // 2}) is " + ("met." if met else "**not met**.")
+        + f" The gateway is the bound: {p.cores['gateway']:,} cores. At {n} sessions one "
+        f"gateway process was {busy:.0%} busy ({paced['gateway_us']:.0f} us per chunk), so a "
+        f"core planned at {UTILISATION:.0%} serves about {per_core:,.0f} sessions at "
+        f"{TOKENS_PER_S:g} tokens/s. At that pace every token is its own provider read and "
+        "its own write to the caller, and the process pays a wake-up, two system calls and "
+        "its per-read work for each (docs/benchmarks.md, \"Capacity inputs\", has a profile); "
+        "at full speed one read carries many tokens, which is why the method behind today's "
+        f"{TODAY_CORES} (CPU per chunk at full speed) gives {full.total:,} with the same "
+        "code. The broker is no longer the bound: frames cut its messages to "
+        f"{paced['messages_per_chunk']:.3f} per chunk. The columns: the model (the gateway, "
+        "assembler and telemetry as measured on the paced stack; the broker from the "
+        "cluster's CPU per message, a broker as busy as a planned node); the same with the "
+        "broker as the paced stack's lightly loaded single server measured it (an upper "
+        "bound: there every message is its own wake-up); and the full-speed figures."
+    )  # fmt: skip
 
 
 def render(fig: Figures, preliminary: bool = True) -> str:
-    x = inputs(fig)
-    chunk_rate = SESSIONS * TOKENS_PER_S * CHUNKS_PER_TOKEN
-    per_core = {k: 1e6 / x[f"{k}_us"] * UTILISATION for k in ("gateway", "assembler")}
-    sessions_per = {k: v / (TOKENS_PER_S * CHUNKS_PER_TOKEN) for k, v in per_core.items()}
-    broker_chunks_node_core = 1e6 / x["nats_us"] * UTILISATION
-    # R3: every chunk is stored by three nodes; the leader also fans out to two followers.
-    cluster_chunks = 3 * NODE_CORES * broker_chunks_node_core / REPLICAS
-    cluster_sessions = cluster_chunks / (TOKENS_PER_S * CHUNKS_PER_TOKEN)
-    gw_cores = math.ceil(chunk_rate / per_core["gateway"])
-    asm_cores = math.ceil(chunk_rate / per_core["assembler"])
-    tel_cores = (
-        math.ceil(chunk_rate * x["telemetry_us"] / 1e6 / UTILISATION) if x["telemetry_us"] else 1
-    )
-    broker_cores = math.ceil(chunk_rate * x["nats_us"] * REPLICAS / 1e6 / UTILISATION)
-    clusters = math.ceil(chunk_rate / cluster_chunks)
-    partitions = 2 ** math.ceil(math.log2(max(1, asm_cores * PARTITION_HEADROOM)))
-    ingest = chunk_rate * x["envelope_bytes"]
-    disk_per_s = ingest * REPLICAS
-    disk_total = disk_per_s * RETENTION_H * 3600
-    net_broker = ingest * (1 + (REPLICAS - 1) + 1)  # in from gateways, to followers, to assemblers
-    net_callers = chunk_rate * x["sse_bytes"] * 2  # provider -> gateway, gateway -> caller
+    paced = paced_inputs(fig)
+    stack = stack_broker_inputs(fig)
+    full = full_speed_inputs(fig, paced)
+    plans = [(paced, plan(paced)), (stack, plan(stack)), (full, plan(full))]
     mark = ("**Preliminary, measured under load**: regenerate after the final `make bench`.\n\n"
             if preliminary else "")  # fmt: skip
+    n = paced_load(fig)
+    p = plans[0][1]
     lines = [
         "# Capacity model",
         "",
-        f"Generated by `python -m bench.capacity` from `docs/bench-results.json` "
-        f"(profile `{fig.profile}`, {fig.machine.get('when_utc', '?')}); an input a run did not "
-        "measure falls back to a stated constant (gateway and assembler 50 us, nats 10 us per "
-        "chunk); `make bench` "
-        "regenerates it. " + mark,
-        "## Inputs (measured)",
+        "Generated by `python -m bench.capacity` from `docs/bench-results.json` (profile "
+        f"`{fig.profile}`); the inputs come from the phases `paced` (bench/bench_paced.py) and "
+        f"`shards` (bench/bench_shards.py) of `make bench` ({_when(fig)}). {mark}",
+        f"## {SESSIONS:,} concurrent sessions at {TOKENS_PER_S:g} tokens/s",
         "",
-        "| input | value | from |",
-        "| --- | ---: | --- |",
-        f"| gateway CPU per chunk | {x['gateway_us']:.1f} us | full stack, 50 callers at full speed |",
-        f"| assembler CPU per chunk (SQLite) | {x['assembler_us']:.1f} us | same run |",
-        f"| telemetry CPU per chunk | {x['telemetry_us']:.2f} us | same run (it reads first chunks only) |",
-        f"| nats-server CPU per chunk (R1) | {x['nats_us']:.1f} us | same run |",
-        f"| envelope bytes per chunk on the stream | {x['envelope_bytes']:.0f} B | limits phase |",
-        f"| SSE bytes per event to the caller | {x['sse_bytes']:.0f} B | limits phase |",
+        _headline(fig, plans),
         "",
-        "## Assumptions",
+        *_plan_table(plans),
         "",
-        f"- {CHUNKS_PER_TOKEN:g} chunk per token; cores planned at {UTILISATION:.0%} busy;",
-        "- CPU per chunk is flat in load (bench scaling: cost per chunk against step length, "
-        "throughput against sessions) and adds linearly over processes on separate cores "
-        "(not measurable on 2 cores, where a second process only competes);",
-        f"- the broker: JetStream R{REPLICAS}, three nodes of {NODE_CORES} cores, each chunk's "
-        f"broker CPU x {REPLICAS} (leader + followers), stream retention {RETENTION_H:g} h;",
-        f"- partitions: {PARTITION_HEADROOM} per assembler process, a power of two;",
-        "- store and network latency between hosts are not in these figures.",
+        "## Inputs",
         "",
-        "## Per core and per cluster",
+        f"The model's column is the paced load with the most sessions ({n}) whose steps kept "
+        f"the provider's pace (at least {PACE_KEPT:.0%}); CPU is `/proc` user + system of each "
+        "process from the first request to the store having committed every chunk, over the "
+        "chunks committed (gross: the processes' idle cost included).",
         "",
-        "| unit | chunks/s | concurrent sessions at 50 tokens/s | at 10 tokens/s |",
-        "| --- | ---: | ---: | ---: |",
-    ]
-    for k, label in (("gateway", "one gateway core"), ("assembler", "one assembler core")):
-        lines.append(f"| {label} | {per_core[k]:,.0f} | {sessions_per[k]:,.0f} "
-                     f"| {sessions_per[k] * 5:,.0f} |")  # fmt: skip
-    lines.append(f"| one three-node cluster ({NODE_CORES} cores/node, R{REPLICAS}) "
-                 f"| {cluster_chunks:,.0f} | {cluster_sessions:,.0f} | {cluster_sessions * 5:,.0f} |")  # fmt: skip
-    lines += [
+        *_inputs_table([paced, full]),
         "",
-        f"## {SESSIONS:,} concurrent sessions at {TOKENS_PER_S:g} tokens/s "
-        f"({chunk_rate:,.0f} chunks/s)",
+        "Every paced load of the run (the per-chunk CPU falls as a process gets busier: more "
+        "ready sockets per wake-up; a process planned at "
+        f"{UTILISATION:.0%} busy is at least as busy as the model's column):",
         "",
-        "| need | figure |",
-        "| --- | ---: |",
-        f"| gateway processes (one per core) | {gw_cores:,} |",
-        f"| assembler processes (one per core) | {asm_cores:,} |",
-        f"| telemetry consumer processes | {max(1, tel_cores):,} |",
-        f"| broker cores (R{REPLICAS}) | {broker_cores:,} |",
-        f"| three-node clusters of {NODE_CORES}-core nodes | {clusters:,} |",
-        f"| partitions | {partitions:,} |",
-        f"| broker disk write (R{REPLICAS}) | {disk_per_s / 1e6:,.0f} MB/s |",
-        f"| broker disk held ({RETENTION_H:g} h retention, R{REPLICAS}) | {disk_total / 1e12:,.1f} TB |",
-        f"| broker network (in, replication, to assemblers) | {net_broker * 8 / 1e9:,.1f} Gbit/s |",
-        f"| gateway network (provider in + caller out) | {net_callers * 8 / 1e9:,.1f} Gbit/s |",
-        f"| total cores, gateway + assembler + broker | {gw_cores + asm_cores + broker_cores:,} |",
+        *_paced_range(fig),
         "",
-        "What bounds it: the gateway's and the assembler's CPU per chunk (Python, one core "
-        "per process) and the broker's per-message cost; the 2-core benchmark machine cannot "
-        "show scale-out itself, so the per-core figures are multiplied, not measured, beyond "
-        "one core each.",
+        "## Assumptions (not measured)",
+        "",
+        f"- {CHUNKS_PER_TOKEN:g} chunk per token, every session streaming all the time; cores "
+        f"planned at {UTILISATION:.0%} busy; CPU per chunk adds linearly over processes on "
+        "separate cores (not measurable on 2 cores, where a second process only competes);",
+        f"- steps as measured ({paced['chunks_per_step']:.0f} chunks: 100 text fragments and "
+        "the step's role, finish and usage chunks, 2 s at 50 tokens/s): every per-step cost "
+        "(the claim, the first chunk alone, the finish, the events) is in the per-chunk "
+        "figures at that length; longer steps cost less per chunk;",
+        "- the broker at R3, the model's column: per message, a publish (every node) and one "
+        "consumer's delivery and ack (the assembler's; every node) as measured on the cluster "
+        "flat out, at the paced messages per chunk; per step, the registry's writes (measured "
+        "on the cluster), the telemetry consumer's delivery (a consumer's cost per message) "
+        "and the events writes (a publish's cost per message each); a stream's leader carries "
+        "the publish's leader node and the consumer's busiest node, for all of a stream's "
+        "consumers;",
+        "- the broker's upper bound (the second column): the paced stack's one nats-server's "
+        "CPU per chunk (publishes, stores, deliveries and acks, registry and events writes, at "
+        "a few hundred messages/s, each its own wake-up) times the cluster's CPU per message "
+        "over one server's for the same frames load (phase shards); the full-speed column "
+        "the same with the full-speed figures, as the model before frames did;",
+        f"- chunk streams: as many as keep each leader at or below {LEADER_FRACTION:g} of a "
+        "core (a stream is one raft group, its leader's work runs on one node; half a core "
+        "leaves room for a failed node's leaders), and at least one per node; R"
+        f"{REPLICAS}, nodes of {NODE_CORES} cores, the broker's cores planned at "
+        f"{UTILISATION:.0%} like the others;",
+        f"- partitions: {PARTITION_HEADROOM} per assembler process, a power of two, at least "
+        "one per stream;",
+        "- not counted: the provider and the callers (the scripted provider and the load "
+        "generator are measured in the phase's table only), PostgreSQL (the assembler's "
+        "figure is SQLite's), the network between hosts.",
+        "",
+        "What the 2-core machine cannot show: three nats-servers, the client and the other "
+        "helpers' work share two cores, so the cluster's acked rates are the machine's, not "
+        "a stream's or a node's; what carries over is CPU per message on each node, and the "
+        "per-stream ceiling is that leader's CPU per message on a core of its own "
+        f"(~{1e6 / paced['leader_us_per_message']:,.0f} messages/s, "
+        f"~{1e6 / paced['leader_us_per_message'] / paced['messages_per_chunk']:,.0f} chunks/s "
+        "at the paced messages per chunk). Scale-out over nodes is multiplied, not measured.",
+        "",
+        "## The step registry and the events stream",
+        "",
+        "Both take writes per step, not per chunk: the registry is one KV bucket (one raft "
+        f"group), {paced['kv_writes_per_step']:.0f} writes per step (the pointer's "
+        "compare-and-set and the claim's create), the events stream one stream, "
+        f"{paced['event_writes_per_step']:.0f} writes per step. At {SESSIONS:,} sessions x "
+        f"{TOKENS_PER_S:g} tokens/s (the events leader's cost per write taken as a chunk "
+        "stream leader's per message):",
+        "",
+        *_registry(paced),
+        "",
+        "One bucket "
+        + ("suffices" if p.kv_leader_share <= LEADER_FRACTION else "**does not suffice**")
+        + f" at the measured step length ({p.steps_per_s:,.0f} steps/s put "
+        f"{p.kv_leader_share:.2f} of a core on its leader); "
+        + (
+            ""
+            if p.kv_leader_share <= LEADER_FRACTION
+            else "the registry would have to be sharded by session like the chunk streams (not "
+            "built: one bucket today), or steps be longer. "
+        )
+        + (
+            "One events stream suffices."
+            if p.events_leader_share <= LEADER_FRACTION
+            else "The events stream, one raft group, is past the bound as well at that step "
+            "length (the same remedies)."
+        ),
+        "",
+        "## Retention: hours of replay per GiB",
+        "",
+        "`max_bytes` (`TOKENWIRE_RETENTION_BYTES`, split over the shards) counts messages "
+        "before compression (ADR 0023): the budget's reach is the stream bytes per chunk. The "
+        "volumes hold the S2-compressed blocks: the disk columns. Two measured bases: the "
+        "paced run's chunks (the scripted provider's short, repetitive text) and the recorded "
+        "provider streams framed as the gateway frames them (real text, tool calls, usage).",
+        "",
+        *_retention(fig, paced),
         "",
     ]
     return "\n".join(lines)

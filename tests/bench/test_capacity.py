@@ -1,0 +1,73 @@
+"""The capacity model's arithmetic (bench/capacity.py) against hand-computed figures: the
+inputs are chosen round so that every expected value below is worked out in its comment."""
+
+from __future__ import annotations
+
+from bench._suite import Figures
+
+from bench import capacity
+
+
+def _figures(loads: dict[int, float]) -> Figures:
+    """A paced phase with one load per entry (sessions -> pace kept) and a shards phase."""
+    fig = Figures("default")
+    for n, pace in loads.items():
+        for name, value in {
+            "sessions": n, "pace": pace, "chunks_per_step": 100.0,
+            "cpu_us_per_chunk_gateway": 60.0 if n == 100 else 90.0,
+            "cpu_us_per_chunk_assembler": 12.0, "cpu_us_per_chunk_telemetry": 3.0,
+            "cpu_us_per_chunk_nats": 10.0, "messages_per_chunk": 0.2,
+            "stream_bytes_per_chunk": 100.0, "kv_writes_per_step": 2.0,
+            "event_writes_per_step": 2.0,
+        }.items():  # fmt: skip
+            fig.put("paced", f"s{n}_{name}", value)
+    fig.put("paced", "disk_bytes_per_chunk", 25.0)
+    for name, value in {
+        "k1f_cpu_us_per_message_all_nodes": 50.0, "r1f_cpu_us_per_message_all_nodes": 20.0,
+        "k1f_leader_node_cpu_us_per_message": 20.0, "kv_leader_node_cpu_us_per_step": 40.0,
+        "kv_cpu_us_per_step_all_nodes": 100.0, "consume_cpu_us_per_message_all_nodes": 30.0,
+        "consume_max_node_cpu_us_per_message": 25.0,
+    }.items():  # fmt: skip
+        fig.put("shards", name, value)
+    return fig
+
+
+def test_the_plan_from_round_inputs() -> None:
+    x = capacity.paced_inputs(_figures({100: 1.0}))
+    p = capacity.plan(x)
+    # 5,000,000 chunks/s; cores at 60 %: gateway 5e6 * 60e-6 / 0.6 = 500, assembler 100,
+    # telemetry 25
+    assert (p.cores["gateway"], p.cores["assembler"], p.cores["telemetry"]) == (500, 100, 25)
+    # broker per chunk, all nodes: 0.2 * (50 + 30) + (100 + 30 + 2 * 50) / 100 = 18.3 us
+    # -> 5e6 * 18.3e-6 / 0.6 = 152.5 cores -> 20 nodes of 8 -> 160 cores
+    assert (p.nodes, p.cores["broker"]) == (20, 160)
+    # a leader per chunk: 0.2 * (20 + 25) = 9 us -> 5e6 * 9e-6 / 0.5 = 90 streams (>= 20 nodes)
+    assert p.streams == 90
+    assert p.total == 500 + 100 + 25 + 160
+    # 5e6 / 100 chunks per step = 50,000 steps/s x 40 us on the bucket's leader = 2 cores
+    assert abs(p.kv_leader_share - 2.0) < 1e-9
+
+
+def test_the_model_takes_the_busiest_load_that_kept_pace() -> None:
+    assert capacity.paced_load(_figures({100: 1.0, 200: 0.90})) == 100
+    assert capacity.paced_load(_figures({100: 1.0, 200: 0.96})) == 200
+    assert capacity.paced_load(_figures({100: 0.5, 200: 0.4})) == 100  # none kept: the fewest
+    assert capacity.paced_load(Figures("default")) is None
+
+
+def test_the_retention_table() -> None:
+    fig = _figures({100: 1.0})
+    rows = capacity._retention(fig, capacity.paced_inputs(fig))
+    # 1,000 sessions x 50 chunks/s x 100 B = 5 MB/s: 1 GiB lasts 1073741824 / 5e6 = 214.7 s;
+    # disk at 25 B: 858.99 s = 14.3 min; a day: 5e6 * 86400 / 2**30 = 402 GiB of budget
+    assert (
+        "| 1,000 | paced run (scripted provider's text) | 5.00 MB/s | 3.6 min | 0.05965 "
+        in (rows[2])
+    )
+    assert "| 402 GiB | 14.3 min |" in rows[2]
+
+
+def test_without_the_paced_phase_the_document_says_so() -> None:
+    text = capacity.render(Figures("smoke"))
+    assert "The paced phase is not in these figures" in text
+    assert "100,000 concurrent sessions" in text
