@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import itertools
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,11 +24,14 @@ import httpx2
 import openai
 from nats.aio.client import Client
 
+from tests.assembler.harness import settings_for as assembler_settings
 from tests.fixtures.broker import drop_topology, fresh_topology
 from tests.gateway._helpers import ANTHROPIC_KEY, GATEWAY_KEY, OPENAI_KEY
 from tokenwire.broker import Topology, ensure_topology
+from tokenwire.services.assembler import run as run_assembler
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
 from tokenwire.services.scripted_provider import ScriptedServer, ScriptedSettings
+from tokenwire.store import open_store
 
 SCRIPTED = ScriptedSettings(seed=29, length=12, sentinel="RESUME")
 CLOCK_BASE_NS = 1_760_000_000_000_000_000
@@ -50,13 +53,18 @@ FINISH = {
 }
 
 
-def settings_for(scripted_url: str, topology: Topology, **over: Any) -> GatewaySettings:
+def settings_for(
+    scripted_url: str, topology: Topology, *, upstream_env: Mapping[str, str] | None = None,
+    **over: Any,
+) -> GatewaySettings:  # fmt: skip
+    """``upstream_env``: more provider variables (another upstream's base URL and key)."""
     env = {
         "OPENAI_API_KEY": OPENAI_KEY,
         "ANTHROPIC_API_KEY": ANTHROPIC_KEY,
         "TOKENWIRE_SCRIPTED_BASE_URL": scripted_url,
         "TOKENWIRE_OPENAI_BASE_URL": scripted_url + "/v1",
         "TOKENWIRE_ANTHROPIC_BASE_URL": scripted_url,
+        **(upstream_env or {}),
     }
     base: dict[str, Any] = {
         "port": 0, "keys": frozenset({GATEWAY_KEY}), "provider_env": env,
@@ -67,13 +75,15 @@ def settings_for(scripted_url: str, topology: Topology, **over: Any) -> GatewayS
 
 @contextlib.asynccontextmanager
 async def gateway(
-    nc: Client, topology: Topology, scripted_url: str, clock: Any, **over: Any
-) -> AsyncIterator[str]:
+    nc: Client, topology: Topology, scripted_url: str, clock: Any, *,
+    upstream_env: Mapping[str, str] | None = None, **over: Any,
+) -> AsyncIterator[str]:  # fmt: skip
     """A gateway on ``topology`` with the injected clock; yields its URL."""
     real = await broker_deps(nc, topology)
     deps = dataclasses.replace(real.deps, clock_ns=clock)
+    settings = settings_for(scripted_url, topology, upstream_env=upstream_env, **over)
     try:
-        async with GatewayServer(settings_for(scripted_url, topology, **over), deps) as server:
+        async with GatewayServer(settings, deps) as server:
             yield server.url
     finally:
         await real.aclose()
@@ -88,6 +98,8 @@ class Case:
     cut: str
     session: str
     rng: random.Random
+    most: int = 4
+    """A mid-phase cut falls after 1 to ``most`` of the phase's events (drawn by ``rng``)."""
 
     @property
     def scenario(self) -> str:
@@ -166,7 +178,7 @@ async def cut_run(url: str, case: Case, body: bytes) -> int:
             if case.cut == "before-first-byte":
                 return 0
             wanted = _marker(case)
-            left = case.rng.randint(1, 4) if case.cut != "after-finish" else 1
+            left = case.rng.randint(1, case.most) if case.cut != "after-finish" else 1
             async for line in response.aiter_lines():
                 read += len(line) + 1
                 if line.startswith("data:") and wanted in line:
@@ -206,6 +218,18 @@ def fixed_clock() -> Any:
 async def scripted_server() -> AsyncIterator[ScriptedServer]:
     async with ScriptedServer(SCRIPTED, clock=lambda: 1_760_000_000) as server:
         yield server
+
+
+async def stored_messages(
+    nats_url: str, topology: Topology, store_url: str, session: str
+) -> list[Any]:
+    """The assembler, run to the end of the stream (burst), then the session's stored rows."""
+    await run_assembler(assembler_settings(nats_url, topology, store_url))
+    store = open_store(store_url)
+    try:
+        return list(await store.messages(session))
+    finally:
+        await store.close()
 
 
 @contextlib.asynccontextmanager

@@ -157,6 +157,31 @@ def test_encoded_events_fold_back_to_the_recordings_message(name: str) -> None:
     assert again.usage == original.usage
 
 
+def _event_kinds(body: bytes) -> list[tuple[str, int]]:
+    events = [
+        json.loads(line[6:]) for line in body.decode().splitlines() if line.startswith("data: ")
+    ]
+    return [(e["type"], e["sequence_number"]) for e in events]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["responses-text", "responses-parallel-function-calls",
+     "responses-reasoning-then-function-call", "responses-incomplete-max-output-tokens"],
+)  # fmt: skip
+def test_encoded_events_are_the_recordings_own_events(name: str) -> None:
+    """Re-rendered from its chunks (a resumed Responses step, ``GET /v1/responses/{id}``),
+    a recording whose events all carry chunks gets OpenAI's own event kinds in OpenAI's
+    order, so its ``sequence_number``s are the ones the first stream had. An encrypted
+    reasoning item (no summary text) is ``output_item.added`` then ``.done``, no summary
+    part (the encoder announced an empty one, three events more, before the fix)."""
+    body = (recordings_dir() / "openai-responses" / f"{name}.sse").read_bytes()
+    encoder = ResponsesStreamEncoder(response_id="resp_x", model="m", created=0)
+    chunks = normalise_body("openai-responses", body)
+    ours = encoder.start() + b"".join(encoder.encode(c) for c in chunks) + encoder.end()
+    assert _event_kinds(ours) == _event_kinds(body)
+
+
 @pytest.fixture
 async def responses_gateway(nc, topology):
     """The scripted provider replaying a real Responses recording as an OpenAI Responses API."""

@@ -21,7 +21,6 @@ import openai
 import pytest
 from nats.aio.client import Client
 
-from tests.assembler.harness import settings_for as assembler_settings
 from tests.gateway._helpers import GATEWAY_KEY
 from tests.gateway._resume_rig import (
     CALLERS,
@@ -35,25 +34,14 @@ from tests.gateway._resume_rig import (
     openai_client,
     reference_topology,
     scripted_server,
+    stored_messages,
 )
 from tests.gateway._resume_rig import settings_for as rig_settings
 from tokenwire.broker import Topology, connect
 from tokenwire.schemas import MessageEvent
-from tokenwire.services.assembler import run as run_assembler
 from tokenwire.services.gateway import GatewayServer, broker_deps
-from tokenwire.store import open_store
 
 SEED = int(os.environ.get("RESUME_SEED", random.randrange(1 << 32)))
-
-
-async def stored_messages(nats_url: str, topology: Topology, store_url: str, session: str):
-    """The assembler, run to the end of the stream (burst), then the session's stored rows."""
-    await run_assembler(assembler_settings(nats_url, topology, store_url))
-    store = open_store(store_url)
-    try:
-        return await store.messages(session)
-    finally:
-        await store.close()
 
 
 @pytest.mark.parametrize("caller", CALLERS)
@@ -143,7 +131,8 @@ async def test_a_step_whose_gateway_died_is_answered_abandoned_never_called_agai
             await own.close()  # the step can publish nothing more: its gateway is as dead
         await real.aclose()
         sent = len(scripted.received)
-        quick = {"max_step_idle_seconds": 0.5, "ack_timeout_s": 0.5}  # abandoned after 1 s
+        # abandoned after 1 s
+        quick: dict[str, Any] = {"max_step_idle_seconds": 0.5, "ack_timeout_s": 0.5}
         async with (
             gateway(nc, topology, scripted.url, clock, **quick) as second,
             openai_client(second, Sent()) as oa,

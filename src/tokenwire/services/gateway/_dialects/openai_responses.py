@@ -513,13 +513,16 @@ class ResponsesStreamEncoder:
                 "response.content_part.added",
                 {"item_id": item.id, **where, "content_index": 0, "part": part},
             )
-        elif item.kind == "reasoning":
-            out += self._event(
-                "response.reasoning_summary_part.added",
-                {"item_id": item.id, **where, "summary_index": 0,
-                 "part": {"type": "summary_text", "text": ""}},
-            )  # fmt: skip
+        # a reasoning item's summary part is announced with its first text (_summary_part):
+        # one without text (encrypted reasoning) has none, as OpenAI streams it
         return out
+
+    def _summary_part(self, item: _Item) -> bytes:
+        where = {"item_id": item.id, "output_index": item.output_index}
+        return self._event(
+            "response.reasoning_summary_part.added",
+            {**where, "summary_index": 0, "part": {"type": "summary_text", "text": ""}},
+        )
 
     def _delta(self, index: int, kind: BlockType, text: str, call: ToolCallDelta | None) -> bytes:
         item = self._items.get(index)
@@ -537,6 +540,8 @@ class ResponsesStreamEncoder:
             fields = {**where, "content_index": 0, "delta": text, "logprobs": []}
             return out + self._event("response.output_text.delta", fields)
         if kind == "reasoning":
+            if len(item.parts) == 1:
+                out += self._summary_part(item)
             fields = {**where, "summary_index": 0, "delta": text}
             return out + self._event("response.reasoning_summary_text.delta", fields)
         return out + self._event("response.function_call_arguments.delta", {**where, "delta": text})
@@ -566,7 +571,7 @@ class ResponsesStreamEncoder:
             out += self._event(
                 "response.content_part.done", {**where, "content_index": 0, "part": part}
             )
-        elif item.kind == "reasoning":
+        elif item.kind == "reasoning" and text:
             out += self._event(
                 "response.reasoning_summary_text.done", {**where, "summary_index": 0, "text": text}
             )
@@ -574,7 +579,7 @@ class ResponsesStreamEncoder:
             out += self._event(
                 "response.reasoning_summary_part.done", {**where, "summary_index": 0, "part": part}
             )
-        else:
+        elif item.kind == "tool-call":
             out += self._event(
                 "response.function_call_arguments.done", {**where, "arguments": text}
             )
