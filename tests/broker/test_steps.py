@@ -198,7 +198,7 @@ async def test_a_fresh_session_is_assigned_without_reading_its_pointer(
     async def no_read(session: str) -> None:
         raise AssertionError(f"the pointer of {session} was read")
 
-    steps._read = no_read  # type: ignore[method-assign]
+    steps._read = no_read  # type: ignore[method-assign, assignment]
     assert await (await steps.begin_next_step("fresh-1", True, fresh=True)).result() == (0, 0)
     with pytest.raises(StepClaimConflict):
         await steps.claim("fresh-1", 0, 0)
