@@ -243,3 +243,18 @@ async def test_fresh_guesses_for_one_new_session_at_once_stay_unique(
         got = await asyncio.gather(*[(await c).result() for c in calls])
     assert len(set(got)) == len(got) == 12
     assert all(turn == 0 for turn, _ in got)
+
+
+async def test_a_guess_whose_writes_landed_unacknowledged_is_still_ours(
+    nc: Client, topology: Topology
+) -> None:
+    """A guessed (0, 0) whose two writes land but whose acks are lost (a leader election):
+    the resent pointer create fails on our own pointer, the claim holds our token, and the
+    pointer names (0, 0): the step is ours, no gap."""
+    kv = await nc.jetstream().key_value(topology.steps_bucket)
+    writer = await _LosesAcks(nc, topology.steps_bucket, lost=2).start()
+    steps = StepRegistry(kv, writer, timeout_s=0.3, retries=4, retry_s=10.0, js=nc.jetstream())
+    guessed = await steps.begin_next_step("lossy-fresh", new_turn=True, fresh=True)
+    assert await guessed.result() == (0, 0)
+    assert await steps.next_step("lossy-fresh", new_turn=False) == (0, 1)
+    await steps.close()

@@ -306,10 +306,12 @@ class StepRegistry:
         of the broker are retried within the bound (see the module).
 
         A guessed first attempt (``begin_next_step(fresh=True)``) whose claim key was created
-        but whose pointer existed is not adopted: the pointer may be far past (0, 0) (its
-        claim expired with the bucket's TTL while later steps kept the pointer alive), and
-        nothing read tells that from a session created by another gateway at the same moment;
-        the claim stays unused (a gap, as a dropped assignment leaves) and the pointer is read."""
+        but whose pointer existed is adopted only when the pointer names (0, 0) itself (our
+        own create, landed before a lost ack, or another gateway's that created the session at
+        the same moment and lost the claim): a pointer past it may mean that the session's
+        (0, 0) claim expired with the bucket's TTL while later steps kept the pointer alive,
+        so the claim stays unused (a gap, as a dropped assignment leaves) and the pointer is
+        read."""
         attempt, known, budget = first, None, self._budget()
         for _ in range(self._max_attempts):
             if attempt is None:
@@ -321,8 +323,10 @@ class StepRegistry:
             moved, claimed = await self._outcome(session, attempt, budget)
             attempt = None
             if claimed and moved is None and guessed:
-                known = None  # the session existed after all
-                continue
+                moved = await budget.run(partial(self._adopt_guess, session, candidate))
+                if moved is None:
+                    known = None  # the session existed after all
+                    continue
             if claimed and moved is None:  # another assignment moved the pointer meanwhile
                 moved = await budget.run(partial(self._adopt, session, candidate))
                 if moved is None:
@@ -471,6 +475,11 @@ class StepRegistry:
             if moved is not None:
                 return moved
         raise StepAssignmentContention(session, self._max_attempts)
+
+    async def _adopt_guess(self, session: str, candidate: _Latest) -> int | None:
+        """The pointer's revision when it names ``candidate`` itself (see :meth:`assign`)."""
+        revision, latest = await self._read(session)
+        return revision if latest == candidate else None
 
     async def _create_claim(
         self, session: str, triple: _Latest, token: bytes
