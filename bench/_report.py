@@ -61,14 +61,16 @@ def stack_table(fig: Figures) -> str:
 
 def _per_process(fig: Figures) -> list[str]:
     out = ["", "CPU ms per 1,000 events by process, 50 callers at full speed:", "",
-           "| process | tokenwire full stack | LiteLLM side |", "| --- | ---: | ---: |"]  # fmt: skip
+           "| process | tokenwire full stack | tokenwire, frames off (the wire before frames) "
+           "| LiteLLM side |", "| --- | ---: | ---: | ---: |"]  # fmt: skip
     names = ("gateway", "assembler", "telemetry", "nats", "scripted-provider", "scripted",
-             "litellm", "load")  # fmt: skip
+             "litellm", "load", "total")  # fmt: skip
     for n in names:
         a = fig.get("stack", f"full_cmany_cpu_ms_per_1k_{n}")
+        v1 = fig.get("stack", f"v1_cmany_cpu_ms_per_1k_{n}")
         b = fig.get("peer", f"litellm_cmany_cpu_ms_per_1k_{n}")
         if not (math.isnan(a) and math.isnan(b)):
-            out.append(f"| {n} | {_f(a, '.1f')} | {_f(b, '.1f')} |")
+            out.append(f"| {n} | {_f(a, '.1f')} | {_f(v1, '.1f')} | {_f(b, '.1f')} |")
     return out
 
 
@@ -82,7 +84,8 @@ record, not a target (ADR 0022: the step claim stays a broker round trip per ste
 def targets_table(fig: Figures) -> str:
     g = fig.get
     rows = [
-        "| target (issue 19, as settled by issue 30) | tokenwire | peer | ratio | met |",
+        "| target (issue 19, as settled by issue 30; issue 27) | tokenwire | baseline | ratio "
+        "| met |",
         "| --- | --- | --- | --- | --- |",
     ]
     for tag, label in TARGETS:
@@ -103,8 +106,61 @@ def targets_table(fig: Figures) -> str:
     gain = peer_cpu / ours_cpu if ours_cpu and not math.isnan(peer_cpu) else float("nan")
     met = "—" if math.isnan(gain) else ("yes" if gain >= 10 else "no")
     rows.append(f"| >= 10x the peer's chunks per CPU second (all processes, 50 callers) "
-                f"| {_f(ours_cpu, '.0f')} ms/1k | {_f(peer_cpu, '.0f')} ms/1k | {_f(gain, '.1f')}x | {met} |")  # fmt: skip
-    return "\n".join(rows)
+                f"| {_f(ours_cpu, '.0f')} ms/1k | {_f(peer_cpu, '.0f')} ms/1k (peer) | {_f(gain, '.1f')}x | {met} |")  # fmt: skip
+    return "\n".join(rows + _issue27_rows(fig))
+
+
+def _lower(base: float, ours: float, times: float) -> tuple[str, str]:
+    """(how many times lower ``ours`` is than ``base``, whether that is at least ``times``)."""
+    if math.isnan(base) or math.isnan(ours) or ours <= 0:
+        return "—", "—"
+    gain = base / ours
+    return f"{gain:.2f}x", "yes" if gain >= times else "no"
+
+
+def _issue27_rows(fig: Figures) -> list[str]:
+    """Issue 27's targets, each a same-run ratio: the full stack against the same build with
+    frames off (the wire before frames, ``v1``), and against the peer."""
+    g = fig.get
+    rows = []
+    ours, v1 = (
+        g("stack", "full_cmany_cpu_ms_per_1k_total"),
+        g("stack", "v1_cmany_cpu_ms_per_1k_total"),
+    )
+    ratio, met = _lower(v1, ours, 2)
+    rows.append(f"| CPU ms per 1,000 events, all processes, 50 callers: >= 2x lower than frames "
+                f"off (issue 27) | {_f(ours, '.1f')} ms/1k | {_f(v1, '.1f')} ms/1k (frames off) "
+                f"| {ratio} lower | {met} |")  # fmt: skip
+    for tag, label, kind in (("paced", "paced sessions at 50 tokens/s", "target"),
+                             ("cmany", "50 callers at full speed", "record")):  # fmt: skip
+        ours, v1 = (
+            g("stack", f"full_{tag}_bytes_per_chunk"),
+            g("stack", f"v1_{tag}_bytes_per_chunk"),
+        )
+        ratio, met = _lower(v1, ours, 2)
+        what = f"bytes per retained chunk, {label}"
+        head = f"{what}: >= 2x lower than frames off (issue 27)" if kind == "target" else (
+            f"(record) {what}")  # fmt: skip
+        rows.append(f"| {head} | {_f(ours)} B | {_f(v1)} B (frames off) | {ratio} lower "
+                    f"| {met if kind == 'target' else 'record'} |")  # fmt: skip
+    ours, peer = (
+        g("stack", "full_cmany_cpu_ms_per_1k_total"),
+        g("peer", "litellm_cmany_cpu_ms_per_1k_total"),
+    )
+    ratio, met = _lower(peer, ours, 25)
+    rows.append(f"| >= 25x the peer's chunks per CPU second, all processes, 50 callers (issue 27) "
+                f"| {_f(ours, '.1f')} ms/1k | {_f(peer, '.0f')} ms/1k (peer) | {ratio} | {met} |")  # fmt: skip
+    upstream = g("stack", "full_cmany_cpu_ms_per_1k_scripted-provider")
+    peer_upstream = g("peer", "litellm_cmany_cpu_ms_per_1k_scripted")
+    v1_upstream = g("stack", "v1_cmany_cpu_ms_per_1k_scripted-provider")
+    own, v1_own = ours - upstream, g("stack", "v1_cmany_cpu_ms_per_1k_total") - v1_upstream
+    ratio_v1, _ = _lower(v1_own, own, 2)
+    ratio_peer, _ = _lower(peer - peer_upstream, own, 25)
+    rows.append(f"| (record) the same without the upstream simulator's CPU (the scripted provider, "
+                f"not part of either pipeline) | {_f(own, '.1f')} ms/1k | {_f(v1_own, '.1f')} "
+                f"(frames off), {_f(peer - peer_upstream, '.0f')} (peer) ms/1k "
+                f"| {ratio_v1} lower, {ratio_peer} | record |")  # fmt: skip
+    return rows
 
 
 def _added(fig: Figures, tag: str, q: int) -> tuple[float, float]:

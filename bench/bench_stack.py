@@ -5,12 +5,19 @@ provider, gateway, assembler to SQLite, telemetry, each its own process):
 
 - ``full``: the whole stack; ``bare``: without the assembler and telemetry consumer;
 - ``aiohttp``: the whole stack, the gateway's provider calls through aiohttp (ADR 0009's test);
-- ``marks``: the whole stack, the gateway timing each phase of a lone caller's request.
+- ``marks``: the whole stack, the gateway timing each phase of a lone caller's request;
+- ``v1``: the whole stack with frames off (``TOKENWIRE_FRAMES=false``: one v1 message per
+  chunk, the wire before frames, ADR 0024), the same build: the "today" of issue 27's CPU and
+  bytes targets, measured in the same run (the paced load and 50 callers at full speed only).
 
 Scenarios, the same for tokenwire, the peer and the direct call: a lone sequential caller and
 50 concurrent paced callers (8 fragments at 50/s), pairs alternating direct and through, added
 time to first body byte per pair; chunks/s of 1 and of 50 callers at full speed (200
 fragments), counting the ``data:`` events each caller receives, and every process's CPU.
+Bytes per retained chunk (``full`` and ``v1``): the chunk stream's own ``bytes`` (payload,
+subject, headers, JetStream's per-message record) over the chunks its new messages carry, for
+the 50 callers at full speed and for a paced load (:data:`PACED_SESSIONS` sessions at once,
+one step each at :data:`PACED_RATE` fragments per second, the issue's 50 tokens/s).
 """
 
 from __future__ import annotations
@@ -38,6 +45,12 @@ PHASE = "stack"
 PEER = "peer"
 PACED = f"fragments=8&rate={gw.RATE_D}"
 CALLERS = 50
+FRAMES_OFF = {"TOKENWIRE_FRAMES": "false"}
+"""The ``v1`` variant's gateway: every chunk its own v1 message, as before frames."""
+PACED_SESSIONS = 50
+PACED_RATE = 50
+"""The paced retention load: this many sessions at once, one step each at this many fragments
+per second (issue 27's 50 tokens/s per session); 100 fragments a step (smoke: 20)."""
 FIRST_TOKEN_S = 0.05
 """The ``ttft`` scenario's provider time to first token: a lone caller as against a model that
 takes 50 ms to its first token (real ones take 0.2-1 s), so the step claim's round trip runs
@@ -85,6 +98,60 @@ async def load(
     return events / elapsed, cpu, events
 
 
+async def _stream_mark(nats_url: str) -> tuple[int, int]:
+    """(last sequence, bytes) of the chunk stream now."""
+    nc = await connect(nats_url)
+    try:
+        state = (await nc.jetstream().stream_info(Topology().stream)).state
+        return state.last_seq, state.bytes
+    finally:
+        await nc.close()
+
+
+async def _put_retained(fig: Figures, name: str, nats_url: str, mark: tuple[int, int]) -> None:
+    """``<name>_bytes_per_chunk`` and ``<name>_messages_per_chunk`` of what the stream took
+    since ``mark`` (chunks counted from the messages themselves: a frame carries several)."""
+    last, stored = await _stream_mark(nats_url)
+    messages = chunks = 0
+    if last > mark[0]:
+        nc = await connect(nats_url)
+        try:
+            t = Topology()
+            async for _, payload in read_range(nc, t.stream, f"{t.prefix}.chunks.>", mark[0] + 1,
+                                               last=last):  # fmt: skip
+                messages += 1
+                chunks += len(chunk_envelopes(payload))
+        finally:
+            await nc.close()
+    fig.put(PHASE, f"{name}_bytes_per_chunk", (stored - mark[1]) / max(1, chunks))
+    fig.put(PHASE, f"{name}_messages_per_chunk", messages / max(1, chunks))
+
+
+async def paced_retention(fig: Figures, prefix: str, port: int, nats_url: str,
+                          profile: Profile) -> None:  # fmt: skip
+    """Bytes and broker messages per retained chunk of :data:`PACED_SESSIONS` paced sessions
+    at once (starts spread over a second), one step each: ``<prefix>_paced_...``."""
+    sessions, fragments = (
+        sizes(profile, 5, PACED_SESSIONS, PACED_SESSIONS),
+        sizes(profile, 20, 100, 100),
+    )
+    mark = await _stream_mark(nats_url)
+    options = f"fragments={fragments}&rate={PACED_RATE}"
+
+    async def one(i: int) -> None:
+        await asyncio.sleep(i / sessions)
+        caller = await gw.Caller.open(port)
+        request = gw.streaming_request(port, "/v1/chat/completions",
+                                       f"paced-{i}-{time.time_ns()}", options)  # fmt: skip
+        try:
+            await caller.stream(request)
+        finally:
+            caller.close()
+
+    await asyncio.gather(*(one(i) for i in range(sessions)))
+    await _put_retained(fig, f"{prefix}_paced", nats_url, mark)
+
+
 def _put_pairs(fig: Figures, phase: str, tag: str, pairs: list[tuple[float, float]]) -> None:
     direct = [d * 1000 for d, _ in pairs]
     through = [g * 1000 for _, g in pairs]
@@ -98,10 +165,11 @@ def _put_pairs(fig: Figures, phase: str, tag: str, pairs: list[tuple[float, floa
 async def scenarios(
     fig: Figures, phase: str, prefix: str, port: int, sp_port: int,
     procs: dict[str, psutil.Process], profile: Profile, throughput: bool = True,
-    ttft: bool = False,
+    ttft: bool = False, nats_url: str | None = None,
 ) -> None:  # fmt: skip
     """The shared scenarios against ``port``, figures named ``<prefix>_...``; ``ttft``: also
-    the lone caller against a provider with a time to first token (:data:`FIRST_TOKEN_S`)."""
+    the lone caller against a provider with a time to first token (:data:`FIRST_TOKEN_S`);
+    ``nats_url``: also the bytes per retained chunk of the 50 callers' load."""
     serial, pairs = sizes(profile, 5, 100, 200), sizes(profile, 2, 8, 20)
     hot_callers = sizes(profile, 5, CALLERS, CALLERS)
     _put_pairs(fig, phase, f"{prefix}_lone", await gw.bench_ttfc(sp_port, port, 1, serial))
@@ -111,17 +179,26 @@ async def scenarios(
     _put_pairs(fig, phase, f"{prefix}_hot", await gw.bench_ttfc(sp_port, port, hot_callers, pairs))
     if not throughput:
         return
-    fragments = 200
-    for tag, callers, each in (("c1", 1, sizes(profile, 2, 20, 50)),
-                               ("cmany", hot_callers, sizes(profile, 1, 4, 10))):  # fmt: skip
-        rate, cpu, events = await load(port, callers, each, fragments, procs)
-        callers_tag = f"{prefix}_{tag}"
-        fig.put(phase, f"{callers_tag}_events_per_s", rate)
-        fig.put(phase, f"{callers_tag}_callers", callers)
-        for name, seconds in cpu.items():
-            fig.put(phase, f"{callers_tag}_cpu_ms_per_1k_{name}", seconds / events * 1e6)
-        fig.put(phase, f"{callers_tag}_cpu_ms_per_1k_total",
-                sum(cpu.values()) / events * 1e6)  # fmt: skip
+    await throughput_at(fig, phase, f"{prefix}_c1", port, 1, procs, profile)
+    await throughput_at(fig, phase, f"{prefix}_cmany", port, hot_callers, procs, profile, nats_url)
+
+
+async def throughput_at(
+    fig: Figures, phase: str, tag: str, port: int, callers: int,
+    procs: dict[str, psutil.Process], profile: Profile, nats_url: str | None = None,
+) -> None:  # fmt: skip
+    """``callers`` at full speed (200 fragments a request): events/s and every process's CPU
+    per 1,000 events as ``<tag>_...``; with ``nats_url``, the bytes per retained chunk too."""
+    each = sizes(profile, 2, 20, 50) if callers == 1 else sizes(profile, 1, 4, 10)
+    mark = await _stream_mark(nats_url) if nats_url else None
+    rate, cpu, events = await load(port, callers, each, 200, procs)
+    fig.put(phase, f"{tag}_events_per_s", rate)
+    fig.put(phase, f"{tag}_callers", callers)
+    for name, seconds in cpu.items():
+        fig.put(phase, f"{tag}_cpu_ms_per_1k_{name}", seconds / events * 1e6)
+    fig.put(phase, f"{tag}_cpu_ms_per_1k_total", sum(cpu.values()) / events * 1e6)
+    if nats_url and mark:
+        await _put_retained(fig, tag, nats_url, mark)
 
 
 async def _durability(fig: Figures, data: Path, nats_url: str) -> None:
@@ -198,10 +275,13 @@ async def _marked_lone(fig: Figures, port: int, marks: Path, n: int) -> None:
 async def _stack_variants(fig: Figures, profile: Profile) -> None:
     _progress("full stack (assembler + telemetry)")
     async with full_stack() as s:
+        url = s.stack.nats_url
         await scenarios(fig, PHASE, "full", s.gateway_port, s.scripted_port, s.procs, profile,
-                        ttft=True)  # fmt: skip
-        await _durability(fig, s.data, s.stack.nats_url)
-    if profile == "smoke":  # seconds: the whole stack and the marks only
+                        ttft=True, nats_url=url)  # fmt: skip
+        await paced_retention(fig, "full", s.gateway_port, url, profile)
+        await _durability(fig, s.data, url)
+    await _frames_off_variant(fig, profile)
+    if profile == "smoke":  # seconds: the whole stack, frames off and the marks only
         await _marks_variant(fig, profile)
         return
     _progress("stack without assembler and telemetry")
@@ -212,6 +292,18 @@ async def _stack_variants(fig: Figures, profile: Profile) -> None:
         await scenarios(fig, PHASE, "aiohttp", s.gateway_port, s.scripted_port, s.procs,
                         profile, throughput=False)  # fmt: skip
     await _marks_variant(fig, profile)
+
+
+async def _frames_off_variant(fig: Figures, profile: Profile) -> None:
+    """The same build with frames off: the paced load (which also opens the 50 callers'
+    provider connections, as the full stack's paced callers do before its full-speed load),
+    then the 50 callers at full speed."""
+    _progress("full stack, frames off (the wire before frames, issue 27's baseline)")
+    async with full_stack(hooks=FRAMES_OFF) as s:
+        url = s.stack.nats_url
+        await paced_retention(fig, "v1", s.gateway_port, url, profile)
+        callers = sizes(profile, 5, CALLERS, CALLERS)
+        await throughput_at(fig, PHASE, "v1_cmany", s.gateway_port, callers, s.procs, profile, url)
 
 
 async def _marks_variant(fig: Figures, profile: Profile) -> None:

@@ -62,6 +62,13 @@ def test_the_limits_and_tokenwire_figures_are_there_and_positive(run: Path) -> N
     assert stack["marks_provider_wait_to_headers_p50_ms"] > 0
     assert stack["marks_provider_post_to_wait_p50_ms"] > 0
     assert v["telemetry"]["deliveries_per_step"] == 1.0
+    # issue 27's same-run baseline: the same build with frames off (one message per chunk)
+    assert stack["v1_cmany_events_per_s"] > 0
+    for tag in ("paced", "cmany"):
+        assert (
+            stack[f"v1_{tag}_messages_per_chunk"] >= 1.0 > stack[f"full_{tag}_messages_per_chunk"]
+        )
+        assert stack[f"v1_{tag}_bytes_per_chunk"] > stack[f"full_{tag}_bytes_per_chunk"] > 0
 
 
 @pytest.mark.slow

@@ -186,3 +186,75 @@ async def test_writes_that_landed_unacknowledged_are_resent_and_found_ours(
         await steps.claim("lossy", 0, 2)
     assert await steps.next_step("lossy", new_turn=False) == (0, 3)
     await steps.close()
+
+
+async def test_a_fresh_session_is_assigned_without_reading_its_pointer(
+    nc: Client, topology: Topology
+) -> None:
+    """A conversation's first call (``fresh``): the session is guessed new and its (0, 0) sent
+    at once, with no read of the pointer before it."""
+    steps = await StepRegistry.open(nc, topology)
+
+    async def no_read(session: str) -> None:
+        raise AssertionError(f"the pointer of {session} was read")
+
+    steps._read = no_read  # type: ignore[method-assign, assignment]
+    assert await (await steps.begin_next_step("fresh-1", True, fresh=True)).result() == (0, 0)
+    with pytest.raises(StepClaimConflict):
+        await steps.claim("fresh-1", 0, 0)
+    assert await steps.next_step("fresh-1", new_turn=False) == (0, 1)  # remembered
+    await steps.close()
+
+
+async def test_a_fresh_guess_for_a_session_served_elsewhere_reads_and_continues(
+    nats_url: str, topology: Topology
+) -> None:
+    async with instances(nats_url, topology, 2) as (a, b):
+        assert await a.next_step("served", new_turn=True) == (0, 0)
+        assert await a.next_step("served", new_turn=False) == (0, 1)
+        guessed = await b.begin_next_step("served", new_turn=True, fresh=True)
+        assert await guessed.result() == (1, 0)
+        assert await a.next_step("served", new_turn=False) == (1, 1)
+
+
+async def test_a_fresh_guess_never_reuses_a_first_step_whose_claim_expired(
+    nc: Client, topology: Topology, nats_url: str
+) -> None:
+    """The session's (0, 0) claim is gone (the bucket's TTL) but later steps kept its pointer:
+    the guessed (0, 0) claim is created, yet not taken: the next step follows the pointer."""
+    async with instances(nats_url, topology, 2) as (a, b):
+        for expected in ((0, 0), (0, 1), (0, 2)):
+            assert await a.next_step("old", new_turn=False) == expected
+        bucket = topology.steps_bucket
+        await nc.jetstream().purge_stream(f"KV_{bucket}", subject=f"$KV.{bucket}.old.0.0")
+        guessed = await b.begin_next_step("old", new_turn=False, fresh=True)
+        assert await guessed.result() == (0, 3)
+        with pytest.raises(StepClaimConflict):
+            await a.claim("old", 0, 0)  # the guess's claim stays, unused
+
+
+async def test_fresh_guesses_for_one_new_session_at_once_stay_unique(
+    nats_url: str, topology: Topology
+) -> None:
+    """Several gateways starting the same new session at the same moment: every triple once
+    (a guess that lost the pointer leaves its claim unused: a gap, never a duplicate)."""
+    async with instances(nats_url, topology, 3) as registries:
+        calls = [r.begin_next_step("race", new_turn=False, fresh=True) for r in registries * 4]
+        got = await asyncio.gather(*[(await c).result() for c in calls])
+    assert len(set(got)) == len(got) == 12
+    assert all(turn == 0 for turn, _ in got)
+
+
+async def test_a_guess_whose_writes_landed_unacknowledged_is_still_ours(
+    nc: Client, topology: Topology
+) -> None:
+    """A guessed (0, 0) whose two writes land but whose acks are lost (a leader election):
+    the resent pointer create fails on our own pointer, the claim holds our token, and the
+    pointer names (0, 0): the step is ours, no gap."""
+    kv = await nc.jetstream().key_value(topology.steps_bucket)
+    writer = await _LosesAcks(nc, topology.steps_bucket, lost=2).start()
+    steps = StepRegistry(kv, writer, timeout_s=0.3, retries=4, retry_s=10.0, js=nc.jetstream())
+    guessed = await steps.begin_next_step("lossy-fresh", new_turn=True, fresh=True)
+    assert await guessed.result() == (0, 0)
+    assert await steps.next_step("lossy-fresh", new_turn=False) == (0, 1)
+    await steps.close()

@@ -26,7 +26,7 @@ async def test_without_a_writer_puts_coalesce_for_the_reader() -> None:
 async def test_an_idle_attached_writer_is_written_by_the_producer() -> None:
     outbox, written = Outbox(limit=1024), []
 
-    async def writer(data: bytes) -> None:
+    async def writer(data: bytes, last: bool) -> None:
         written.append(data)
 
     outbox.attach(writer, lambda: None)
@@ -42,7 +42,7 @@ async def test_puts_during_a_slow_write_are_buffered_and_keep_their_order() -> N
     written: list[bytes] = []
     release = asyncio.Event()
 
-    async def slow_writer(data: bytes) -> None:
+    async def slow_writer(data: bytes, last: bool) -> None:
         if not written:
             await release.wait()  # the caller's connection is busy
         written.append(data)
@@ -65,7 +65,7 @@ async def test_over_the_limit_the_producer_waits_for_the_reader() -> None:
     outbox = Outbox(limit=4)
     release = asyncio.Event()
 
-    async def stuck(data: bytes) -> None:
+    async def stuck(data: bytes, last: bool) -> None:
         await release.wait()
 
     outbox.attach(stuck, lambda: None)
@@ -91,7 +91,7 @@ async def test_before_the_response_starts_nothing_waits_for_room() -> None:
 async def test_a_writer_that_raises_is_a_caller_gone() -> None:
     outbox, gone = Outbox(limit=1024), []
 
-    async def closed(data: bytes) -> None:
+    async def closed(data: bytes, last: bool) -> None:
         raise ConnectionResetError("the caller is gone")
 
     outbox.attach(closed, lambda: gone.append(True))
@@ -106,7 +106,7 @@ async def test_a_write_cancelled_midway_goes_back_for_the_reader() -> None:
     outbox = Outbox(limit=1024)
     started = asyncio.Event()
 
-    async def slow(data: bytes) -> None:
+    async def slow(data: bytes, last: bool) -> None:
         started.set()
         await asyncio.sleep(10)
 
@@ -130,4 +130,28 @@ async def test_after_detach_everything_is_dropped() -> None:
     await asyncio.wait_for(blocked, 5)
     await outbox.put(b"more")
     assert outbox.detached
+    assert await outbox.get() is None
+
+
+async def test_the_bytes_it_ends_with_are_written_as_the_last() -> None:
+    """``end``: the producer does not write them itself, even with the writer idle; the reader
+    gets them with ``ended`` set, to send them with the end of the body."""
+    outbox, written = Outbox(limit=4), []
+
+    async def writer(data: bytes, last: bool) -> None:
+        written.append((data, last))
+
+    outbox.attach(writer, lambda: None)
+    await outbox.put(b"chunks")
+    outbox.end(b"[DONE] and more than four bytes")  # no room is waited for
+    assert written == [(b"chunks", False)]
+    assert await outbox.get() == b"[DONE] and more than four bytes"
+    assert outbox.ended
+    assert await outbox.get() is None
+
+
+async def test_end_after_detach_keeps_nothing() -> None:
+    outbox = Outbox(limit=1024)
+    outbox.detach()
+    outbox.end(b"[DONE]")
     assert await outbox.get() is None

@@ -338,7 +338,7 @@ class Assignments(MemoryStepRegistry):
         self._pending = pending
 
     async def begin_next_step(  # type: ignore[override]  # answered by the injected fault
-        self, session: str, new_turn: bool, fingerprint: str = ""
+        self, session: str, new_turn: bool, fingerprint: str = "", *, fresh: bool = False
     ) -> PendingAssignment:
         return self._pending
 

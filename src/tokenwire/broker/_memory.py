@@ -98,7 +98,7 @@ class MemoryStepRegistry:
         self._claimed((session, turn, step), fingerprint)
 
     async def begin_next_step(
-        self, session: str, new_turn: bool, fingerprint: str = ""
+        self, session: str, new_turn: bool, fingerprint: str = "", *, fresh: bool = False
     ) -> Assigned:
         """Assigned at once: (0, 0) first; then (turn + 1, 0) for a new turn, else
         (turn, step + 1), skipping claimed triples."""

@@ -62,8 +62,9 @@ class StepAllocator(Protocol):
     ``claim`` raises :class:`~tokenwire.broker.StepClaimConflict` when the triple was claimed
     before; ``begin_next_step`` sends the assignment of the next one (a new session (0, 0); a
     new turn (turn + 1, 0); else (turn, step + 1); triples claimed explicitly are skipped) and
-    returns before its answer. A registry that does not answer raises another
-    :class:`~tokenwire.broker.StepRegistryError`.
+    returns before its answer (``fresh``: the request looks like its conversation's first
+    call, a hint that the session is new; the result is the same either way). A registry that
+    does not answer raises another :class:`~tokenwire.broker.StepRegistryError`.
 
     Each claim keeps a :class:`~tokenwire.broker.StepRecord`: the request's ``fingerprint``
     (given to ``claim`` / ``begin_next_step``) and, once ``name_step`` ran, how the answer was
@@ -75,7 +76,7 @@ class StepAllocator(Protocol):
     async def claim(self, session: str, turn: int, step: int, fingerprint: str = "") -> None: ...
 
     async def begin_next_step(
-        self, session: str, new_turn: bool, fingerprint: str = ""
+        self, session: str, new_turn: bool, fingerprint: str = "", *, fresh: bool = False
     ) -> PendingAssignment: ...
 
     async def record(self, session: str, turn: int, step: int) -> StepRecord | None: ...

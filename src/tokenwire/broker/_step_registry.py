@@ -126,6 +126,7 @@ class _Attempt:
     base: _Known  # the pointer it was computed from
     token: bytes  # the claim key's value: whose claim it is
     resent: bool = False  # sent again after a failure: "it existed" may mean "it is ours"
+    guessed: bool = False  # from no pointer, unread: "the session is new" was a guess
 
     async def outcome(self, timeout_s: float) -> tuple[int | None, bool]:
         """(the pointer's new revision or None, whether the claim key was ours)."""
@@ -272,15 +273,26 @@ class StepRegistry:
         return await (await self.begin_next_step(session, new_turn)).result()
 
     async def begin_next_step(
-        self, session: str, new_turn: bool, fingerprint: str = ""
+        self, session: str, new_turn: bool, fingerprint: str = "", *, fresh: bool = False
     ) -> PendingStep:
         """:meth:`next_step` in two halves: the first attempt is sent (when the session's
-        pointer is remembered) before this returns; :meth:`PendingStep.result` finishes it.
-        ``fingerprint`` is kept with the claim of the step assigned."""
+        pointer is remembered, or guessed absent) before this returns;
+        :meth:`PendingStep.result` finishes it. ``fingerprint`` is kept with the claim of the
+        step assigned.
+
+        ``fresh``: the request looks like its conversation's first call, so a session not
+        remembered is guessed new: its first step (0, 0) is sent at once, as if its pointer had
+        been read absent, saving that read's round trip. A wrong guess costs one failed attempt
+        before the read; if only the claim key's create landed (the session exists and its
+        (0, 0) claim expired, or another gateway created the session at the same moment), that
+        claim is left unused (see :meth:`assign`)."""
         known = self._known.pop(session, None)
         first = None
         if known is not None:
             first = await self._attempt(session, known, new_turn, fingerprint)
+        elif fresh:
+            first = await self._attempt(session, (None, None), new_turn, fingerprint)
+            first.guessed = True
         return PendingStep(self, session, new_turn, first, fingerprint)
 
     def _value(self, fingerprint: str) -> bytes:
@@ -291,7 +303,15 @@ class StepRegistry:
         self, session: str, new_turn: bool, first: _Attempt | None, fingerprint: str = ""
     ) -> tuple[int, int]:
         """Run attempts (``first`` already sent, if any) until one triple is ours; failures
-        of the broker are retried within the bound (see the module)."""
+        of the broker are retried within the bound (see the module).
+
+        A guessed first attempt (``begin_next_step(fresh=True)``) whose claim key was created
+        but whose pointer existed is adopted only when the pointer names (0, 0) itself (our
+        own create, landed before a lost ack, or another gateway's that created the session at
+        the same moment and lost the claim): a pointer past it may mean that the session's
+        (0, 0) claim expired with the bucket's TTL while later steps kept the pointer alive,
+        so the claim stays unused (a gap, as a dropped assignment leaves) and the pointer is
+        read."""
         attempt, known, budget = first, None, self._budget()
         for _ in range(self._max_attempts):
             if attempt is None:
@@ -299,9 +319,14 @@ class StepRegistry:
                     lambda: self._read(session)
                 )  # fmt: skip
                 attempt = await self._attempt(session, known, new_turn, fingerprint)
-            candidate = attempt.candidate
+            candidate, guessed = attempt.candidate, attempt.guessed
             moved, claimed = await self._outcome(session, attempt, budget)
             attempt = None
+            if claimed and moved is None and guessed:
+                moved = await budget.run(partial(self._adopt_guess, session, candidate))
+                if moved is None:
+                    known = None  # the session existed after all
+                    continue
             if claimed and moved is None:  # another assignment moved the pointer meanwhile
                 moved = await budget.run(partial(self._adopt, session, candidate))
                 if moved is None:
@@ -450,6 +475,11 @@ class StepRegistry:
             if moved is not None:
                 return moved
         raise StepAssignmentContention(session, self._max_attempts)
+
+    async def _adopt_guess(self, session: str, candidate: _Latest) -> int | None:
+        """The pointer's revision when it names ``candidate`` itself (see :meth:`assign`)."""
+        revision, latest = await self._read(session)
+        return revision if latest == candidate else None
 
     async def _create_claim(
         self, session: str, triple: _Latest, token: bytes

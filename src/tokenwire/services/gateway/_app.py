@@ -46,6 +46,7 @@ from tokenwire.services.gateway._dialects import (
     OPENAI_CHAT,
     OPENAI_RESPONSES,
     CallerCodec,
+    CallerRequest,
     R,
     Reply,
     provider_reply,
@@ -187,7 +188,7 @@ class Gateway:
         session = wanted.session or self.deps.new_id()
         await self.guard.admit(caller, session, named=wanted.session is not None)
         fp = fingerprint(request.scope["path"], raw)
-        claim = await self._claim(wanted, session, req.ends_with_tool_result, fp, request.headers)
+        claim = await self._claim(wanted, session, req, fp, request.headers)
         if isinstance(claim, ResumeTarget):
             return _with(call.response_headers, await self._resume(codec, req, claim))
         # The provider is called before the step is set up (span, output, run): it works
@@ -279,7 +280,7 @@ class Gateway:
         return bytes(body)
 
     async def _claim(
-        self, wanted: RequestedIdentity, session: str, tool_result: bool, fp: str,
+        self, wanted: RequestedIdentity, session: str, req: CallerRequest, fp: str,
         headers: Mapping[str, str],
     ) -> StepClaim | ResumeTarget:  # fmt: skip
         """The step's claim: an explicit triple is claimed now, so that a 409 never costs a
@@ -287,7 +288,8 @@ class Gateway:
         ``Idempotency-Key`` gets the key's step (resumed) or a new one mapped to the key
         before the provider is called; any other assigned one (never a conflict) is sent now
         and answered while the provider is called, off the time to first chunk (the step
-        waits for it before it publishes)."""
+        waits for it before it publishes); a conversation's first call sends it without
+        reading the session's pointer first (``fresh``)."""
         steps = self.deps.steps
         if wanted.turn is not None and wanted.step is not None:
             return await claim_explicit(session, wanted.turn, wanted.step, steps, fp)
@@ -297,8 +299,9 @@ class Gateway:
                 key_hash(_credential(headers), _checked_key(key)), fp,
                 self.settings.idempotency_ttl_s,
             )  # fmt: skip
-            return await assign_keyed(session, steps, keyed, new_turn=not tool_result)
-        return await assign_next(session, steps, new_turn=not tool_result)
+            return await assign_keyed(session, steps, keyed, new_turn=not req.ends_with_tool_result)
+        return await assign_next(session, steps, new_turn=not req.ends_with_tool_result,
+                                 fresh=req.opens_conversation)  # fmt: skip
 
     async def _resume(
         self, codec: CallerCodec[R], req: R, target: ResumeTarget, after: int | None = None

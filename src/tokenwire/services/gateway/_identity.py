@@ -175,13 +175,15 @@ async def _resumed(
 
 
 async def assign_next(
-    session: str, steps: StepAllocator, *, new_turn: bool, fingerprint: str = ""
-) -> StepClaim:
+    session: str, steps: StepAllocator, *, new_turn: bool, fingerprint: str = "",
+    fresh: bool = False,
+) -> StepClaim:  # fmt: skip
     """Send the assignment of the session's next step (a new turn, or the next step of this
-    one); the claim's :meth:`StepClaim.identity` gives it. :class:`BrokerUnavailableError`
-    (503) when the registry does not answer."""
+    one; ``fresh``: a conversation's first call, see ``StepAllocator``); the claim's
+    :meth:`StepClaim.identity` gives it. :class:`BrokerUnavailableError` (503) when the
+    registry does not answer."""
     try:
-        pending = await steps.begin_next_step(session, new_turn, fingerprint)
+        pending = await steps.begin_next_step(session, new_turn, fingerprint, fresh=fresh)
     except BrokerError as exc:
         raise _unavailable(exc) from exc
     return StepClaim(session, pending=pending)

@@ -613,7 +613,7 @@ class StepRun:
             and self.finish.error is None
             and self.finish.reason != "aborted"
         ):
-            await self.outbox.put(self.output.ending())
+            self.outbox.end(self.output.ending())  # sent with the body's end, in one write
 
     async def _wait_acked(self) -> None:
         if self._framer is not None:

@@ -139,6 +139,11 @@ class AnthropicRequest(msgspec.Struct, frozen=True):
             return False
         return all(b.get("type") == "tool_result" for b in last.content)
 
+    @property
+    def opens_conversation(self) -> bool:
+        """No assistant message (tool results follow one): the conversation's first call."""
+        return all(m.role != "assistant" for m in self.messages)
+
 
 def validate_anthropic(body: dict[str, Any]) -> AnthropicRequest:
     """Check the types of a decoded Messages body; a 400 names the first bad field."""

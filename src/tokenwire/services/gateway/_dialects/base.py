@@ -57,6 +57,12 @@ class CallerRequest(Protocol):
     @property
     def ends_with_tool_result(self) -> bool: ...
 
+    @property
+    def opens_conversation(self) -> bool:
+        """Nothing in the request came from the model (no earlier answer or tool result): the
+        conversation's first call, a hint that its session is new (``StepAllocator``)."""
+        ...
+
 
 R = TypeVar("R", bound=CallerRequest)
 

@@ -131,6 +131,11 @@ class NeutralRequest(msgspec.Struct, frozen=True):
         """Whether the last message returns tool results (a next step of the same turn)."""
         return bool(self.messages) and self.messages[-1].role == "tool"
 
+    @property
+    def opens_conversation(self) -> bool:
+        """No assistant or tool message: the conversation's first call."""
+        return all(m.role not in ("assistant", "tool") for m in self.messages)
+
 
 def arguments_object(raw: str) -> dict[str, Any]:
     """A tool call's raw JSON arguments as the object dialects that nest them want; 400 if

@@ -134,6 +134,11 @@ class OpenAIChatRequest(msgspec.Struct, frozen=True):
         """Whether the last message returns a tool result (same turn, next step)."""
         return self.messages[-1].role == "tool"
 
+    @property
+    def opens_conversation(self) -> bool:
+        """No assistant or tool message: the conversation's first call."""
+        return all(m.role not in ("assistant", "tool") for m in self.messages)
+
 
 def validate_openai(body: dict[str, Any]) -> OpenAIChatRequest:
     """Check the types of a decoded Chat Completions body; a 400 names the first bad field."""

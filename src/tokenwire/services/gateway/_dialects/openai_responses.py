@@ -124,6 +124,17 @@ class ResponsesRequest(msgspec.Struct, frozen=True):
             return False
         return self.input[-1].get("type") == "function_call_output"
 
+    @property
+    def opens_conversation(self) -> bool:
+        """Input text, or only messages not from the assistant (no function call, output or
+        reasoning item): the conversation's first call."""
+        if isinstance(self.input, str):
+            return True
+        return all(
+            i.get("type", "message") == "message" and i.get("role") != "assistant"
+            for i in self.input
+        )
+
 
 def validate_responses(body: dict[str, Any]) -> ResponsesRequest:
     """Check the types of a decoded Responses body; a 400 names the first bad field."""
