@@ -189,7 +189,9 @@ async def throughput_at(
 ) -> None:  # fmt: skip
     """``callers`` at full speed (200 fragments a request): events/s and every process's CPU
     per 1,000 events as ``<tag>_...``; with ``nats_url``, the bytes per retained chunk too."""
-    each = sizes(profile, 2, 20, 50) if callers == 1 else sizes(profile, 1, 4, 10)
+    # /proc counts CPU in 10 ms ticks: the smoke sizes give each process tens of ms to count
+    # (one request per caller gave the gateway ~11 ms, which read as 0 ticks under load)
+    each = sizes(profile, 8, 20, 50) if callers == 1 else sizes(profile, 4, 4, 10)
     mark = await _stream_mark(nats_url) if nats_url else None
     rate, cpu, events = await load(port, callers, each, 200, procs)
     fig.put(phase, f"{tag}_events_per_s", rate)
