@@ -22,7 +22,10 @@ in order, on that one stack:
 
 A second fresh stack runs the stack table's full-speed load (``bench_stack.load``: 50
 keep-alive callers, 4 requests of 200 fragments each) for the same per-chunk figures at full
-speed, the row today's model used. Run: ``python -m bench paced`` (phase ``paced``; ~3 min).
+speed, the row today's model used. Then both again with frames off
+(``TOKENWIRE_FRAMES=false``: one v1 message per chunk, the wire before issue 27), their
+figures under the key prefix :data:`FRAMES_OFF_PREFIX`: the capacity model's same-run
+baseline. Run: ``python -m bench paced`` (phase ``paced``; ~4 min).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import uvloop
 from bench import bench_gateway as gw
 from bench._procs import cpu_s, full_stack
 from bench.bench_compression import disk_bytes
-from bench.bench_stack import load
+from bench.bench_stack import FRAMES_OFF, load
 from tokenwire.broker import Topology, connect
 
 LOADS: tuple[int, ...] = (50, 100, 150)
@@ -49,6 +52,8 @@ WINDOW_S = 30.0
 IDLE_S = 10.0
 FULL_CALLERS, FULL_EACH, FULL_FRAGMENTS = 50, 4, 200
 PROCS = ("gateway", "assembler", "telemetry", "nats", "scripted-provider", "load")
+FRAMES_OFF_PREFIX = "v1_"
+"""The frames-off pass's figures: ``v1_s150_cpu_us_per_chunk_gateway``, ``v1_full_...``."""
 FIGURES: dict[str, float] = {}
 NOTES: list[str] = []
 
@@ -123,7 +128,7 @@ async def _sessions(port: int, sessions: int, window_s: float) -> tuple[int, flo
     return len(durations), sum(durations) / max(1, len(durations))
 
 
-async def _paced(s: object, sessions: int, idle: dict[str, float]) -> None:
+async def _paced(s: object, sessions: int, idle: dict[str, float], prefix: str) -> None:
     port, url = s.gateway_port, s.stack.nats_url  # type: ignore[attr-defined]
     db, procs = s.data / "store.db", s.procs  # type: ignore[attr-defined]
     seq0, store0, cpu0 = await _seqs(url), _store(db), _cpu(procs)
@@ -134,7 +139,7 @@ async def _paced(s: object, sessions: int, idle: dict[str, float]) -> None:
     elapsed = time.perf_counter() - started
     cpu1, seq1 = _cpu(procs), await _seqs(url)
     steps, chunks = store1[0] - store0[0], max(1, store1[1] - store0[1])
-    key = f"s{sessions}"
+    key = f"{prefix}s{sessions}"
     put = FIGURES.__setitem__
     put(f"{key}_sessions", sessions)
     put(f"{key}_steps", steps)
@@ -165,34 +170,40 @@ async def _paced(s: object, sessions: int, idle: dict[str, float]) -> None:
     put(f"{key}_net_cpu_us_per_chunk_pipeline", net / chunks * 1e6)
 
 
-async def _idle(procs: dict[str, psutil.Process]) -> dict[str, float]:
+async def _idle(procs: dict[str, psutil.Process], prefix: str) -> dict[str, float]:
     cpu0 = _cpu(procs)
     await asyncio.sleep(IDLE_S)
     cpu1 = _cpu(procs)
     rates = {n: (cpu1[n] - cpu0[n]) / IDLE_S for n in cpu0}
     for name, rate in rates.items():
-        FIGURES[f"idle_cpu_ms_per_s_{name}"] = rate * 1000
+        FIGURES[f"{prefix}idle_cpu_ms_per_s_{name}"] = rate * 1000
     return rates
 
 
-async def _paced_stack() -> None:
-    async with full_stack() as s:
-        idle = await _idle(s.procs)
+async def _paced_stack(prefix: str, hooks: dict[str, str] | None) -> None:
+    async with full_stack(hooks=hooks) as s:
+        idle = await _idle(s.procs, prefix)
         for sessions in LOADS:
-            print(f"  {time.strftime('%H:%M:%S')} paced: {sessions} sessions", flush=True)
-            await _paced(s, sessions, idle)
+            print(f"  {time.strftime('%H:%M:%S')} paced{_variant(prefix)}: {sessions} sessions",
+                  flush=True)  # fmt: skip
+            await _paced(s, sessions, idle, prefix)
         _, total = _store(s.data / "store.db")
         s.stack.stop()  # every block written and compressed before its files are measured
         disk = disk_bytes(s.data, Topology().stream) or disk_bytes(
             s.data / "jetstream", Topology().stream
         )
-        FIGURES["disk_chunks"] = total
-        FIGURES["disk_bytes_per_chunk"] = disk / max(1, total)
+        FIGURES[f"{prefix}disk_chunks"] = total
+        FIGURES[f"{prefix}disk_bytes_per_chunk"] = disk / max(1, total)
 
 
-async def _full_stack_speed() -> None:
-    print(f"  {time.strftime('%H:%M:%S')} full speed: {FULL_CALLERS} callers", flush=True)
-    async with full_stack() as s:
+def _variant(prefix: str) -> str:
+    return ", frames off" if prefix else ""
+
+
+async def _full_stack_speed(prefix: str, hooks: dict[str, str] | None) -> None:
+    print(f"  {time.strftime('%H:%M:%S')} full speed{_variant(prefix)}: {FULL_CALLERS} callers",
+          flush=True)  # fmt: skip
+    async with full_stack(hooks=hooks) as s:
         url, db = s.stack.nats_url, s.data / "store.db"
         seq0, store0 = await _seqs(url), _store(db)
         _, cpu, _events = await load(s.gateway_port, FULL_CALLERS, FULL_EACH, FULL_FRAGMENTS,
@@ -200,14 +211,15 @@ async def _full_stack_speed() -> None:
         store1 = await _settled(db, url)
         seq1 = await _seqs(url)
     chunks = max(1, store1[1] - store0[1])
-    FIGURES["full_chunks"] = chunks
-    FIGURES["full_messages_per_chunk"] = (seq1["chunk_msgs"] - seq0["chunk_msgs"]) / chunks
-    FIGURES["full_stream_bytes_per_chunk"] = (seq1["chunk_bytes"] - seq0["chunk_bytes"]) / chunks
+    key = f"{prefix}full"
+    FIGURES[f"{key}_chunks"] = chunks
+    FIGURES[f"{key}_messages_per_chunk"] = (seq1["chunk_msgs"] - seq0["chunk_msgs"]) / chunks
+    FIGURES[f"{key}_stream_bytes_per_chunk"] = (seq1["chunk_bytes"] - seq0["chunk_bytes"]) / chunks
     # the load's CPU window ends when the callers have their last event; the store's catch-up
     # after it is not in it (as in the stack table), so the assembler's figure is a floor
     for name, seconds in cpu.items():
-        FIGURES[f"full_cpu_us_per_chunk_{name}"] = seconds / chunks * 1e6
-    FIGURES["full_cpu_us_per_chunk_pipeline"] = (
+        FIGURES[f"{key}_cpu_us_per_chunk_{name}"] = seconds / chunks * 1e6
+    FIGURES[f"{key}_cpu_us_per_chunk_pipeline"] = (
         sum(v for n, v in cpu.items() if n in ("gateway", "assembler", "telemetry", "nats"))
         / chunks * 1e6
     )  # fmt: skip
@@ -215,9 +227,10 @@ async def _full_stack_speed() -> None:
 
 async def _run(full: bool) -> None:
     load0 = os.getloadavg()
-    await _paced_stack()
-    if full:
-        await _full_stack_speed()
+    for prefix, hooks in (("", None), (FRAMES_OFF_PREFIX, FRAMES_OFF)):
+        await _paced_stack(prefix, hooks)
+        if full:
+            await _full_stack_speed(prefix, hooks)
     load1 = os.getloadavg()
     FIGURES["load_avg_1m_start"], FIGURES["load_avg_1m_end"] = load0[0], load1[0]
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -225,7 +238,7 @@ async def _run(full: bool) -> None:
                  f"{load1[0]:.2f} at the end, on {os.cpu_count()} cores")  # fmt: skip
 
 
-def _table() -> str:
+def _table(prefix: str) -> str:
     rows = [
         "| measure | " + " | ".join(f"paced, {n} sessions" for n in LOADS) + " | full speed |",
         "| --- |" + " ---: |" * (len(LOADS) + 1),
@@ -233,8 +246,9 @@ def _table() -> str:
     f = FIGURES.get
 
     def row(label: str, name: str, fmt: str, full: str | None = None) -> None:
-        cells = [fmt.format(f(f"s{n}_{name}", float("nan"))) for n in LOADS]
-        cells.append(fmt.format(f(f"full_{full}")) if full and f"full_{full}" in FIGURES else "")
+        cells = [fmt.format(f(f"{prefix}s{n}_{name}", float("nan"))) for n in LOADS]
+        whole = f"{prefix}full_{full}"
+        cells.append(fmt.format(f(whole)) if full and whole in FIGURES else "")
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
 
     row("chunks/s achieved", "chunks_per_s", "{:,.0f}")
@@ -254,12 +268,12 @@ def _table() -> str:
         row(f"CPU us per chunk, {proc} (net of idle)", f"net_cpu_us_per_chunk_{proc}", "{:.1f}")
     row("CPU us per chunk, gateway+assembler+telemetry+nats", "cpu_us_per_chunk_pipeline",
         "{:.1f}", "cpu_us_per_chunk_pipeline")  # fmt: skip
-    idle = ", ".join(f"{n} {f(f'idle_cpu_ms_per_s_{n}', 0.0):.1f}" for n in PROCS)
+    idle = ", ".join(f"{n} {f(f'{prefix}idle_cpu_ms_per_s_{n}', 0.0):.1f}" for n in PROCS)
+    disk = f(f"{prefix}disk_bytes_per_chunk", 0.0)
     rows += [
         "",
         f"Idle CPU, ms per second: {idle}. Bytes on disk per chunk with S2 (the stack "
-        f"stopped, {f('disk_chunks', 0):,.0f} chunks): {f('disk_bytes_per_chunk', 0.0):.1f} B. "
-        + (NOTES[-1] if NOTES else ""),
+        f"stopped, {f(f'{prefix}disk_chunks', 0):,.0f} chunks): {disk:.1f} B.",
     ]
     return "\n".join(rows)
 
@@ -268,7 +282,12 @@ def main(full: bool = True) -> str:
     """The suite's entry (``python -m bench paced``): the table; FIGURES filled."""
     FIGURES.clear()
     uvloop.run(_run(full))
-    return _table()
+    return "\n".join((
+        _table(""), "",
+        "The same loads on a fresh stack with frames off (`TOKENWIRE_FRAMES=false`, one v1 "
+        "message per chunk: the wire before issue 27), same run:", "",
+        _table(FRAMES_OFF_PREFIX), "", NOTES[-1] if NOTES else "",
+    ))  # fmt: skip
 
 
 if __name__ == "__main__":

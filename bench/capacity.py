@@ -32,6 +32,7 @@ RETENTION_H = 24.0  # hours of replay the disk rows are sized for
 PARTITION_HEADROOM = 4  # partitions per assembler process, so the fleet can grow 4x unpinned
 PACE_KEPT = 0.95  # a paced load counts when its steps took at most 1/0.95 of the provider's pace
 TODAY_CORES = 742  # docs/capacity.md before issue 27 (run of 2026-12-02, full-speed inputs)
+FRAMES_OFF = "v1_"  # the paced phase's frames-off pass (bench_paced.FRAMES_OFF_PREFIX)
 FLEETS = (1_000, 5_000, 100_000)
 STEP_TOKENS = (100, 500, 1_000)  # step lengths for the step registry's rows
 GIB = 1024**3
@@ -64,14 +65,15 @@ class Inputs:
         return self.values[key]
 
 
-def paced_load(fig: Figures) -> int | None:
+def paced_load(fig: Figures, prefix: str = "") -> int | None:
     """The paced load the model takes: the most sessions whose steps kept the provider's
-    pace (:data:`PACE_KEPT`); else the fewest sessions measured; None if none ran."""
+    pace (:data:`PACE_KEPT`); else the fewest sessions measured; None if none ran.
+    ``prefix``: the frames-off pass's figures (:data:`FRAMES_OFF`)."""
     loads = sorted(int(v) for k, v in fig.values.get("paced", {}).items()
-                   if k.startswith("s") and k.endswith("_sessions"))  # fmt: skip
+                   if k.startswith(f"{prefix}s") and k.endswith("_sessions"))  # fmt: skip
     if not loads:
         return None
-    kept = [n for n in loads if fig.get("paced", f"s{n}_pace", 0.0) >= PACE_KEPT]
+    kept = [n for n in loads if fig.get("paced", f"{prefix}s{n}_pace", 0.0) >= PACE_KEPT]
     return max(kept) if kept else loads[0]
 
 
@@ -83,8 +85,10 @@ def _take(inputs: Inputs, key: str, value: float, source: str) -> None:
         inputs.source[key] = "not measured in this run: stated constant"
 
 
-def _broker(fig: Figures, x: Inputs) -> None:
-    """The cluster figures (phase ``shards``) both rows share."""
+def _broker(fig: Figures, x: Inputs, frames: bool = True) -> None:
+    """The cluster figures (phase ``shards``) the rows share; ``frames`` false: a publish
+    and a leader's cost per message as the cluster measured one v1 message per chunk (the
+    R3-over-R1 ratios stay the frames', the only wire measured at R1)."""
     g = fig.get
     cluster = "phase shards: loopback 3-node cluster, R3, S2, recorded streams in frames"
     r3 = g("shards", "k1f_cpu_us_per_message_all_nodes")
@@ -94,12 +98,16 @@ def _broker(fig: Figures, x: Inputs) -> None:
           f"{cluster}: all nodes {r3:.1f} us/message over one server's {r1:.1f}")  # fmt: skip
     _take(x, "leader_over_r1", leader / r1 if _ok(r1) else math.nan,
           f"{cluster}: leader node {leader:.1f} us/message over one server's {r1:.1f}")  # fmt: skip
+    layout = "k1f" if frames else "k1"
+    if not frames:
+        cluster = cluster.replace("in frames", "as one v1 message per chunk")
+    leader = g("shards", f"{layout}_leader_node_cpu_us_per_message")
     _take(x, "leader_us_per_message", leader, f"{cluster}, K = 1, the leader node")
     _take(x, "kv_leader_us_per_step", g("shards", "kv_leader_node_cpu_us_per_step"),
           "phase shards: StepRegistry assignments on the R3 bucket, its leader node")  # fmt: skip
     _take(x, "kv_us_per_step", g("shards", "kv_cpu_us_per_step_all_nodes"),
           "phase shards: StepRegistry assignments on the R3 bucket, all nodes")  # fmt: skip
-    _take(x, "publish_us_per_message", g("shards", "k1f_cpu_us_per_message_all_nodes"),
+    _take(x, "publish_us_per_message", g("shards", f"{layout}_cpu_us_per_message_all_nodes"),
           f"{cluster}, K = 1, all nodes")  # fmt: skip
     _take(x, "consume_us_per_message", g("shards", "consume_cpu_us_per_message_all_nodes"),
           "phase shards: one durable pull consumer reading and acking the K = 1 stream, "
@@ -108,25 +116,29 @@ def _broker(fig: Figures, x: Inputs) -> None:
           "phase shards: the same consumer, its busiest node")  # fmt: skip
 
 
-def paced_inputs(fig: Figures, load: int | None = None) -> Inputs:
-    """The model's inputs: the paced phase at ``load`` sessions (:func:`paced_load`)."""
-    n = load or paced_load(fig)
-    x = Inputs("paced, broker per message on the R3 cluster (the model)", {}, {})
+def paced_inputs(fig: Figures, load: int | None = None, prefix: str = "") -> Inputs:
+    """The model's inputs: the paced phase at ``load`` sessions (:func:`paced_load`);
+    ``prefix`` :data:`FRAMES_OFF`: the same loads with frames off, same run."""
+    n = load or paced_load(fig, prefix)
+    off = prefix == FRAMES_OFF
+    x = Inputs("paced, frames off (the wire before frames), same run" if off
+               else "paced, broker per message on the R3 cluster (the model)", {}, {})  # fmt: skip
 
     def p(name: str) -> float:
-        return fig.get("paced", f"s{n}_{name}") if n else math.nan
+        return fig.get("paced", f"{prefix}s{n}_{name}") if n else math.nan
 
-    where = f"phase paced, {n} sessions at 50 tokens/s, shipped defaults" if n else ""
+    defaults = "frames off, otherwise shipped defaults" if off else "shipped defaults"
+    where = f"phase paced, {n} sessions at 50 tokens/s, {defaults}" if n else ""
     for proc in ("gateway", "assembler", "telemetry", "nats"):
         _take(x, f"{proc}_us", p(f"cpu_us_per_chunk_{proc}"), where)
     _take(x, "messages_per_chunk", p("messages_per_chunk"), where)
     _take(x, "stream_bytes", p("stream_bytes_per_chunk"), where)
-    _take(x, "disk_bytes", fig.get("paced", "disk_bytes_per_chunk"),
+    _take(x, "disk_bytes", fig.get("paced", f"{prefix}disk_bytes_per_chunk"),
           "phase paced: the chunk stream's files after the stack stopped, every paced load")  # fmt: skip
     _take(x, "chunks_per_step", p("chunks_per_step"), where)
     _take(x, "kv_writes_per_step", p("kv_writes_per_step"), where)
     _take(x, "event_writes_per_step", p("event_writes_per_step"), where)
-    _broker(fig, x)
+    _broker(fig, x, frames=not off)
     return x
 
 
@@ -137,26 +149,28 @@ def stack_broker_inputs(fig: Figures) -> Inputs:
     return x
 
 
-def full_speed_inputs(fig: Figures, paced: Inputs) -> Inputs:
-    """The same arithmetic on full-speed figures (the inputs before frames used)."""
-    x = Inputs("full speed, 50 callers x 200 fragments (the method before frames)", {}, {},
-               "stack")  # fmt: skip
+def full_speed_inputs(fig: Figures, paced: Inputs, prefix: str = "") -> Inputs:
+    """The same arithmetic on full-speed figures (the inputs before frames used); ``prefix``
+    :data:`FRAMES_OFF`: the frames-off pass's."""
+    label = "full speed, 50 callers x 200 fragments (the method before frames)"
+    x = Inputs(f"{label}, frames off" if prefix else label, {}, {}, "stack")
     g = fig.get
-    in_paced = _ok(g("paced", "full_cpu_us_per_chunk_gateway"))
+    full = f"{prefix}full"
+    in_paced = _ok(g("paced", f"{full}_cpu_us_per_chunk_gateway"))
     where = ("phase paced: a second stack, 50 callers, 4 requests of 200 fragments at full "
              "speed (CPU until the callers' last event: the store's catch-up after it is not in "
              "it, as in the stack table)"
              if in_paced else "phase stack: full stack, 50 callers at full speed")  # fmt: skip
     for proc in ("gateway", "assembler", "telemetry", "nats"):
-        value = (g("paced", f"full_cpu_us_per_chunk_{proc}") if in_paced
-                 else g("stack", f"full_cmany_cpu_ms_per_1k_{proc}"))  # fmt: skip
+        value = (g("paced", f"{full}_cpu_us_per_chunk_{proc}") if in_paced
+                 else g("stack", f"{prefix or 'full_'}cmany_cpu_ms_per_1k_{proc}"))  # fmt: skip
         _take(x, f"{proc}_us", value, where)
-    _take(x, "messages_per_chunk", g("paced", "full_messages_per_chunk"), where)
-    _take(x, "stream_bytes", g("paced", "full_stream_bytes_per_chunk"), where)
+    _take(x, "messages_per_chunk", g("paced", f"{full}_messages_per_chunk"), where)
+    _take(x, "stream_bytes", g("paced", f"{full}_stream_bytes_per_chunk"), where)
     for key in ("disk_bytes", "chunks_per_step", "kv_writes_per_step", "event_writes_per_step"):
         x.values[key], x.source[key] = paced.values[key], paced.source[key]
     x.values["chunks_per_step"] = 200.0  # the full-speed requests' steps
-    _broker(fig, x)
+    _broker(fig, x, frames=not prefix)
     return x
 
 
@@ -248,11 +262,10 @@ def _inputs_table(rows: list[Inputs]) -> list[str]:
         ("event_writes_per_step", "events-stream writes per step", "{:.2f}"),
         ("r3_over_r1", "broker CPU at R3 (all nodes) over one server's, per message", "{:.2f}"),
         ("leader_over_r1", "stream leader node's CPU over one server's, per message", "{:.2f}"),
-        ("leader_us_per_message", "stream leader node CPU per message (frames), us", "{:.1f}"),
+        ("leader_us_per_message", "stream leader node CPU per message, us", "{:.1f}"),
         ("kv_leader_us_per_step", "step-registry bucket leader CPU per step (R3), us", "{:.1f}"),
         ("kv_us_per_step", "step-registry CPU per step (R3, all nodes), us", "{:.1f}"),
-        ("publish_us_per_message", "publish CPU per message (frames, R3, all nodes), us",
-         "{:.1f}"),
+        ("publish_us_per_message", "publish CPU per message (R3, all nodes), us", "{:.1f}"),
         ("consume_us_per_message", "a consumer's delivery + ack per message (R3, all nodes), us",
          "{:.1f}"),
         ("consume_max_us_per_message", "the same, its busiest node, us", "{:.1f}"),
@@ -378,6 +391,56 @@ def _plan_table(rows: list[tuple[Inputs, Plan]]) -> list[str]:
     return out
 
 
+def frames_off_plans(fig: Figures) -> tuple[Inputs, Inputs] | None:
+    """The model's and the full-speed inputs with frames off, same run (the paced phase's
+    frames-off pass, at the model's load), or None when the run has no such pass."""
+    n = paced_load(fig)
+    if n is None or not _ok(fig.get("paced", f"{FRAMES_OFF}s{n}_cpu_us_per_chunk_gateway")):
+        return None
+    off = paced_inputs(fig, n, FRAMES_OFF)
+    return off, full_speed_inputs(fig, off, FRAMES_OFF)
+
+
+def _against_frames_off(rows: list[tuple[str, Plan, Plan]]) -> list[str]:
+    """Frames on against frames off, the same run, method by method: the target's ratio."""
+    out = ["| method | " + " | ".join(f"{m}: frames on | {m}: frames off" for m, _, _ in rows)
+           + " |", "| --- |" + " ---: | ---: |" * len(rows)]  # fmt: skip
+    for part in ("gateway", "assembler", "telemetry", "broker"):
+        cells = " | ".join(f"{on.cores[part]:,} | {off.cores[part]:,}" for _, on, off in rows)
+        out.append(f"| {part} cores | {cells} |")
+    cells = " | ".join(f"**{on.total:,}** | **{off.total:,}**" for _, on, off in rows)
+    out.append(f"| **total cores** | {cells} |")
+    ratios = []
+    for _, on, off in rows:
+        met = "met" if on.total <= off.total / 2 else "not met"
+        ratios += [f"{on.total / off.total:.2f}x ({met})", ""]
+    out.append("| frames on over frames off (target <= 0.5x) | " + " | ".join(ratios) + " |")
+    return out
+
+
+def _frames_off_section(fig: Figures, paced: Plan, full: Plan) -> list[str]:
+    head = ["### Against the wire before frames, measured in the same run", ""]
+    offs = frames_off_plans(fig)
+    if offs is None:
+        return [*head, "This run has no frames-off pass (phase paced, `v1_` figures): the "
+                "only baseline is the stated 742."]  # fmt: skip
+    off, off_full = plan(offs[0]), plan(offs[1])
+    return [
+        *head,
+        "The paced phase runs the same loads again on a fresh stack with frames off "
+        "(`TOKENWIRE_FRAMES=false`: one v1 message per chunk, the wire the 742 was computed "
+        "for), and the same arithmetic gives the baseline: the issue's target (at most half) "
+        "as a same-run ratio, for each method. The frames-off broker takes the cluster's "
+        "publish and leader cost per v1 message (phase shards, K = 1, v1); a consumer's "
+        "delivery and ack per message is the one measured on the frames stream (not measured "
+        "for v1 messages: it overstates the frames-off broker if a smaller message costs "
+        "less to deliver); the full-speed columns' broker scales the stack's one server by "
+        "the frames' R3-over-R1 ratio for both wires (the only wire measured at R1).",
+        "",
+        *_against_frames_off([("paced model", paced, off), ("full speed", full, off_full)]),
+    ]
+
+
 def _when(fig: Figures) -> str:
     paced = fig.notes.get("paced", "")
     g = fig.get
@@ -396,6 +459,12 @@ def _headline(fig: Figures, plans: list[tuple[Inputs, Plan]]) -> str:
                 "the stated constants (`FALLBACK` in bench/capacity.py) and says nothing; run "
                 "`make bench BENCH=paced` (and `shards`).")  # fmt: skip
     met = p.total <= TODAY_CORES / 2
+    offs = frames_off_plans(fig)
+    same_run = ""
+    if offs is not None:
+        off = plan(offs[0]).total
+        same_run = (f" Against the same model with frames off in the same run ({off:,} cores) "
+                    f"it is {p.total / off:.2f}x (below).")  # fmt: skip
     busy = fig.get("paced", f"s{n}_busy_gateway")
     per_core = 1e6 * UTILISATION / (paced["gateway_us"] * TOKENS_PER_S * CHUNKS_PER_TOKEN)
     return (
@@ -404,6 +473,7 @@ def _headline(fig: Figures, plans: list[tuple[Inputs, Plan]]) -> str:
         f"{p.cores['broker']:,} broker: {p.nodes:,} nodes of {NODE_CORES} cores at "
         f"R{REPLICAS}, {p.streams:,} chunk streams), against {TODAY_CORES} before frames: "
         f"the target (at most {TODAY_CORES // 2}) is " + ("met." if met else "**not met**.")
+        + same_run
         + f" The gateway is the bound: {p.cores['gateway']:,} cores. At {n} sessions one "
         f"gateway process was {busy:.0%} busy ({paced['gateway_us']:.0f} us per chunk), so a "
         f"core planned at {UTILISATION:.0%} serves about {per_core:,.0f} sessions at "
@@ -442,6 +512,8 @@ def render(fig: Figures, preliminary: bool = True) -> str:
         "",
         *_plan_table(plans),
         "",
+        *_frames_off_section(fig, p, plans[2][1]),
+        "",
         "## Inputs",
         "",
         f"The model's column is the paced load with the most sessions ({n}) whose steps kept "
@@ -449,7 +521,7 @@ def render(fig: Figures, preliminary: bool = True) -> str:
         "process from the first request to the store having committed every chunk, over the "
         "chunks committed (gross: the processes' idle cost included).",
         "",
-        *_inputs_table([paced, full]),
+        *_inputs_table([paced, full, *(frames_off_plans(fig) or ())]),
         "",
         "Every paced load of the run (the per-chunk CPU falls as a process gets busier: more "
         "ready sockets per wake-up; a process planned at "

@@ -71,3 +71,45 @@ def test_without_the_paced_phase_the_document_says_so() -> None:
     text = capacity.render(Figures("smoke"))
     assert "The paced phase is not in these figures" in text
     assert "100,000 concurrent sessions" in text
+
+
+def _with_frames_off(fig: Figures) -> Figures:
+    """The paced phase's frames-off pass (``v1_`` keys) at the same load: one message per
+    chunk, the other per-chunk figures as the frames-on pass's; the cluster's v1 costs."""
+    for name, value in {
+        "sessions": 100, "pace": 1.0, "chunks_per_step": 100.0,
+        "cpu_us_per_chunk_gateway": 60.0, "cpu_us_per_chunk_assembler": 12.0,
+        "cpu_us_per_chunk_telemetry": 3.0, "cpu_us_per_chunk_nats": 10.0,
+        "messages_per_chunk": 1.0, "stream_bytes_per_chunk": 400.0,
+        "kv_writes_per_step": 2.0, "event_writes_per_step": 2.0,
+    }.items():  # fmt: skip
+        fig.put("paced", f"v1_s100_{name}", value)
+    fig.put("shards", "k1_cpu_us_per_message_all_nodes", 30.0)
+    fig.put("shards", "k1_leader_node_cpu_us_per_message", 10.0)
+    return fig
+
+
+def test_the_frames_off_baseline_from_round_inputs() -> None:
+    fig = _with_frames_off(_figures({100: 1.0}))
+    offs = capacity.frames_off_plans(fig)
+    assert offs is not None
+    off = capacity.plan(offs[0])
+    # the same gateway, assembler and telemetry cores as frames on: 500, 100, 25
+    assert (off.cores["gateway"], off.cores["assembler"], off.cores["telemetry"]) == (500, 100, 25)
+    # broker per chunk: 1.0 * (30 + 30) + (100 + 30 + 2 * 30) / 100 = 61.9 us
+    # -> 5e6 * 61.9e-6 / 0.6 = 515.8 -> 516 cores -> 65 nodes of 8 -> 520 cores
+    assert (off.nodes, off.cores["broker"]) == (65, 520)
+    # a leader per chunk: 1.0 * (10 + 25) = 35 us -> 5e6 * 35e-6 / 0.5 = 350 streams
+    assert off.streams == 350
+    assert off.total == 500 + 100 + 25 + 520
+    # frames on: 785 cores (test_the_plan_from_round_inputs) over 1,145 = 0.686
+    text = capacity.render(fig)
+    assert "| **total cores** | **785** | **1,145** |" in text
+    assert "| frames on over frames off (target <= 0.5x) | 0.69x (not met) |" in text
+    assert "frames off in the same run (1,145 cores) it is 0.69x" in text
+
+
+def test_without_a_frames_off_pass_the_document_says_so() -> None:
+    fig = _figures({100: 1.0})
+    assert capacity.frames_off_plans(fig) is None
+    assert "This run has no frames-off pass" in capacity.render(fig)
