@@ -237,7 +237,9 @@ async def measure(chunks: int, steps: int = STEPS) -> dict[str, object]:
         cluster = EmbeddedCluster(Path(tmp) / "cluster").start()
         try:
             urls, pids = cluster.urls, {s.name: s.pid for s in cluster.servers}
-            out["k1"] = await run_layout(urls, pids, _topology("K1", 1, 3), v1)
+            k1 = _topology("K1", 1, 3)
+            out["k1"] = await run_layout(urls, pids, k1, v1)
+            out["consume_v1"] = await run_consume(urls, pids, k1)
             k1f = _topology("K1F", 1, 3)
             out["k1f"] = await run_layout(urls, pids, k1f, framed)
             out["consume"] = await run_consume(urls, pids, k1f)
@@ -260,13 +262,15 @@ async def measure(chunks: int, steps: int = STEPS) -> dict[str, object]:
             "stream_bytes_per_chunk": round(held / chunks_r1, 1),
             "disk_bytes_per_chunk": round(disk / chunks_r1, 1),
         }
-    k1f, r1f = out["k1f"], out["r1f"]
-    assert isinstance(k1f, dict)
-    assert isinstance(r1f, dict)
-    leader_us = float(k1f["leader_node_cpu_us_per_message"])
+    framed_r3, framed_r1 = out["k1f"], out["r1f"]
+    assert isinstance(framed_r3, dict)
+    assert isinstance(framed_r1, dict)
+    leader_us = float(framed_r3["leader_node_cpu_us_per_message"])
     out["one_stream_ceiling_messages_per_s_per_leader_core"] = round(1e6 / leader_us)
     out["r3_over_r1_per_message"] = round(
-        float(k1f["cpu_us_per_message_all_nodes"]) / float(r1f["cpu_us_per_message_all_nodes"]), 3
+        float(framed_r3["cpu_us_per_message_all_nodes"])
+        / float(framed_r1["cpu_us_per_message_all_nodes"]),
+        3,
     )
     return out
 
@@ -300,11 +304,14 @@ def main() -> str:
                     f"| {r['leader_node_cpu_us_per_message']} "
                     f"| {r['cpu_us_per_chunk_all_nodes']} |")  # fmt: skip
     kv, recorded, consume = result["kv"], result["recorded_frames"], result["consume"]
+    consume_v1 = result["consume_v1"]
     assert isinstance(kv, dict)
     assert isinstance(recorded, dict)
     assert isinstance(consume, dict)
+    assert isinstance(consume_v1, dict)
     _flatten("kv", kv)
     _flatten("consume", consume)
+    _flatten("consume_v1", consume_v1)
     reader = ", ".join(f"{n} {v}" for n, v in consume["cpu_us_per_message_by_node"].items())
     _flatten("recorded", recorded)
     ceiling = result["one_stream_ceiling_messages_per_s_per_leader_core"]
@@ -330,7 +337,10 @@ def main() -> str:
         f"one durable pull consumer reading and acking the K = 1 frames stream (consumer "
         f"leader {consume['consumer_leader'] or '?'}): {consume['messages_per_s']:,} messages/s; "
         f"CPU us per message by node: {reader}; all nodes "
-        f"{consume['cpu_us_per_message_all_nodes']}",
+        f"{consume['cpu_us_per_message_all_nodes']}; the same on the K = 1 v1 stream (one "
+        f"message per chunk): {consume_v1['messages_per_s']:,} messages/s, all nodes "
+        f"{consume_v1['cpu_us_per_message_all_nodes']}, busiest node "
+        f"{consume_v1['max_node_cpu_us_per_message']}",
         "",
         f"step registry (R3 bucket, leader {kv['leader']}): {kv['steps']:,} step assignments, "
         f"{kv['writes_per_step']} writes per step, {kv['steps_per_s']:,} steps/s (one client); "

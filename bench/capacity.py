@@ -86,9 +86,9 @@ def _take(inputs: Inputs, key: str, value: float, source: str) -> None:
 
 
 def _broker(fig: Figures, x: Inputs, frames: bool = True) -> None:
-    """The cluster figures (phase ``shards``) the rows share; ``frames`` false: a publish
-    and a leader's cost per message as the cluster measured one v1 message per chunk (the
-    R3-over-R1 ratios stay the frames', the only wire measured at R1)."""
+    """The cluster figures (phase ``shards``) the rows share; ``frames`` false: a publish,
+    a leader's and a consumer's cost per message as the cluster measured one v1 message per
+    chunk (the R3-over-R1 ratios stay the frames', the only wire measured at R1)."""
     g = fig.get
     cluster = "phase shards: loopback 3-node cluster, R3, S2, recorded streams in frames"
     r3 = g("shards", "k1f_cpu_us_per_message_all_nodes")
@@ -109,11 +109,15 @@ def _broker(fig: Figures, x: Inputs, frames: bool = True) -> None:
           "phase shards: StepRegistry assignments on the R3 bucket, all nodes")  # fmt: skip
     _take(x, "publish_us_per_message", g("shards", f"{layout}_cpu_us_per_message_all_nodes"),
           f"{cluster}, K = 1, all nodes")  # fmt: skip
-    _take(x, "consume_us_per_message", g("shards", "consume_cpu_us_per_message_all_nodes"),
-          "phase shards: one durable pull consumer reading and acking the K = 1 stream, "
-          "all nodes")  # fmt: skip
-    _take(x, "consume_max_us_per_message", g("shards", "consume_max_node_cpu_us_per_message"),
-          "phase shards: the same consumer, its busiest node")  # fmt: skip
+    consume, wire = "consume", "frames"
+    if not frames and _ok(g("shards", "consume_v1_cpu_us_per_message_all_nodes")):
+        consume, wire = "consume_v1", "v1"
+    _take(x, "consume_us_per_message", g("shards", f"{consume}_cpu_us_per_message_all_nodes"),
+          f"phase shards: one durable pull consumer reading and acking the K = 1 {wire} "
+          "stream, all nodes")  # fmt: skip
+    _take(x, "consume_max_us_per_message",
+          g("shards", f"{consume}_max_node_cpu_us_per_message"),
+          f"phase shards: the same consumer on the {wire} stream, its busiest node")  # fmt: skip
 
 
 def paced_inputs(fig: Figures, load: int | None = None, prefix: str = "") -> Inputs:
@@ -431,11 +435,10 @@ def _frames_off_section(fig: Figures, paced: Plan, full: Plan) -> list[str]:
         "(`TOKENWIRE_FRAMES=false`: one v1 message per chunk, the wire the 742 was computed "
         "for), and the same arithmetic gives the baseline: the issue's target (at most half) "
         "as a same-run ratio, for each method. The frames-off broker takes the cluster's "
-        "publish and leader cost per v1 message (phase shards, K = 1, v1); a consumer's "
-        "delivery and ack per message is the one measured on the frames stream (not measured "
-        "for v1 messages: it overstates the frames-off broker if a smaller message costs "
-        "less to deliver); the full-speed columns' broker scales the stack's one server by "
-        "the frames' R3-over-R1 ratio for both wires (the only wire measured at R1).",
+        "publish, leader and consumer cost per v1 message (phase shards, K = 1, v1; a run "
+        "without the v1 consumer's figure takes the frames stream's); the full-speed "
+        "columns' broker scales the stack's one server by the frames' R3-over-R1 ratio for "
+        "both wires (the only wire measured at R1).",
         "",
         *_against_frames_off([("paced model", paced, off), ("full speed", full, off_full)]),
     ]

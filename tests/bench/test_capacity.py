@@ -113,3 +113,19 @@ def test_without_a_frames_off_pass_the_document_says_so() -> None:
     fig = _figures({100: 1.0})
     assert capacity.frames_off_plans(fig) is None
     assert "This run has no frames-off pass" in capacity.render(fig)
+
+
+def test_the_frames_off_broker_takes_the_v1_consumers_cost_when_measured() -> None:
+    fig = _with_frames_off(_figures({100: 1.0}))
+    fig.put("shards", "consume_v1_cpu_us_per_message_all_nodes", 40.0)
+    fig.put("shards", "consume_v1_max_node_cpu_us_per_message", 30.0)
+    offs = capacity.frames_off_plans(fig)
+    assert offs is not None
+    off = capacity.plan(offs[0])
+    # broker per chunk: 1.0 * (30 + 40) + (100 + 40 + 2 * 30) / 100 = 72 us
+    # -> 5e6 * 72e-6 / 0.6 = 600 cores -> 75 nodes of 8 -> 600 cores
+    assert (off.nodes, off.cores["broker"]) == (75, 600)
+    # a leader per chunk: 1.0 * (10 + 30) = 40 us -> 5e6 * 40e-6 / 0.5 = 400 streams
+    assert off.streams == 400
+    # frames on keeps the frames stream's consumer (30 / 25): 785 cores as before
+    assert capacity.plan(capacity.paced_inputs(fig)).total == 785
