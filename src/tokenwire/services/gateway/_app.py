@@ -87,7 +87,11 @@ from tokenwire.services.gateway._resume import (
     key_hash,
     step_ref,
 )
-from tokenwire.services.gateway._retrieve import retrieve_request, retrieve_target
+from tokenwire.services.gateway._retrieve import (
+    NoSuchResponseError,
+    retrieve_request,
+    retrieve_target,
+)
 from tokenwire.services.gateway._routing import Route, resolve, with_identity
 from tokenwire.services.gateway._scrubbed import scrubbed
 from tokenwire.services.gateway._settings import GatewaySettings, check_provider_env
@@ -137,7 +141,10 @@ class Gateway:
         """``GET /v1/responses/{response_id}`` (``_retrieve.py``)."""
         try:
             req, after = retrieve_request(request)
-            target = await retrieve_target(self.deps.steps, request.path_params["response_id"])
+            response_id = request.path_params["response_id"]
+            target = await retrieve_target(self.deps.steps, response_id)
+            if not await self.guard.may_read(request.state.caller, target.identity.session):
+                raise NoSuchResponseError(response_id)  # another tenant's: as an unknown id
         except GatewayError as exc:
             return self._count(request, self._error(OPENAI_RESPONSES, exc, None))
         return self._count(request, await self._resume(OPENAI_RESPONSES, req, target, after))
