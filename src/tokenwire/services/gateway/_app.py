@@ -16,7 +16,6 @@ import contextlib
 import importlib.metadata
 import logging
 import random
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from starlette.applications import Starlette
@@ -393,7 +392,7 @@ def _resumer(settings: GatewaySettings, deps: GatewayDeps) -> Resumer | None:
         ended_after_s=settings.max_step_seconds + settings.ack_timeout_s + 60.0,
         outbox_bytes=settings.caller_buffer_bytes,
     )
-    return Resumer(deps.history, bounds, settings.max_resumers, time.time_ns)  # the broker's clock
+    return Resumer(deps.history, bounds, settings.max_resumers, deps.broker_clock_ns)
 
 
 def _naming(reply: Reply, stream: bool, forwarded: bool) -> Callable[[HeadTap | None], StepNames]:
