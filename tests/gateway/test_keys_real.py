@@ -243,6 +243,35 @@ async def test_a_tenant_cannot_write_into_another_tenants_session(stack: Stack) 
     assert len(await stack.envelopes(a_session)) > before
 
 
+async def test_a_tenant_cannot_retrieve_another_tenants_response(stack: Stack) -> None:
+    """``GET /v1/responses/{id}`` reads a session like the session routes do: a response id
+    of another tenant's step (its id is made from the step) answers as an unknown one."""
+    s = stack.sessions
+
+    async def retrieve(key: str, session: str, stream: bool = False) -> str:
+        client = openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key=key, max_retries=0)
+        try:
+            if stream:
+                events = await client.responses.retrieve(f"resp_tw-0-0-{session}", stream=True)
+                return "".join([getattr(e, "delta", "") async for e in events])
+            return (await client.responses.retrieve(f"resp_tw-0-0-{session}")).output_text
+        finally:
+            await client.close()
+
+    own = await retrieve(KEY_A, s["a"])
+    assert own
+    assert await retrieve(KEY_OPS, s["a"]) == own  # operators read every tenant's
+    assert await retrieve(KEY_A, s["a"], stream=True) == own
+    unknown = f"kz-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(openai.NotFoundError) as not_found:
+        await retrieve(KEY_B, unknown)
+    for session, stream in ((s["a"], False), (s["a"], True), (s["flat"], False)):
+        with pytest.raises(openai.NotFoundError) as refused:
+            await retrieve(KEY_B, session, stream)
+        body = refused.value.response.text.replace(session, unknown)
+        assert body == not_found.value.response.text
+
+
 async def test_two_tenants_naming_the_same_new_session_get_one_owner(stack: Stack) -> None:
     session = f"kn-{uuid.uuid4().hex[:8]}"
     assert await openai_call(stack.url, KEY_B, session)  # B names it first: B's

@@ -10,8 +10,10 @@ provider was called once for the step; the assembler stores one message for it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -105,11 +107,6 @@ SLOW_BODY: dict[str, Any] = {
     "messages": [{"role": "user", "content": "x"}],
     "stream": True,
 }
-SLOW_BODY = {
-    "model": f"openai/{SLOW}",
-    "messages": [{"role": "user", "content": "x"}],
-    "stream": True,
-}
 
 
 async def test_a_step_whose_gateway_died_is_answered_abandoned_never_called_again(
@@ -142,6 +139,49 @@ async def test_a_step_whose_gateway_died_is_answered_abandoned_never_called_agai
                 async for _ in stream:
                     pass
         assert len(scripted.received) == sent
+
+
+DAY_NS = 86_400 * 10**9
+
+
+async def test_past_the_streams_retention_a_retried_step_is_410_never_called_again(
+    nc: Client, topology: Topology
+) -> None:
+    """Past the bound of how long a step can be resumed (docs/gateway.md, "Resuming a
+    step"): a retry a day after the claim still resumes while the stream holds the step's
+    chunks; once retention removed them (here purged from the real stream by the session's
+    subjects, as ``max_age`` or ``max_bytes`` would), the same retry is a 410 in its
+    dialect with ``x-should-retry: false``, and the provider is never called again."""
+    case = cases("chat", SEED)[2]
+    clock = fixed_clock()  # the same ``created`` on every gateway
+    async with scripted_server() as scripted:
+        first = await final_answer_on(nc, topology, scripted.url, case, clock, time.time_ns)
+        calls = len(scripted.received)
+        a_day_later = lambda: time.time_ns() + DAY_NS  # noqa: E731 - the broker's clock, later
+        again = await final_answer_on(nc, topology, scripted.url, case, clock, a_day_later)
+        assert again == first  # still retained: resumed
+        js = nc.jetstream()
+        stream = topology.stream_of(case.session)
+        await js.purge_stream(stream, subject=topology.session_filter(case.session))
+        with pytest.raises(openai.APIStatusError) as gone:
+            await final_answer_on(nc, topology, scripted.url, case, clock, a_day_later)
+        assert len(scripted.received) == calls == 1
+    assert gone.value.status_code == 410
+    assert "no longer retained" in gone.value.message
+    assert gone.value.response.headers["x-should-retry"] == "false"
+
+
+async def final_answer_on(
+    nc: Client, topology: Topology, scripted_url: str, case: Case, clock: Any, broker_clock: Any
+) -> dict[str, Any]:
+    """The case's answer from a fresh gateway whose broker clock is ``broker_clock``."""
+    real = await broker_deps(nc, topology)
+    deps = dataclasses.replace(real.deps, clock_ns=clock, broker_clock_ns=broker_clock)
+    try:
+        async with GatewayServer(rig_settings(scripted_url, topology), deps) as server:
+            return await final_answer(server.url, case, Sent())
+    finally:
+        await real.aclose()
 
 
 async def test_resumers_past_the_cap_get_429_with_retry_after(

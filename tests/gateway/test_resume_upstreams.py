@@ -9,9 +9,9 @@ as the official SDK assembles it; the gateway under test gets the same request c
 the seeded RNG draws, then the SDK's retry, which must get that answer without a second
 upstream call; the assembler then stores one message for the step.
 
-Cut points: one per (upstream, caller) pair, plus one more per upstream, so that each
-upstream gets every cut kind once (before the first byte, mid-text, mid-tool-call, after the
-finish) and every caller at least once: 8 cases, drawn by ``RESUME_SEED`` (printed).
+Cut points: every cut kind (before the first byte, mid-text, mid-tool-call, after the
+finish) for every caller dialect on each upstream, as for the scripted provider's dialects:
+24 cases, each cut's position within its phase drawn by ``RESUME_SEED`` (printed).
 Every combination holds but one, as documented: a Responses caller on a Responses upstream
 gets the provider's own stream (forwarded), and its resumed stream is the gateway's
 rendering of the stored chunks, which keeps the answer's content, names and usage but not
@@ -92,14 +92,12 @@ def phase_events(provider: str, scenario: str, cut: str) -> int:
 
 
 def plan(provider: str, seed: int) -> list[Case]:
-    """Four cases for ``provider``: each cut kind once, each caller at least once (the
-    fourth cut goes to a caller drawn again), in sessions of their own."""
+    """Every (caller, cut kind) pair for ``provider``, in sessions of their own, the cut's
+    position within its phase drawn by the seeded RNG."""
     rng = random.Random(f"{seed}-{provider}")
-    cuts = rng.sample(CUTS, len(CUTS))
-    callers = [*rng.sample(CALLERS, len(CALLERS)), rng.choice(CALLERS)]
     tag = rng.randrange(1 << 30)
     out = []
-    for n, (caller, cut) in enumerate(zip(callers, cuts, strict=True)):
+    for n, (caller, cut) in enumerate((c, k) for c in CALLERS for k in CUTS):
         case = Case(caller, provider, cut, f"up-{tag}-{n}-{caller}-{cut}", rng)
         if cut.startswith("mid-"):
             case.most = min(4, phase_events(provider, case.scenario, cut))

@@ -1,6 +1,7 @@
 """Done-when of the ledger: the costs of the recorded provider streams match genai-prices.
 
-Each recording is folded with its adapter and committed as a step; the ledger line's cost is
+Each recording is folded with its adapter and committed as a step, in every store (memory,
+a SQLite file, PostgreSQL), and its ledger line read back from the store; the line's cost is
 compared with genai-prices called directly on the usage numbers read here from the raw
 recording's JSON (not from our fold), in genai-prices' own terms: input tokens including cache
 reads and writes, output tokens including reasoning. The step's model is the model the raw
@@ -22,7 +23,7 @@ from genai_prices import Usage, calc_price
 from tokenwire.fold import fold
 from tokenwire.providers import normalise_body
 from tokenwire.schemas import ChunkEnvelope
-from tokenwire.store import MemoryStore, StepRecord
+from tokenwire.store import StepRecord, Store
 
 AT_NS = 1_767_571_200 * 10**9  # 2026-01-05T00:00:00Z: the prices in force then
 PROVIDERS = {  # recordings folder -> (tokenwire provider, genai-prices provider id)
@@ -153,7 +154,7 @@ def independent_cost(raw: Raw, provider_id: str) -> int | None:
 
 @pytest.mark.parametrize("name", recordings_list())
 async def test_the_cost_of_a_recorded_stream_is_genai_prices_on_its_raw_usage(
-    recordings: Path, name: str
+    recordings: Path, name: str, store: Store
 ) -> None:
     folder = name.split("/", maxsplit=1)[0]
     provider, provider_id = PROVIDERS[folder]
@@ -164,11 +165,9 @@ async def test_the_cost_of_a_recorded_stream_is_genai_prices_on_its_raw_usage(
         ChunkEnvelope("rec", 0, 0, i, AT_NS + i, provider, raw.model, c)
         for i, c in enumerate(chunks)
     ]
-    store = MemoryStore()
-    [done] = await store.commit([StepRecord("rec", 0, 0, provider, raw.model, envelopes,
-                                            fold(chunks), AT_NS + len(chunks))])  # fmt: skip
-    line = done.usage
-    assert line is not None
+    await store.commit([StepRecord("rec", 0, 0, provider, raw.model, envelopes,
+                                   fold(chunks), AT_NS + len(chunks))])  # fmt: skip
+    [line] = await store.session_usage("rec")  # as the store keeps it
     if raw.usage is None:
         assert (line.usage, line.cost_pusd, line.cost_reason) == (None, None, "no usage reported")
         return

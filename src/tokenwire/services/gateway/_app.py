@@ -16,7 +16,6 @@ import contextlib
 import importlib.metadata
 import logging
 import random
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from starlette.applications import Starlette
@@ -87,7 +86,11 @@ from tokenwire.services.gateway._resume import (
     key_hash,
     step_ref,
 )
-from tokenwire.services.gateway._retrieve import retrieve_request, retrieve_target
+from tokenwire.services.gateway._retrieve import (
+    NoSuchResponseError,
+    retrieve_request,
+    retrieve_target,
+)
 from tokenwire.services.gateway._routing import Route, resolve, with_identity
 from tokenwire.services.gateway._scrubbed import scrubbed
 from tokenwire.services.gateway._settings import GatewaySettings, check_provider_env
@@ -137,7 +140,10 @@ class Gateway:
         """``GET /v1/responses/{response_id}`` (``_retrieve.py``)."""
         try:
             req, after = retrieve_request(request)
-            target = await retrieve_target(self.deps.steps, request.path_params["response_id"])
+            response_id = request.path_params["response_id"]
+            target = await retrieve_target(self.deps.steps, response_id)
+            if not await self.guard.may_read(request.state.caller, target.identity.session):
+                raise NoSuchResponseError(response_id)  # another tenant's: as an unknown id
         except GatewayError as exc:
             return self._count(request, self._error(OPENAI_RESPONSES, exc, None))
         return self._count(request, await self._resume(OPENAI_RESPONSES, req, target, after))
@@ -386,7 +392,7 @@ def _resumer(settings: GatewaySettings, deps: GatewayDeps) -> Resumer | None:
         ended_after_s=settings.max_step_seconds + settings.ack_timeout_s + 60.0,
         outbox_bytes=settings.caller_buffer_bytes,
     )
-    return Resumer(deps.history, bounds, settings.max_resumers, time.time_ns)  # the broker's clock
+    return Resumer(deps.history, bounds, settings.max_resumers, deps.broker_clock_ns)
 
 
 def _naming(reply: Reply, stream: bool, forwarded: bool) -> Callable[[HeadTap | None], StepNames]:

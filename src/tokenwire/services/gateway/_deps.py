@@ -105,7 +105,9 @@ class GatewayDeps:
     - ``store``: returns the store the gateway's read routes use (``GET /v1/usage``); None:
       the gateway has none, and those routes answer 503.
     - ``history``: reads a claimed step back from the broker, for a caller that resumes it
-      (``_step_source.py``); None: a retried step cannot be resumed (it answers 503).
+      (``_step_source.py``); None: a retried step cannot be resumed (it answers 503);
+      ``broker_clock_ns``: the clock a claim's age is read against (the broker's time of
+      the claim's record; Unix ns, as the broker's servers keep it).
     """
 
     upstream: Upstream
@@ -121,3 +123,4 @@ class GatewayDeps:
     owners: SessionOwnership | None = None
     store: Callable[[], Store] | None = None
     history: StepSource | None = None
+    broker_clock_ns: Callable[[], int] = time.time_ns

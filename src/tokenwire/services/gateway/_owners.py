@@ -73,6 +73,23 @@ class SessionGuard:
             if owner.tenant != caller.tenant:
                 raise SessionNotFoundError(session, param=SESSION_HEADER)
 
+    async def may_read(self, caller: Caller, session: str) -> bool:
+        """Whether ``caller`` may read ``session``'s steps: an operator reads every tenant's,
+        a tenant its own (:class:`BrokerUnavailableError` when the broker does not answer).
+        Nothing is recorded: a read never makes a session anybody's."""
+        if not self._active or caller.operator:
+            return True
+        recalled = self._recalled(session)
+        if recalled is not None and recalled[0] == caller.tenant:
+            return True
+        if self._owners is None:  # create_app refuses tenants without owners
+            raise BrokerUnavailableError("no session owner records configured")
+        try:
+            owner = await self._owners.retained(session)
+        except BrokerError as exc:
+            raise BrokerUnavailableError(f"the session owner lookup failed: {exc}") from exc
+        return owner is not None and owner.tenant == caller.tenant
+
     async def _owner(self, session: str, ours: Owner) -> Owner:
         if self._owners is None:  # create_app refuses tenants without owners
             raise BrokerUnavailableError("no session owner records configured")

@@ -8,6 +8,8 @@ event after ``starting_after`` on, then live until the step ends. Every Response
 resumable: its id is made from its step (``resp_tw-<turn>-<step>-<session>``) or, when the
 caller saw a provider's id, mapped to the step in the registry once its first chunk was
 published. No provider is ever called. Unknown ids: 404; the step gone from the broker: 410.
+With tenant keys, another tenant's response answers exactly as an unknown id (the gateway's
+``SessionGuard.may_read``, as the session routes).
 """
 
 from __future__ import annotations
