@@ -144,6 +144,11 @@ async def test_a_step_whose_gateway_died_is_answered_abandoned_never_called_agai
 DAY_NS = 86_400 * 10**9
 
 
+def a_day_later() -> int:
+    """The broker's clock a day after now: every claim made now is a day old."""
+    return time.time_ns() + DAY_NS
+
+
 async def test_past_the_streams_retention_a_retried_step_is_410_never_called_again(
     nc: Client, topology: Topology
 ) -> None:
@@ -157,7 +162,6 @@ async def test_past_the_streams_retention_a_retried_step_is_410_never_called_aga
     async with scripted_server() as scripted:
         first = await final_answer_on(nc, topology, scripted.url, case, clock, time.time_ns)
         calls = len(scripted.received)
-        a_day_later = lambda: time.time_ns() + DAY_NS  # noqa: E731 - the broker's clock, later
         again = await final_answer_on(nc, topology, scripted.url, case, clock, a_day_later)
         assert again == first  # still retained: resumed
         js = nc.jetstream()

@@ -82,22 +82,26 @@ class SessionGuard:
         recalled = self._recalled(session)
         if recalled is not None and recalled[0] == caller.tenant:
             return True
-        if self._owners is None:  # create_app refuses tenants without owners
-            raise BrokerUnavailableError("no session owner records configured")
-        try:
-            owner = await self._owners.retained(session)
-        except BrokerError as exc:
-            raise BrokerUnavailableError(f"the session owner lookup failed: {exc}") from exc
+        owner = await self._lookup(session, None)
         return owner is not None and owner.tenant == caller.tenant
 
     async def _owner(self, session: str, ours: Owner) -> Owner:
+        owner = await self._lookup(session, ours)
+        assert owner is not None  # adopted when none was recorded
+        return owner
+
+    async def _lookup(self, session: str, adopt: Owner | None) -> Owner | None:
+        """The session's recorded owner; with ``adopt``, that owner is recorded when none
+        was (the first writer's)."""
         if self._owners is None:  # create_app refuses tenants without owners
             raise BrokerUnavailableError("no session owner records configured")
         try:
             owner = await self._owners.retained(session)
-            return owner if owner is not None else await self._owners.adopt(session, ours)
+            if owner is None and adopt is not None:
+                owner = await self._owners.adopt(session, adopt)
         except BrokerError as exc:
             raise BrokerUnavailableError(f"the session owner lookup failed: {exc}") from exc
+        return owner
 
     def _recalled(self, session: str) -> tuple[str | None] | None:
         entry = self._known.get(session)
