@@ -1,6 +1,6 @@
 """Frames (issue 27 part 2, ADR 0024): the whole stack with frames off (one v1 message per
 chunk, the code before frames), with frames and no linger, and with frames and lingers of
-50, 100 (the default) and 200 ms; every variant a fresh stack (``bench._procs.full_stack``:
+50, 100 and 200 (the default) ms; every variant a fresh stack (``bench._procs.full_stack``:
 nats-server, scripted provider, gateway, assembler to SQLite, telemetry, each a process).
 
 Per variant, in one run (``python -m bench frames --no-docs``, ~2 min):
@@ -37,8 +37,8 @@ VARIANTS: tuple[tuple[str, dict[str, str]], ...] = (
     ("v1, frames off", {"TOKENWIRE_FRAMES": "false"}),
     ("frames, linger 0", {"TOKENWIRE_FRAME_LINGER_MS": "0"}),
     ("frames, linger 50 ms", {"TOKENWIRE_FRAME_LINGER_MS": "50"}),
-    ("frames, linger 100 ms (default)", {}),
-    ("frames, linger 200 ms", {"TOKENWIRE_FRAME_LINGER_MS": "200"}),
+    ("frames, linger 100 ms", {"TOKENWIRE_FRAME_LINGER_MS": "100"}),
+    ("frames, linger 200 ms (default)", {}),
 )
 SESSIONS = 50
 FRAGMENTS = 100

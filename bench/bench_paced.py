@@ -3,7 +3,7 @@ streaming at 50 tokens/s each.
 
 One fresh stack (``bench._procs.full_stack``: nats-server, scripted provider, gateway,
 assembler to SQLite, telemetry, each a process) with the defaults a deployment gets: frames on
-with the 100 ms linger (ADR 0024), S2 on the chunk stream (ADR 0023), one shard, R1. Phases,
+with the 200 ms linger (ADR 0024), S2 on the chunk stream (ADR 0023), one shard, R1. Phases,
 in order, on that one stack:
 
 - **idle** (:data:`IDLE_S`): every process's CPU with no load, its per-time cost (heartbeats,

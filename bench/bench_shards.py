@@ -9,9 +9,9 @@ provider streams of ``bench_compression`` (real chunks, ``Nats-Msg-Id`` headers,
 deployed), published two ways:
 
 - ``v1``: one message per chunk (frames off, the wire before ADR 0024);
-- ``frames``: as the gateway frames a step at 50 tokens/s with the 100 ms linger: the first
+- ``frames``: as the gateway frames a step at 50 tokens/s with the 200 ms linger: the first
   chunk alone, the last (the finish) alone, the others in frames of :data:`PER_FRAME`
-  (the paced bench measures ~6 chunks per frame at that pace).
+  (the paced bench measures ~10 chunks per frame at that pace).
 
 Layouts: K = 1 v1, K = 1 frames, K = 3 frames (leaders spread by provisioning), all R3 on
 the cluster; then :data:`STEPS` step assignments through the real ``StepRegistry`` (the
@@ -54,7 +54,7 @@ from tokenwire.broker import (
 from tokenwire.schemas import FRAME_TAIL, frame_head, frame_item
 
 CHUNKS = 100_000
-PER_FRAME = 6
+PER_FRAME = 10
 STEPS = 10_000
 FIGURES: dict[str, float] = {}
 _READY_S = 60.0

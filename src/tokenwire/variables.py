@@ -125,7 +125,7 @@ VARIABLES: tuple[Variable, ...] = (
              "Publish a step's consecutive chunks in frames, several per broker message "
              "(schema version 2); `false`: one version-1 message per chunk (for a rolling "
              "upgrade: readers first, then frames).", ("gateway", *STACK_COMMANDS)),
-    Variable("TOKENWIRE_FRAME_LINGER_MS", "frame-linger-ms", "`100`",
+    Variable("TOKENWIRE_FRAME_LINGER_MS", "frame-linger-ms", "`200`",
              "How long a frame may wait for more chunks of its step before it is published "
              "(0 to 1000; 0: each provider read's chunks go at once). Never delays the "
              "caller's stream; a step's first chunk and its end go at once.",

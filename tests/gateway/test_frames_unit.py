@@ -56,7 +56,7 @@ async def test_the_first_chunk_goes_alone_and_the_rest_in_frames_of_consecutive_
     assert frames[0] == [0]
     assert all(f == list(range(f[0], f[-1] + 1)) for f in frames)  # consecutive, in order
     assert [o for f in frames for o in f] == list(range(len(envs)))
-    # the canned upstream reads 97 bytes at a time, far faster than the 100 ms linger: the
+    # the canned upstream reads 97 bytes at a time, far faster than the 200 ms linger: the
     # rest of the step lingers into one frame, sent at the finish
     assert len(frames) == 2
     first = [m for m in rig.sink.messages if m.envelope.ordinal == 0]
@@ -199,10 +199,10 @@ async def test_a_flush_waits_for_every_linger_send_even_one_its_wait_lets_start(
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
-        ({}, FramePolicy(frames=True, linger_ms=100)),
+        ({}, FramePolicy(frames=True, linger_ms=200)),
         ({"TOKENWIRE_FRAME_LINGER_MS": "0"}, FramePolicy(frames=True, linger_ms=0)),
         ({"TOKENWIRE_FRAME_LINGER_MS": "1000"}, FramePolicy(frames=True, linger_ms=1000)),
-        ({"TOKENWIRE_FRAMES": "false"}, FramePolicy(frames=False, linger_ms=100)),
+        ({"TOKENWIRE_FRAMES": "false"}, FramePolicy(frames=False, linger_ms=200)),
     ],
 )
 def test_framing_settings_from_the_environment(env: dict[str, str], expected: FramePolicy):

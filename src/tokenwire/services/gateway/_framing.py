@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from tokenwire.schemas import FRAME_TAIL, StreamChunk, frame_item
 
-DEFAULT_LINGER_MS = 100
+DEFAULT_LINGER_MS = 200
 """The default linger (docs/adr/0024-chunk-frames.md: the measurement that chose it)."""
 MAX_LINGER_MS = 1000
 """The largest linger accepted: a frame is at most this late on the broker (tail, viewer,

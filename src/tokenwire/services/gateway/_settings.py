@@ -75,7 +75,7 @@ class GatewaySettings:
       ``provision``: create/update it at start (off when a provisioner owns it).
     - ``store_url``: the store the session and message routes read (``TOKENWIRE_STORE``).
     - ``framing``: chunks in frames (``TOKENWIRE_FRAMES``, default on) and how long a frame
-      may linger for more chunks (``TOKENWIRE_FRAME_LINGER_MS``, 0 to 1000, default 100;
+      may linger for more chunks (``TOKENWIRE_FRAME_LINGER_MS``, 0 to 1000, default 200;
       ``_framing.py``, ADR 0024).
     - ``step_retries``, ``step_retry_s``: the bound of the step registry's retries while its
       KV bucket elects a leader (count, total seconds of one assignment); past it 503.
