@@ -196,6 +196,35 @@ async def test_a_flush_waits_for_every_linger_send_even_one_its_wait_lets_start(
     assert not framer.holding
 
 
+async def test_append_takes_chunks_without_a_wait_until_the_next_would_overfill_the_frame():
+    """The step's no-wait path: each chunk joins the open frame while it fits; the one that
+    would take the frame past its payload limit is refused and changes nothing held."""
+    sent: list[bytes] = []
+    limit = 400
+
+    async def send(payload: bytes, ordinal: int) -> None:
+        sent.append(payload)
+
+    def head(ordinal: int, time_ns: int) -> tuple[bytes, int]:
+        return frame_head("s", 0, 0, ordinal, time_ns, "p", "m"), limit
+
+    framer = Framer(0.0, head, send)
+    chunk = TextDelta(0, "x" * 40)
+    ordinal = 1
+    while framer.append(chunk, ordinal, 1_000 + ordinal):
+        ordinal += 1
+    assert framer.holding
+    await framer.flush()
+    [payload] = sent
+    assert [e.ordinal for e in chunk_envelopes(payload)] == list(range(1, ordinal))
+    assert [e.time_ns for e in chunk_envelopes(payload)] == [1_000 + o for o in range(1, ordinal)]
+    assert len(payload) <= limit
+    refused = b'[%d,{"type":"text-delta","index":0,"text":"%s"}]' % (ordinal - 1, b"x" * 40)
+    assert len(payload) + 1 + len(refused) > limit  # the refused chunk would not have fitted
+    assert framer.append(chunk, ordinal, 1_000 + ordinal)  # no frame open: it opens one
+    assert framer.holding
+
+
 @pytest.mark.parametrize(
     ("env", "expected"),
     [

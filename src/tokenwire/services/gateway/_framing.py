@@ -105,15 +105,27 @@ class Framer:
     async def add(self, chunk: StreamChunk, ordinal: int, time_ns: int) -> None:
         """Append ``chunk`` as ``ordinal``; the frame goes first when it would not fit. Raises
         :class:`ChunkTooLargeForFrame` (nothing held changed) when it fits in no frame."""
-        frame = self._frame
-        if frame is not None:
-            item = frame_item(time_ns - frame.time_ns, chunk)
-            grown = frame.size + 1 + len(item)
-            if grown <= frame.limit and grown <= FRAME_TARGET_BYTES:
-                frame.items.append(item)
-                frame.size = grown
-                return
+        if not self.append(chunk, ordinal, time_ns):
             await self.flush()
+            self._open(chunk, ordinal, time_ns)
+
+    def append(self, chunk: StreamChunk, ordinal: int, time_ns: int) -> bool:
+        """:meth:`add` without waiting: ``chunk`` joins the open frame (or opens one) and True;
+        False, nothing changed, when the open frame is too full for it (:meth:`add` sends the
+        frame first). Raises :class:`ChunkTooLargeForFrame` as :meth:`add` does."""
+        frame = self._frame
+        if frame is None:
+            self._open(chunk, ordinal, time_ns)
+            return True
+        item = frame_item(time_ns - frame.time_ns, chunk)
+        grown = frame.size + 1 + len(item)
+        if grown > frame.limit or grown > FRAME_TARGET_BYTES:
+            return False
+        frame.items.append(item)
+        frame.size = grown
+        return True
+
+    def _open(self, chunk: StreamChunk, ordinal: int, time_ns: int) -> None:
         head, limit = self._head(ordinal, time_ns)
         frame = _Frame(head, ordinal, time_ns, limit, self._loop.time())
         item = frame_item(0, chunk)

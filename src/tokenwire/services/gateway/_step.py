@@ -427,7 +427,8 @@ class StepRun:
             chunk = self._scrubbed(chunk)
             if first and chunk.error is not None:
                 await self._fail_before_start(chunk, chunk.error)
-        await self._publish(chunk)
+        if not self._framed_now(chunk):
+            await self._publish(chunk)
         if isinstance(chunk, Finish):
             self.finish = chunk
         elif isinstance(chunk, Usage) and self._call is not None:
@@ -471,6 +472,25 @@ class StepRun:
             await self._frame(ident, chunk)
         self._ledger.note(chunk)
 
+    def _framed_now(self, chunk: StreamChunk) -> bool:
+        """Publish ``chunk`` into the step's open frame without waiting, as :meth:`_publish`
+        would: most chunks of a step (a delta past the first chunk, with room in the frame).
+        False, nothing changed, for any other: the first chunk and a finish (they go at once),
+        a full frame (it goes first), a chunk to fit, frames off (no framer)."""
+        framer = self._framer
+        if framer is None or self._ordinal == 0 or type(chunk) is Finish:
+            return False
+        now = self._deps.clock_ns()
+        try:
+            if not framer.append(chunk, self._ordinal, now):
+                return False
+        except ChunkTooLargeForFrame:
+            return False
+        self._last_ns = now
+        self._counted()
+        self._ledger.note(chunk)
+        return True
+
     async def _frame(self, ident: StepIdentity, chunk: StreamChunk) -> None:
         """Add the chunk to the step's frame (fitted first when it fits in no frame); the
         first chunk and a finish go at once."""
@@ -493,10 +513,14 @@ class StepRun:
 
     async def _framed(self, framer: Framer, chunk: StreamChunk, now: int) -> None:
         await framer.add(chunk, self._ordinal, now)
-        self._ordinal += 1
+        self._counted()
         if self._ordinal == 1:
             await framer.flush()  # the first chunk goes alone, at once (on ``.first``)
-        elif self._ordinal % _COUNT_EVERY == 0:
+
+    def _counted(self) -> None:
+        """One more chunk published (the Prometheus counter moves in groups)."""
+        self._ordinal += 1
+        if self._ordinal % _COUNT_EVERY == 0:
             self._chunk_counter.inc(_COUNT_EVERY)
 
     def _new_framer(self, ident: StepIdentity) -> Framer:
@@ -556,9 +580,7 @@ class StepRun:
             raise
         except BrokerError as exc:
             raise BrokerUnavailableError(f"the broker did not accept the step: {exc}") from exc
-        self._ordinal += 1
-        if self._ordinal % _COUNT_EVERY == 0:
-            self._chunk_counter.inc(_COUNT_EVERY)
+        self._counted()
 
     async def _publish_fitted(self, ident: StepIdentity, chunk: StreamChunk, room: int) -> None:
         """A chunk over the broker's message size: split, by reference, or the step's end."""
