@@ -387,6 +387,8 @@ def _plan_table(rows: list[tuple[Inputs, Plan]]) -> list[str]:
     row("partitions", [f"{p.partitions:,}" for _, p in rows])
     row("step-registry bucket leader, share of a core (one bucket)",
         [f"{p.kv_leader_share:.2f}" for _, p in rows])  # fmt: skip
+    row(f"step-registry buckets (`TOKENWIRE_REGISTRY_SHARDS`; each leader <= {LEADER_FRACTION:g}"
+        " core)", [f"{math.ceil(p.kv_leader_share / LEADER_FRACTION)}" for _, p in rows])  # fmt: skip
     row("**total cores** (gateway + assembler + telemetry + broker)",
         [f"**{p.total:,}**" for _, p in rows])  # fmt: skip
     row(f"against today's {TODAY_CORES} (target <= {TODAY_CORES // 2})",
@@ -574,8 +576,9 @@ def render(fig: Figures, preliminary: bool = True) -> str:
         "",
         "## The step registry and the events stream",
         "",
-        "Both take writes per step, not per chunk: the registry is one KV bucket (one raft "
-        f"group), {paced['kv_writes_per_step']:.0f} writes per step (the pointer's "
+        "Both take writes per step, not per chunk: the registry is R KV buckets "
+        "(`TOKENWIRE_REGISTRY_SHARDS`, a raft group each, a session's keys in one of them), "
+        f"{paced['kv_writes_per_step']:.0f} writes per step (the pointer's "
         "compare-and-set and the claim's create), the events stream one stream, "
         f"{paced['event_writes_per_step']:.0f} writes per step. At {SESSIONS:,} sessions x "
         f"{TOKENS_PER_S:g} tokens/s (the events leader's cost per write taken as a chunk "
@@ -590,14 +593,15 @@ def render(fig: Figures, preliminary: bool = True) -> str:
         + (
             ""
             if p.kv_leader_share <= LEADER_FRACTION
-            else "the registry would have to be sharded by session like the chunk streams (not "
-            "built: one bucket today), or steps be longer. "
+            else f"set `TOKENWIRE_REGISTRY_SHARDS={math.ceil(p.kv_leader_share / LEADER_FRACTION)}` "
+            '(docs/operations.md, "The step registry\'s shards"), or steps be longer. '
         )
         + (
             "One events stream suffices."
             if p.events_leader_share <= LEADER_FRACTION
             else "The events stream, one raft group, is past the bound as well at that step "
-            "length (the same remedies)."
+            "length: it is not sharded (not built), so such a fleet needs longer steps or the "
+            "events split by session like the chunk streams."
         ),
         "",
         "## Retention: hours of replay per GiB",

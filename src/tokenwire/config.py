@@ -10,6 +10,7 @@
 | ``TOKENWIRE_PARTITIONS`` | ``16`` |
 | ``TOKENWIRE_SHARDS`` | ``1``: chunk streams, each owning a contiguous range of partitions |
 | ``TOKENWIRE_SHARD_TAGS`` | absent: JetStream places the shards; else tag ``k mod n`` per shard |
+| ``TOKENWIRE_REGISTRY_SHARDS`` | ``1``: step-registry KV buckets, by session; fixed once deployed |
 | ``TOKENWIRE_REPLICAS`` | ``1`` (3 in a three-node cluster) |
 | ``TOKENWIRE_RETENTION_BYTES`` | ``4GiB``: the chunk streams' byte budget, split over the shards |
 | ``TOKENWIRE_RETENTION_AGE_S`` | ``604800`` (7 days): the oldest chunk kept |
@@ -39,6 +40,9 @@ DEFAULT_RETENTION_AGE_S = 7 * 24 * 3600.0
 DEFAULT_COMPRESSION = "s2"
 """Chosen by measurement (docs/adr/0023-shards-compression-retention-budget.md)."""
 COMPRESSIONS = ("s2", "none")
+MAX_REGISTRY_SHARDS = 64
+"""The most step-registry buckets (``TOKENWIRE_REGISTRY_SHARDS``): 64 buckets at half a core
+each carry ~2.4M registry writes/s (docs/capacity.md), far past any fleet measured here."""
 _BYTE_UNITS = {"": 1, "B": 1, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB": 1024**4,
                "KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4}  # fmt: skip
 _BYTES = re.compile(r"\s*(\d+)\s*([A-Za-z]*)\s*")
@@ -74,6 +78,7 @@ class Settings:
     retention_bytes: int = DEFAULT_RETENTION_BYTES
     retention_age_s: float = DEFAULT_RETENTION_AGE_S
     compression: str = DEFAULT_COMPRESSION
+    registry_shards: int = 1
 
     @property
     def nats_url(self) -> str | None:
@@ -112,6 +117,9 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
                                       env.get("TOKENWIRE_RETENTION_AGE_S", "604800")),
         compression=parse_choice("TOKENWIRE_COMPRESSION", env.get("TOKENWIRE_COMPRESSION",
                                  DEFAULT_COMPRESSION), COMPRESSIONS),
+        registry_shards=parse_int("TOKENWIRE_REGISTRY_SHARDS",
+                                  env.get("TOKENWIRE_REGISTRY_SHARDS", "1"), 1,
+                                  MAX_REGISTRY_SHARDS),
     )  # fmt: skip
 
 

@@ -11,7 +11,13 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from tests.fixtures.broker import close_client
-from tokenwire.broker import StepClaimConflict, StepRegistry, Topology, connect
+from tokenwire.broker import (
+    RegistryBucket,
+    StepClaimConflict,
+    StepRegistry,
+    Topology,
+    connect,
+)
 from tokenwire.broker._kvwrite import KvWriter
 
 
@@ -135,7 +141,7 @@ async def test_a_write_nobody_acknowledges_fails_within_the_bound(
     await nc.subscribe("$KV.silent.>", cb=swallow)
     kv = await nc.jetstream().key_value(topology.steps_bucket)
     writer = await KvWriter(nc, "silent").start()
-    steps = StepRegistry(kv, writer, timeout_s=0.3, retries=2, retry_s=5.0)
+    steps = StepRegistry([RegistryBucket(kv, writer)], timeout_s=0.3, retries=2, retry_s=5.0)
     bounded = r"no KV ack within 0\.3 s \(after 2 retries within 5\.0 s\)"
     with pytest.raises(StepRegistryError, match=bounded):
         await steps.claim("quiet", 0, 0)
@@ -143,7 +149,7 @@ async def test_a_write_nobody_acknowledges_fails_within_the_bound(
     with pytest.raises(StepRegistryError, match=bounded):
         await steps.next_step("quiet", new_turn=True)
     # the total time bounds the retries too: a budget of 0.5 s ends after two 0.25 s waits
-    short = StepRegistry(kv, writer, timeout_s=0.25, retries=100, retry_s=0.5)
+    short = StepRegistry([RegistryBucket(kv, writer)], timeout_s=0.25, retries=100, retry_s=0.5)
     with pytest.raises(StepRegistryError, match=r"within 0\.5 s"):
         await short.claim("quieter", 0, 0)
     assert swallowed.count("$KV.silent.quieter.0.0") <= 3
@@ -176,7 +182,9 @@ async def test_writes_that_landed_unacknowledged_are_resent_and_found_ours(
     kv = await nc.jetstream().key_value(topology.steps_bucket)
     writer = await _LosesAcks(nc, topology.steps_bucket, lost=2).start()
     assert isinstance(writer, _LosesAcks)
-    steps = StepRegistry(kv, writer, timeout_s=0.3, retries=4, retry_s=10.0, js=nc.jetstream())
+    steps = StepRegistry(
+        [RegistryBucket(kv, writer)], timeout_s=0.3, retries=4, retry_s=10.0, js=nc.jetstream()
+    )
     assert await steps.next_step("lossy", new_turn=True) == (0, 0)
     assert writer.lost == 0
     assert await steps.next_step("lossy", new_turn=False) == (0, 1)
@@ -253,7 +261,9 @@ async def test_a_guess_whose_writes_landed_unacknowledged_is_still_ours(
     pointer names (0, 0): the step is ours, no gap."""
     kv = await nc.jetstream().key_value(topology.steps_bucket)
     writer = await _LosesAcks(nc, topology.steps_bucket, lost=2).start()
-    steps = StepRegistry(kv, writer, timeout_s=0.3, retries=4, retry_s=10.0, js=nc.jetstream())
+    steps = StepRegistry(
+        [RegistryBucket(kv, writer)], timeout_s=0.3, retries=4, retry_s=10.0, js=nc.jetstream()
+    )
     guessed = await steps.begin_next_step("lossy-fresh", new_turn=True, fresh=True)
     assert await guessed.result() == (0, 0)
     assert await steps.next_step("lossy-fresh", new_turn=False) == (0, 1)

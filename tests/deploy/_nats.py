@@ -201,13 +201,15 @@ def run_provision(
     timeout_s: float = 40.0,
     shards: int = 1,
     command: tuple[str, ...] | None = None,
+    registry_shards: int = 1,
 ) -> subprocess.CompletedProcess[str]:
     """``tokenwire provision`` (or ``command``, e.g. ``("reshard",)``), with the environment
     compose's service and the Job give it (the services' ``TOKENWIRE_PROVISION=0`` included:
     it must not stop provisioning)."""
     env = {k: v for k, v in server_env().items() if not k.startswith("TOKENWIRE_")}
     env |= {"TOKENWIRE_REPLICAS": str(replicas), "TOKENWIRE_PARTITIONS": "16",
-            "TOKENWIRE_PROVISION": "0", "TOKENWIRE_SHARDS": str(shards)}  # fmt: skip
+            "TOKENWIRE_PROVISION": "0", "TOKENWIRE_SHARDS": str(shards),
+            "TOKENWIRE_REGISTRY_SHARDS": str(registry_shards)}  # fmt: skip
     if urls is not None:
         env["TOKENWIRE_NATS_URL"] = urls
     args = command or ("provision", "--timeout", str(timeout_s))
@@ -217,8 +219,8 @@ def run_provision(
     )  # fmt: skip
 
 
-def provision(urls: str, replicas: int, shards: int = 1) -> None:
+def provision(urls: str, replicas: int, shards: int = 1, registry_shards: int = 1) -> None:
     """Provision as the compose service and the Kubernetes Job do; fail the test if it fails."""
-    result = run_provision(urls, replicas, shards=shards)
+    result = run_provision(urls, replicas, shards=shards, registry_shards=registry_shards)
     assert result.returncode == 0, result.stderr
     assert f"{replicas} replicas) ready" in result.stdout

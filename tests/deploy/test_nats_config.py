@@ -150,7 +150,9 @@ def test_replay_readers_may_delete_and_pull_consumers_but_never_a_durable_one(bl
     t = Topology()
     durables = [t.assembler_consumer(p) for p in range(t.partitions)]
     durables.append(t.telemetry_consumer)
-    others = (t.events_stream, t.dlq_stream, f"KV_{t.steps_bucket}", f"KV_{t.members_bucket}")
+    registry = (*Topology().registry_buckets, *Topology(registry_shards=3).registry_buckets)
+    others = (t.events_stream, t.dlq_stream, *(f"KV_{b}" for b in registry),
+              f"KV_{t.members_bucket}")  # fmt: skip
     assert sorted(_publish(block, "deny")) == sorted(
         [f"$JS.API.CONSUMER.DELETE.*.{d}" for d in durables]
         + [f"$JS.API.CONSUMER.CREATE.*.{d}.>" for d in durables]
@@ -220,6 +222,12 @@ async def _gateway_publishes(conn: Connection, topology: Topology) -> None:
     await steps.claim("sess-a", 0, 0)
     assert await steps.next_step("sess-b", True) == (0, 0)
     assert await steps.next_step("sess-b", False) == (0, 1)
+    sessions = [f"sess-r{i}" for i in range(12)]  # with R = 3, every bucket is written
+    for session in sessions:
+        assert await steps.next_step(session, True) == (0, 0)
+    assert {topology.registry_bucket_of(s) for s in sessions} == set(topology.registry_buckets)
+    record = await steps.record("sess-a", 0, 0)  # a read from the bucket's leader
+    assert record is not None
     publisher = await ChunkPublisher(conn.nc, topology).start()
     for ordinal, chunk in enumerate(STEP):
         envelope = ChunkEnvelope("sess-a", 0, 0, ordinal, 1_000 + ordinal, "p", "m", chunk)
@@ -278,14 +286,18 @@ async def _telemetry_consumes(conn: Connection, topology: Topology) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shards", [1, 3])
-async def test_each_user_may_do_its_job_and_nothing_else(tmp_path: Path, shards: int) -> None:
-    """The same committed file for every TOKENWIRE_SHARDS (the stream names change with it)."""
+@pytest.mark.parametrize(("shards", "registry_shards"), [(1, 1), (3, 3)])
+async def test_each_user_may_do_its_job_and_nothing_else(
+    tmp_path: Path, shards: int, registry_shards: int
+) -> None:
+    """The same committed file for every TOKENWIRE_SHARDS (the stream names change with it)
+    and for the registry's R = 1 and R = 3 (its bucket names too)."""
     port = free_port()
     node = Node(_single_node_config(tmp_path, port), NodePorts(port, 0, 0), "single")
     with running([node]):
-        provision(node.url("provisioner"), replicas=1, shards=shards)
-        topology = Topology(shards=shards)
+        provision(node.url("provisioner"), replicas=1, shards=shards,
+                  registry_shards=registry_shards)  # fmt: skip
+        topology = Topology(shards=shards, registry_shards=registry_shards)
         users = ("gateway", "assembler", "telemetry", "operator")
         conns = {u: await connect_as(u, node.url(u)) for u in users}
         try:

@@ -84,7 +84,9 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _base_env(workdir: Path, nats_urls: str, store_url: str, shards: int) -> dict[str, str]:
+def _base_env(
+    workdir: Path, nats_urls: str, store_url: str, shards: int, registry_shards: int = 1
+) -> dict[str, str]:
     env = {k: v for k, v in server_env().items() if not k.startswith("TOKENWIRE_")}
     return env | {
         "TOKENWIRE_NATS_URL": nats_urls,
@@ -92,16 +94,18 @@ def _base_env(workdir: Path, nats_urls: str, store_url: str, shards: int) -> dic
         "TOKENWIRE_PROVISION": "0",
         "TOKENWIRE_PARTITIONS": "16",
         "TOKENWIRE_SHARDS": str(shards),
+        "TOKENWIRE_REGISTRY_SHARDS": str(registry_shards),
         "TOKENWIRE_REPLICAS": "3",
         "TOKENWIRE_DATA_DIR": str(workdir / "data"),
     }
 
 
 def gateway(
-    workdir: Path, nats_urls: str, store_url: str, scripted_url: str, tag: str, shards: int = 1
-) -> Service:
+    workdir: Path, nats_urls: str, store_url: str, scripted_url: str, tag: str, shards: int = 1,
+    registry_shards: int = 1,
+) -> Service:  # fmt: skip
     port = free_port()
-    env = _base_env(workdir, nats_urls, store_url, shards) | {
+    env = _base_env(workdir, nats_urls, store_url, shards, registry_shards) | {
         "TOKENWIRE_GATEWAY_ADDR": f"127.0.0.1:{port}",
         "TOKENWIRE_GATEWAY_KEYS": GATEWAY_KEY,
         "TOKENWIRE_SCRIPTED_BASE_URL": scripted_url,
@@ -121,9 +125,10 @@ def assembler(
     tag: str,
     abandon_s: float = 5.0,
     shards: int = 1,
+    registry_shards: int = 1,
 ) -> Service:
     port = free_port()
-    env = _base_env(workdir, nats_urls, store_url, shards) | {
+    env = _base_env(workdir, nats_urls, store_url, shards, registry_shards) | {
         "TOKENWIRE_ASSEMBLER_PROVISION": "0",
         "TOKENWIRE_ASSEMBLER_METRICS_ADDR": f"127.0.0.1:{port}",
         "TOKENWIRE_ASSEMBLER_ABANDON_TIMEOUT_S": str(abandon_s),

@@ -3,7 +3,9 @@ the shard leaders sit on at least two nodes, a load of sessions through the real
 assembler (processes, as their deployed users) lands on all four streams, and SIGKILL of the
 node leading the most shards, mid-load, loses nothing and doubles nothing: every session's
 stored messages equal the scripted ground truth and replay verification passes for each;
-provisioning again spreads the leaders the survivors took over.
+provisioning again spreads the leaders the survivors took over. The step registry is
+sharded too (R = 3 buckets, each a raft group of its own), so the kill also takes registry
+leaders: assignments ride out their elections, and every bucket took sessions.
 
 CI runs it small (``TOKENWIRE_FAULTS_SHARD_SESSIONS``, 24); the measured run uses 200.
 """
@@ -28,7 +30,8 @@ from tokenwire.services.scripted_provider import ScriptedServer
 from tokenwire.store import open_store
 
 SHARDS = 4
-TOPOLOGY = Topology(partitions=16, shards=SHARDS, replicas=3)
+REGISTRY_SHARDS = 3
+TOPOLOGY = Topology(partitions=16, shards=SHARDS, replicas=3, registry_shards=REGISTRY_SHARDS)
 SESSIONS = int(_size("TOKENWIRE_FAULTS_SHARD_SESSIONS", 24, 4))
 CASE_BOUND_S = 240.0 + 2 * SESSIONS
 
@@ -40,7 +43,7 @@ async def test_four_shards_spread_take_the_load_and_survive_a_leader_node_kill(
     cluster = Cluster.start(tmp_path)
     try:
         await cluster.wait_healthy()
-        await asyncio.to_thread(provision, cluster.urls("provisioner"), 3, SHARDS)
+        await asyncio.to_thread(provision, cluster.urls("provisioner"), 3, SHARDS, REGISTRY_SHARDS)
         await asyncio.wait_for(_case(tmp_path, cluster), CASE_BOUND_S)
     finally:
         cluster.stop()
@@ -51,16 +54,18 @@ async def _case(workdir: Path, cluster: Cluster) -> None:
     operator = conn.nc
     leaders = await shard_leaders(operator, TOPOLOGY)
     per_node = Counter(leaders.values())
+    registry_leaders = {b: await _leader(operator, f"KV_{b}") for b in TOPOLOGY.registry_buckets}
+    assert len(set(registry_leaders.values())) >= 2, registry_leaders  # spread as the shards are
     assert len(per_node) >= 2, leaders  # one raft group per shard, spread by provisioning
     assert max(per_node.values()) <= 2, leaders  # ceil(4 shards / 3 nodes)
     store_url = f"sqlite:///{workdir / 'store.db'}"
     port = free_port()
     scripted_url = f"http://127.0.0.1:{port}"
     gateway = svc.gateway(workdir, cluster.urls("gateway"), store_url, scripted_url, "k",
-                          shards=SHARDS)  # fmt: skip
+                          shards=SHARDS, registry_shards=REGISTRY_SHARDS)  # fmt: skip
     # the abandonment timeout must outlast an election (see docs/reliability.md)
     assembler = svc.assembler(workdir, cluster.urls("assembler"), store_url, "k", 60.0,
-                              shards=SHARDS)  # fmt: skip
+                              shards=SHARDS, registry_shards=REGISTRY_SHARDS)  # fmt: skip
     store = open_store(store_url)
     load = Load(tag="k4", sessions=SESSIONS)
     try:
@@ -81,9 +86,10 @@ async def _case(workdir: Path, cluster: Cluster) -> None:
             await wait_drained(store, load)
         tally = await check(store, load, operator, TOPOLOGY)
         messages = {s: await _messages(operator, s) for s in TOPOLOGY.chunk_streams}
+        registry = {b: await _messages(operator, f"KV_{b}") for b in TOPOLOGY.registry_buckets}
         after = await shard_leaders(operator, TOPOLOGY)  # the survivors took the victim's
         # Provisioning again (idempotent) spreads them once more.
-        await asyncio.to_thread(provision, cluster.urls("provisioner"), 3, SHARDS)
+        await asyncio.to_thread(provision, cluster.urls("provisioner"), 3, SHARDS, REGISTRY_SHARDS)
         respread = Counter((await shard_leaders(operator, TOPOLOGY)).values())
         failures = Counter(r.error[:200] for r in load.results if not r.ok)
         record(f"K={SHARDS} shards, R3: SIGKILL of the node leading the most shards, restart",
@@ -96,8 +102,11 @@ async def _case(workdir: Path, cluster: Cluster) -> None:
                latency_s={k: round(v, 2) for k, v in percentiles(load.latencies()).items()},
                leaders_before=dict(per_node), leaders_after=dict(Counter(after.values())),
                leaders_reprovisioned=dict(respread),
-               messages_per_stream=messages, failures=dict(failures))  # fmt: skip
+               messages_per_stream=messages, registry_leaders=registry_leaders,
+               registry_keys_per_bucket=registry,
+               failures=dict(failures))  # fmt: skip
         assert all(n > 0 for n in messages.values()), messages  # every shard took sessions
+        assert all(n > 0 for n in registry.values()), registry  # every registry bucket too
         assert len(respread) >= 2, respread
         assert max(respread.values()) <= 2, respread
         assert tally.differences == [], (failures, tally.differences)
@@ -108,6 +117,11 @@ async def _case(workdir: Path, cluster: Cluster) -> None:
     finally:
         await store.close()
         await close(conn)
+
+
+async def _leader(operator: Client, stream: str) -> str:
+    info = await stream_info(operator, stream)
+    return str((info.get("cluster") or {}).get("leader"))
 
 
 async def _messages(operator: Client, stream: str) -> int:

@@ -41,6 +41,7 @@ from tokenwire.broker._errors import (
     PublishRejected,
     PublishTimeout,
     ReaderStalled,
+    RegistryLayoutConflict,
     RequestFailed,
     ReshardRefused,
     ServerStartError,
@@ -61,6 +62,7 @@ from tokenwire.broker._inspect import (
 )
 from tokenwire.broker._layout import (
     check_layout,
+    check_registry_layout,
     locate_session,
     retired_layouts,
     shard_leaders,
@@ -104,7 +106,7 @@ from tokenwire.broker._server import (
     free_port,
 )
 from tokenwire.broker._step_record import KeyBinding, StepNames, StepRecord
-from tokenwire.broker._step_registry import PendingStep, StepRegistry
+from tokenwire.broker._step_registry import PendingStep, RegistryBucket, StepRegistry
 from tokenwire.broker._topology import (
     Topology,
     chunk_subject,
@@ -159,6 +161,8 @@ __all__ = [
     "RawChunk",
     "ReadWindow",
     "ReaderStalled",
+    "RegistryBucket",
+    "RegistryLayoutConflict",
     "Reject",
     "RequestFailed",
     "ReshardRefused",
@@ -183,6 +187,7 @@ __all__ = [
     "ack_fields",
     "ack_many",
     "check_layout",
+    "check_registry_layout",
     "chunk_subject",
     "cluster_configs",
     "connect",

@@ -7,6 +7,7 @@
     ├── ServerStartError(binary, reason)  the embedded nats-server did not come up
     ├── TopologyError(what, detail)       a stream, consumer or bucket could not be provisioned
     ├── LayoutConflict(configured, found)  the broker holds chunk streams of another shard layout
+    │   └── RegistryLayoutConflict(configured, found)  ... or step-registry buckets of another R
     ├── ReshardRefused(reason)             the old layout is not drained (or not recognised)
     ├── PublishError
     │   ├── PublishTimeout(subject, msg_id, waited_s)  no positive ack within the retry horizon
@@ -76,6 +77,24 @@ class LayoutConflict(BrokerError):  # noqa: N818 - a condition, like PayloadTooL
             f" configured for {configured}: set TOKENWIRE_SHARDS and TOKENWIRE_PARTITIONS to"
             " the broker's layout, or drain and run `tokenwire reshard` (docs/operations.md,"
             " 'Changing the shard count')"
+        )
+
+
+class RegistryLayoutConflict(LayoutConflict):
+    """The broker holds step-registry buckets of another ``TOKENWIRE_REGISTRY_SHARDS`` than
+    this process's. Nothing was created or changed: a session's pointer would be looked for in
+    another bucket and its step numbers restart, so R is fixed per deployment (docs/operations.md,
+    "The step registry's shards")."""
+
+    def __init__(self, configured: str, found: str) -> None:
+        self.configured = configured
+        self.found = found
+        BrokerError.__init__(
+            self,
+            f"the broker holds the step registry in other buckets ({found}); this process is"
+            f" configured for {configured}: set TOKENWIRE_REGISTRY_SHARDS to the deployment's"
+            " value (it cannot change on a deployment: docs/operations.md, 'The step"
+            " registry's shards')",
         )
 
 

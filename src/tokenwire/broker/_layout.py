@@ -11,6 +11,9 @@ checks that the streams capturing ``<prefix>.chunks.>`` (and the pre-shard input
 ``tokenwire reshard`` retires a layout: its streams keep their data but capture only
 ``<prefix>.retired.K<k>.P<p>.<name>``, a subject nobody publishes to, so the data stays
 readable until it ages out (:func:`locate_session` finds a session there).
+
+The step registry's buckets have a layout of their own, R (``registry_shards``), which never
+changes on a deployment: :func:`check_registry_layout` refuses buckets of another R.
 """
 
 from __future__ import annotations
@@ -21,12 +24,18 @@ import math
 import re
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from nats.aio.client import Client
 
 from tokenwire.broker._api import ApiError, api_request
-from tokenwire.broker._errors import LayoutConflict, ReshardRefused, TopologyError
+from tokenwire.broker._errors import (
+    LayoutConflict,
+    RegistryLayoutConflict,
+    ReshardRefused,
+    TopologyError,
+)
 from tokenwire.broker._topology import Topology
 
 _PAGE_BOUND = 100
@@ -72,6 +81,36 @@ async def check_layout(nc: Client, t: Topology) -> None:
     found = await chunk_streams_found(nc, t)
     if set(found) - set(t.chunk_streams):
         raise LayoutConflict(describe(t), describe_found(t, found))
+
+
+async def check_registry_layout(nc: Client, t: Topology) -> None:
+    """Raise :class:`RegistryLayoutConflict` when the broker holds step-registry buckets of
+    another R than ``t.registry_shards`` (this layout's buckets, some or none yet, pass)."""
+    found = await registry_buckets_found(nc, t)
+    if set(found) - set(t.registry_buckets):
+        shown = ", ".join(found)
+        raise RegistryLayoutConflict(
+            f"R={t.registry_shards} ({', '.join(t.registry_buckets)})",
+            f"R={_registry_shards(t, found[0])}: {shown}" if found else shown,
+        )
+
+
+async def registry_buckets_found(nc: Client, t: Topology) -> list[str]:
+    """The step-registry buckets on the broker, of any R: ``<steps_bucket>`` and
+    ``<steps_bucket>-r<R>-<i>`` (their streams capture ``$KV.<bucket>.>``)."""
+    names = await streams_capturing(nc, "$KV.>")
+    buckets = [name.removeprefix("KV_") for name in names if name.startswith("KV_")]
+    return sorted(b for b in buckets if _registry_shards(t, b) is not None)
+
+
+def _registry_shards(t: Topology, bucket: str) -> int | None:
+    """The R a registry bucket's name encodes, None when it is not one of ``t``'s."""
+    if bucket == t.steps_bucket:
+        return 1
+    match = _REGISTRY_NAME.match(bucket)
+    if match is None or match["base"] != t.steps_bucket:
+        return None
+    return int(match["r"])
 
 
 def describe(t: Topology) -> str:
@@ -183,10 +222,17 @@ async def _leader_now(nc: Client, stream: str) -> str:
 
 
 async def shard_leaders(nc: Client, t: Topology, wait_s: float = LEADER_WAIT_S) -> dict[str, str]:
+    """Chunk stream -> the node leading it (:func:`leaders_of` the shard streams)."""
+    return await leaders_of(nc, t.chunk_streams, wait_s)
+
+
+async def leaders_of(
+    nc: Client, streams: Sequence[str], wait_s: float = LEADER_WAIT_S
+) -> dict[str, str]:
     """Stream -> the node leading it, waiting up to ``wait_s`` for each to have a leader
     (right after a create the raft group is still electing); "" for one that has none."""
     leaders: dict[str, str] = {}
-    for stream in t.chunk_streams:
+    for stream in streams:
         deadline = time.monotonic() + wait_s
         leader = ""
         while True:
@@ -200,25 +246,36 @@ async def shard_leaders(nc: Client, t: Topology, wait_s: float = LEADER_WAIT_S) 
 
 async def spread_leaders(nc: Client, t: Topology, wait_s: float = LEADER_WAIT_S) -> dict[str, str]:
     """Move shard leaders so that no node leads more than ``ceil(K / nodes)`` of them, by
-    ``$JS.API.STREAM.LEADER.STEPDOWN.<stream>`` with a preferred peer (nats-server 2.11+).
+    ``$JS.API.STREAM.LEADER.STEPDOWN.<stream>`` with a preferred peer (nats-server 2.11+);
+    then the same for the step registry's R buckets, as a group of their own.
 
     Idempotent (a balanced layout makes no request) and bounded: at most one stepdown per
-    shard, each waited for at most ``wait_s``; a stepdown the server refuses or that lands
+    stream, each waited for at most ``wait_s``; a stepdown the server refuses or that lands
     elsewhere is left as it is (JetStream still works, only less spread). Returns stream ->
-    leader as they are now ({} when there is nothing to spread: one shard, or replicas 1).
+    leader as they are now, for the groups of more than one stream ({} with replicas 1).
     A replica-1 stream cannot move its leader (its data lives on one
     node): there placement tags are the only lever.
     """
-    if t.replicas < 2 or t.shards < 2:
+    if t.replicas < 2:
         return {}
-    leaders = await shard_leaders(nc, t, wait_s)
-    peers = {s: await _current_peers(nc, s) for s in t.chunk_streams}
+    registry = [f"KV_{bucket}" for bucket in t.registry_buckets]
+    leaders: dict[str, str] = {}
+    for group in (t.chunk_streams, registry):
+        if len(group) > 1:
+            leaders |= await _spread(nc, group, wait_s)
+    return leaders
+
+
+async def _spread(nc: Client, streams: Sequence[str], wait_s: float) -> dict[str, str]:
+    """:func:`spread_leaders` for one group of streams."""
+    leaders = await leaders_of(nc, streams, wait_s)
+    peers = {s: await _current_peers(nc, s) for s in streams}
     nodes = {n for names in peers.values() for n in names}
     if len(nodes) < 2:
         return leaders
-    cap = math.ceil(t.shards / len(nodes))
+    cap = math.ceil(len(streams) / len(nodes))
     load = Counter(leaders.values())
-    for stream in t.chunk_streams:
+    for stream in streams:
         leader = leaders[stream]
         if not leader or load[leader] <= cap:
             continue
@@ -262,6 +319,7 @@ async def _step_down(nc: Client, stream: str, old: str, preferred: str, wait_s: 
 # -- changing the layout ---------------------------------------------------------------------
 
 _SHARD_NAME = re.compile(r"^(?P<base>.+)_K(?P<k>\d+)_P(?P<p>\d+)_S(?P<s>\d+)$")
+_REGISTRY_NAME = re.compile(r"^(?P<base>.+)-r(?P<r>\d+)-(?P<i>\d+)$")
 _RETIRED_SLACK = 1024 * 1024
 """Bytes a retired stream's ``max_bytes`` keeps above what it holds (never discards any)."""
 _TRANSFORM_N = re.compile(r"partition\((?P<n>\d+),")

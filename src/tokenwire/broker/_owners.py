@@ -60,9 +60,6 @@ class SessionOwners:
         self._nc = nc
         self._topology = topology
         self._timeout = timeout_s
-        bucket = topology.steps_bucket
-        self._stream = f"KV_{bucket}"
-        self._prefix = f"$KV.{bucket}."
 
     async def retained(self, session: str) -> Owner | None:
         """:func:`session_owner`."""
@@ -79,7 +76,8 @@ class SessionOwners:
 
     async def _create(self, session: str, owner: Owner) -> Owner | None:
         """Create the record (``owner``), or read the existing one (None: gone meanwhile)."""
-        subject = f"{self._prefix}{session}.owner"
+        bucket = self._topology.registry_bucket_of(session)  # the session's registry shard
+        subject = f"$KV.{bucket}.{session}.owner"
         headers = {"Nats-Expected-Last-Subject-Sequence": "0"}
         with translated(self._nc, f"owner record of {session}"):
             reply = await self._nc.request(
@@ -92,7 +90,7 @@ class SessionOwners:
         if error.get("err_code") != _WRONG_LAST_SEQUENCE:
             raise RequestFailed(f"owner record of {session}", str(error.get("description")),
                                 error.get("err_code"))  # fmt: skip
-        recorded = await last_stored(self._nc, self._stream, subject, timeout_s=self._timeout)
+        recorded = await last_stored(self._nc, f"KV_{bucket}", subject, timeout_s=self._timeout)
         if recorded is None:
             return None
         with translated(self._nc, f"owner record of {session}"):

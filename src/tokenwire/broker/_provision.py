@@ -12,6 +12,7 @@ from tokenwire.broker._api import NS, STREAM_NAME_IN_USE, ApiError, api_request
 from tokenwire.broker._errors import ReshardRefused, TopologyError
 from tokenwire.broker._layout import (
     check_layout,
+    check_registry_layout,
     current_layout,
     retire,
     spread_leaders,
@@ -143,14 +144,16 @@ async def ensure_consumer(nc: Client, stream: str, config: dict[str, Any]) -> No
 
 
 async def ensure_steps_bucket(nc: Client, t: Topology) -> None:
-    """The KV bucket of claimed steps; its entries live as long as the chunks do."""
+    """The step registry's KV buckets (``t.registry_buckets``); their entries live as long
+    as the chunks do."""
     js = nc.jetstream()
-    try:
-        await js.create_key_value(
-            bucket=t.steps_bucket, history=1, ttl=t.max_age_s, replicas=t.replicas
-        )
-    except JsError as exc:
-        raise TopologyError(f"bucket {t.steps_bucket}", str(exc)) from exc
+    for bucket in t.registry_buckets:
+        try:
+            await js.create_key_value(
+                bucket=bucket, history=1, ttl=t.max_age_s, replicas=t.replicas
+            )
+        except JsError as exc:
+            raise TopologyError(f"bucket {bucket}", str(exc)) from exc
 
 
 def members_bucket_config(t: Topology, member_ttl_s: float) -> dict[str, Any]:
@@ -193,14 +196,17 @@ async def ensure_topology(
 
     Every shard's stream, its assembler consumers (``assembler-p<i>`` on the stream of
     partition i) and a ``telemetry`` consumer per shard stream; then, in a cluster, the
-    shard leaders are spread over the nodes (:func:`spread_leaders`, bounded).
+    shard leaders, and the registry buckets' leaders, are spread over the nodes
+    (:func:`spread_leaders`, bounded).
 
     Raises LayoutConflict, before changing anything, when the broker holds chunk streams of
-    another layout; TopologyError when the server refuses a setting (e.g. switching an
-    existing consumer's priority policy, which JetStream does not allow).
+    another layout (RegistryLayoutConflict: step-registry buckets of another R);
+    TopologyError when the server refuses a setting (e.g. switching an existing consumer's
+    priority policy, which JetStream does not allow).
     """
     t = topology
     await check_layout(nc, t)
+    await check_registry_layout(nc, t)
     for shard in range(t.shards):
         await ensure_stream(nc, shard_stream_config(t, shard))
     await ensure_stream(nc, side_stream_config(t, t.events_stream, f"{t.prefix}.events.>"))

@@ -3,8 +3,11 @@
 Keys: ``<session>.<turn>.<step>`` marks a claimed triple (created once: KV create fails when
 the key exists); ``<session>`` holds the latest assigned ``{"turn": t, "step": s}``, advanced
 by compare-and-set (update with the revision read). The claim key decides who owns a triple;
-the pointer only says where the next assignment starts. Writes go through :class:`KvWriter`
-(sent at once, acked by callback); reads through nats-py's ``KeyValue``.
+the pointer only says where the next assignment starts. A session's keys all live in one of
+the registry's R buckets (``TOKENWIRE_REGISTRY_SHARDS``, :class:`~tokenwire.broker.Topology`),
+so every write and read of an assignment goes to that bucket's raft group alone. Writes go
+through :class:`KvWriter` (sent at once, acked by callback); reads through nats-py's
+``KeyValue``.
 
 Riding out a leader election: while the bucket has no leader (its node killed, an election
 under load) a write gets no ack (or a "no leader" / 503 answer). Every such failure is retried,
@@ -23,7 +26,7 @@ import itertools
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
@@ -53,7 +56,7 @@ from tokenwire.broker._step_record import (
     encode_record,
     key_binding_key,
 )
-from tokenwire.broker._topology import Topology
+from tokenwire.broker._topology import Topology, partition_of
 
 DEFAULT_RETRIES = 16
 DEFAULT_RETRY_S = 30.0
@@ -175,6 +178,24 @@ class PendingStep:
             self._first = None
 
 
+@dataclass(frozen=True, slots=True)
+class RegistryBucket:
+    """One of the registry's KV buckets: nats-py's ``KeyValue`` reads, :class:`KvWriter`
+    writes."""
+
+    kv: KeyValue
+    writer: KvWriter
+
+    @property
+    def stream(self) -> str:
+        """The bucket's stream (``KV_<bucket>``), read from its leader."""
+        return f"KV_{self.writer.bucket}"
+
+    def subject(self, key: str) -> str:
+        """``key``'s subject in the bucket (``$KV.<bucket>.<key>``)."""
+        return f"$KV.{self.writer.bucket}.{key}"
+
+
 class StepRegistry:
     """Claims and assigns steps. ``max_attempts`` bounds the compare-and-set retries,
     ``timeout_s`` each wait for the broker.
@@ -193,12 +214,15 @@ class StepRegistry:
     least recently used dropped), so a session served by this instance before needs no read:
     one round trip per assignment instead of three, sent before :meth:`begin_next_step`
     returns. A stale memory costs one failed compare-and-set, then the pointer is read.
+
+    ``buckets`` are the registry's shards (``Topology.registry_buckets``, in order): a
+    session's keys live in ``buckets[partition_of(session, R)]``, an idempotency key's binding
+    in ``buckets[partition_of(key_hash, R)]``, as :meth:`Topology.registry_bucket_of` says.
     """
 
     def __init__(
         self,
-        kv: KeyValue,
-        writer: KvWriter,
+        buckets: Sequence[RegistryBucket],
         max_attempts: int = 64,
         remembered: int = 65536,
         timeout_s: float = 5.0,
@@ -207,15 +231,15 @@ class StepRegistry:
         retry_s: float = DEFAULT_RETRY_S,
         js: JetStreamContext | None = None,
     ) -> None:
-        self._kv = kv
-        self._writer = writer
+        if not buckets:
+            raise ValueError("a step registry needs at least one bucket")
+        self._buckets = tuple(buckets)
         self._max_attempts = max_attempts
         self._remembered = remembered
         self._timeout = timeout_s
         self._retries = retries
         self._retry_s = retry_s
         self._js = js  # reads from the bucket's leader (None: the KV's own reads)
-        self._bucket = f"KV_{writer.bucket}"
         self._tokens = (f"{uuid.uuid4().hex[:12]}.{n}" for n in itertools.count())
         self._known: OrderedDict[str, tuple[int, _Latest]] = OrderedDict()
 
@@ -229,21 +253,32 @@ class StepRegistry:
         retries: int = DEFAULT_RETRIES,
         retry_s: float = DEFAULT_RETRY_S,
     ) -> StepRegistry:
-        """Bind to the bucket ``ensure_topology`` created; ``retries`` and ``retry_s`` bound
+        """Bind to the buckets ``ensure_topology`` created; ``retries`` and ``retry_s`` bound
         the retries of one assignment or claim (see the module)."""
+        buckets: list[RegistryBucket] = []
         try:
-            kv = await nc.jetstream().key_value(topology.steps_bucket)
-        except JsError as exc:
-            raise TopologyError(f"bucket {topology.steps_bucket}", str(exc)) from exc
-        writer = await KvWriter(nc, topology.steps_bucket).start()
-        return cls(kv, writer, max_attempts, retries=retries, retry_s=retry_s, js=nc.jetstream())
+            for name in topology.registry_buckets:
+                try:
+                    kv = await nc.jetstream().key_value(name)
+                except JsError as exc:
+                    raise TopologyError(f"bucket {name}", str(exc)) from exc
+                buckets.append(RegistryBucket(kv, await KvWriter(nc, name).start()))
+        except BaseException:
+            await asyncio.gather(*(b.writer.close() for b in buckets))
+            raise
+        return cls(buckets, max_attempts, retries=retries, retry_s=retry_s, js=nc.jetstream())
+
+    def _of(self, key: str) -> RegistryBucket:
+        """The bucket holding a session's keys (or an idempotency key's binding)."""
+        buckets = self._buckets
+        return buckets[0] if len(buckets) == 1 else buckets[partition_of(key, len(buckets))]
 
     def _budget(self) -> _Budget:
         return _Budget(self._retries, self._retry_s)
 
     async def close(self) -> None:
         """Stop listening for acks (writes still waiting fail)."""
-        await self._writer.close()
+        await asyncio.gather(*(b.writer.close() for b in self._buckets))
 
     async def claim(self, session: str, turn: int, step: int, fingerprint: str = "") -> None:
         """Claim the triple for this caller; StepClaimConflict if anyone claimed it before.
@@ -379,17 +414,18 @@ class StepRegistry:
 
     async def _ours(self, session: str, triple: _Latest, token: bytes) -> bool:
         """Whether the triple's claim key holds ``token``, read from the bucket's leader."""
-        stored = await self._leader_read(f"{session}.{triple.turn}.{triple.step}")
+        key = f"{session}.{triple.turn}.{triple.step}"
+        stored = await self._leader_read(self._of(session), key)
         return stored is not None and decode_record(stored[0]).token == decode_record(token).token
 
-    async def _leader_read(self, key: str) -> tuple[bytes, int, int] | None:
-        """(value, revision, stored time ns) of ``key`` read from the bucket's leader; None
+    async def _leader_read(self, bucket: RegistryBucket, key: str) -> tuple[bytes, int, int] | None:
+        """(value, revision, stored time ns) of ``key`` read from ``bucket``'s leader; None
         when absent (or deleted)."""
         try:
             if self._js is None:
-                entry = await self._kv.get(key)
+                entry = await bucket.kv.get(key)
                 return entry.value or b"", entry.revision or 0, 0
-            msg = await self._js.get_last_msg(self._bucket, f"$KV.{self._writer.bucket}.{key}")
+            msg = await self._js.get_last_msg(bucket.stream, bucket.subject(key))
         except NotFoundError:  # KeyNotFoundError too
             return None
         except (JsError, NatsError, TimeoutError) as exc:
@@ -404,39 +440,39 @@ class StepRegistry:
     async def record(self, session: str, turn: int, step: int) -> StepRecord | None:
         """The claim's record (read from the bucket's leader); None when never claimed (or
         expired with the bucket's TTL)."""
-        key = f"{session}.{turn}.{step}"
-        stored = await self._budget().run(lambda: self._leader_read(key))
+        key, bucket = f"{session}.{turn}.{step}", self._of(session)
+        stored = await self._budget().run(lambda: self._leader_read(bucket, key))
         return None if stored is None else decode_record(stored[0], stored[2])
 
     async def name_step(self, session: str, turn: int, step: int, names: StepNames) -> None:
         """Keep how the step's answer was named with its claim (one read and one write)."""
-        key = f"{session}.{turn}.{step}"
-        stored = await self._leader_read(key)
+        key, bucket = f"{session}.{turn}.{step}", self._of(session)
+        stored = await self._leader_read(bucket, key)
         if stored is None:
             return
         record = msgspec.structs.replace(decode_record(stored[0]), names=names)
-        await self._settled(await self._writer.put_if(key, encode_record(record), stored[1]))
+        await self._settled(await bucket.writer.put_if(key, encode_record(record), stored[1]))
 
     async def bind_key(self, key_hash: str, binding: KeyBinding, ttl_s: float) -> KeyBinding:
         """Map an idempotency key to ``binding`` unless it maps to a step already (within
         ``ttl_s`` of that mapping: an older one is replaced); returns the binding in force."""
-        key = key_binding_key(key_hash)
+        key, bucket = key_binding_key(key_hash), self._of(key_hash)
         value = encode_binding(binding)
         for _ in range(self._max_attempts):
-            stored = await self._leader_read(key)
+            stored = await self._leader_read(bucket, key)
             last = 0
             if stored is not None:
                 held = decode_binding(stored[0], stored[2])
                 if held is not None and time.time_ns() - held.time_ns < ttl_s * 1e9:
                     return held
                 last = stored[1]
-            if await self._settled(await self._writer.put_if(key, value, last)) is not None:
+            if await self._settled(await bucket.writer.put_if(key, value, last)) is not None:
                 return binding
         raise StepAssignmentContention(key, self._max_attempts)
 
     async def key_binding(self, key_hash: str, ttl_s: float) -> KeyBinding | None:
         """The step an idempotency key maps to, if it does (and was mapped within ``ttl_s``)."""
-        stored = await self._leader_read(key_binding_key(key_hash))
+        stored = await self._leader_read(self._of(key_hash), key_binding_key(key_hash))
         if stored is None:
             return None
         held = decode_binding(stored[0], stored[2])
@@ -451,7 +487,7 @@ class StepRegistry:
 
     async def _read(self, session: str) -> _Known:
         try:
-            entry = await self._kv.get(session)
+            entry = await self._of(session).kv.get(session)
         except KeyNotFoundError:
             return None, None
         except (JsError, NatsError, TimeoutError) as exc:  # a read timeout is not a JsError
@@ -486,14 +522,16 @@ class StepRegistry:
     ) -> asyncio.Future[int | None]:
         """Send the triple's claim key create, holding ``token`` (resolves to None if the key
         existed)."""
-        return await self._writer.put_if(f"{session}.{triple.turn}.{triple.step}", token, last=0)
+        key = f"{session}.{triple.turn}.{triple.step}"
+        return await self._of(session).writer.put_if(key, token, last=0)
 
     async def _move(
         self, session: str, value: _Latest, revision: int | None
     ) -> asyncio.Future[int | None]:
         """Send the pointer's compare-and-set from ``revision`` (absent: None); resolves to
         its new revision, or None when someone moved it first."""
-        return await self._writer.put_if(session, msgspec.json.encode(value), last=revision or 0)
+        writer = self._of(session).writer
+        return await writer.put_if(session, msgspec.json.encode(value), last=revision or 0)
 
     async def _settled(
         self, write: asyncio.Future[int | None], timeout_s: float | None = None

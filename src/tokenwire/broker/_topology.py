@@ -9,7 +9,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from tokenwire.config import COMPRESSIONS, Settings
+from tokenwire.config import COMPRESSIONS, MAX_REGISTRY_SHARDS, Settings
 
 _FNV_OFFSET = 0x811C9DC5
 _FNV_PRIME = 0x01000193
@@ -33,6 +33,15 @@ class Topology:
     recognised as a duplicate. ``shard_tags``: placement tags, shard k gets tag
     ``k mod len(shard_tags)`` (none: JetStream places each raft group itself).
     ``compression``: ``s2`` or ``none`` for the chunk streams (ADR 0023).
+
+    The step registry lives in ``registry_shards`` (R) KV buckets, each its own raft group: a
+    session's keys (its pointer, its claims, its owner record) in bucket
+    ``partition_of(session, R)``, an idempotency key's binding in ``partition_of(hash, R)``.
+    With R = 1 the one bucket keeps the name ``steps_bucket`` (``tokenwire-steps``); with
+    R > 1 the names encode R (``tokenwire-steps-r4-0`` .. ``-r4-3``). R is fixed per
+    deployment: a session's pointer must never move, or its step numbers would restart
+    (provisioning refuses another R, ``RegistryLayoutConflict``); it is independent of K,
+    which ``tokenwire reshard`` changes.
     """
 
     prefix: str = "tw"
@@ -50,10 +59,15 @@ class Topology:
     telemetry_consumer: str = "telemetry"
     shard_tags: tuple[str, ...] = ()
     compression: str = "s2"
+    registry_shards: int = 1
 
     def __post_init__(self) -> None:
         if not 1 <= self.shards <= self.partitions:
             raise ValueError(f"shards must be 1..partitions ({self.partitions}): {self.shards}")
+        if not 1 <= self.registry_shards <= MAX_REGISTRY_SHARDS:
+            raise ValueError(
+                f"registry_shards must be 1..{MAX_REGISTRY_SHARDS}: {self.registry_shards}"
+            )
         if self.compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}: {self.compression!r}")
 
@@ -112,6 +126,25 @@ class Topology:
         chunk subjects by a subject transform on the one stream); provisioning replaces it."""
         return f"{self.prefix}.in.*.*"
 
+    def registry_bucket(self, shard: int) -> str:
+        """Registry shard ``shard``'s KV bucket: ``steps_bucket`` when R = 1, else
+        ``<steps_bucket>-r<R>-<shard>``."""
+        if not 0 <= shard < self.registry_shards:
+            raise ValueError(f"registry shard {shard} outside 0..{self.registry_shards - 1}")
+        if self.registry_shards == 1:
+            return self.steps_bucket
+        return f"{self.steps_bucket}-r{self.registry_shards}-{shard}"
+
+    @property
+    def registry_buckets(self) -> tuple[str, ...]:
+        """Every registry bucket of this layout, shard 0 first."""
+        return tuple(self.registry_bucket(r) for r in range(self.registry_shards))
+
+    def registry_bucket_of(self, key: str) -> str:
+        """The registry bucket of a session (or an idempotency key's hash):
+        ``partition_of(key, R)``."""
+        return self.registry_bucket(partition_of(key, self.registry_shards))
+
     @property
     def members_bucket(self) -> str:
         """The KV bucket of live assembler instances (heartbeats with a broker-enforced TTL)."""
@@ -151,7 +184,7 @@ class Topology:
 def topology_from(settings: Settings) -> Topology:
     """The topology the shared settings describe (``TOKENWIRE_PARTITIONS``, ``_SHARDS``,
     ``_SHARD_TAGS``, ``_REPLICAS``, ``_RETENTION_BYTES``, ``_RETENTION_AGE_S``,
-    ``_COMPRESSION``); names keep their defaults."""
+    ``_COMPRESSION``, ``_REGISTRY_SHARDS``); names keep their defaults."""
     return Topology(
         partitions=settings.partitions,
         shards=settings.shards,
@@ -160,6 +193,7 @@ def topology_from(settings: Settings) -> Topology:
         max_age_s=settings.retention_age_s,
         shard_tags=settings.shard_tags,
         compression=settings.compression,
+        registry_shards=settings.registry_shards,
     )
 
 

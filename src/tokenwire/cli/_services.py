@@ -136,6 +136,7 @@ def provision(ctx: click.Context, timeout_s: float) -> None:
             f"provision: {streams} ({t.partitions} partitions over {t.shards} shard"
             f"{'s' if t.shards > 1 else ''}, {t.replicas} replicas) ready"
         )
+        click.echo(f"provision: step registry {', '.join(t.registry_buckets)} ready")
 
     run_until_signal(main)
 

@@ -72,6 +72,7 @@ async def _status(url: str, store_url: str) -> dict[str, Any]:
         report["retired"] = await _retired(nc, t)
         report["members"] = await member_shares(nc, t)
         name_owners(report["consumers"], report["members"])
+        report["registry"] = [await _bucket(nc, b) for b in t.registry_buckets]
         report["events_stream"] = await _stream(nc, t.events_stream)
         report["dlq_stream"] = await _stream(nc, t.dlq_stream)
     report["store"] = await _store(store_url)
@@ -133,6 +134,12 @@ async def _retired(nc: Connection, t: Topology) -> list[dict[str, Any]]:
             if stream is not None:
                 found.append({"layout": layout.layout} | stream)
     return found
+
+
+async def _bucket(nc: Connection, bucket: str) -> dict[str, Any]:
+    """A step-registry bucket's stream (``KV_<bucket>``), or that it is not provisioned."""
+    name = f"KV_{bucket}"
+    return await _stream(nc, name) or {"name": name, "provisioned": False}
 
 
 async def _stream(nc: Connection, name: str) -> dict[str, Any] | None:
@@ -236,9 +243,7 @@ def _print(report: dict[str, Any]) -> None:
         name = f"{c['stream']}/{c['name']}"
         click.echo(f"  consumer {name:<36} pending {c['num_pending']:>8}  ack pending "
                    f"{c['ack_pending']:>6}  redelivered {c['redelivered']}{owner}")  # fmt: skip
-    for key in ("events_stream", "dlq_stream"):
-        if report[key] is not None:
-            _print_stream(key.removesuffix("_stream"), report[key])
+    _print_side_streams(report)
     store = report["store"]
     detail = store.get("error") or "  ".join(f"{k} {v}" for k, v in store["stats"].items())
     click.echo(f"store   {store['url']}  {detail}")
@@ -253,6 +258,18 @@ def _ranges(partitions: list[int]) -> str:
         else:
             out.append(str(p))
     return ",".join(out) or "-"
+
+
+def _print_side_streams(report: dict[str, Any]) -> None:
+    """The step registry's buckets, the events and the dead-letter streams."""
+    for bucket in report["registry"]:
+        if bucket["provisioned"]:
+            _print_stream("registry", bucket)
+        else:
+            click.echo(f"registry {bucket['name']}  not provisioned")
+    for key in ("events_stream", "dlq_stream"):
+        if report[key] is not None:
+            _print_stream(key.removesuffix("_stream"), report[key])
 
 
 def _print_stream(label: str, s: dict[str, Any]) -> None:
