@@ -5,8 +5,9 @@ each checkout at ``DIR`` (each with its own ``.venv``), one embedded nats-server
 process (as bench_gateway (b) starts it), all in front of one scripted provider; then runs
 bench_gateway's (b) load (200 concurrent sessions x 100 and x 500 fragments, full speed)
 against each gateway in turn, rotating which goes first, ``--rounds`` times. A round's figure
-is the gateway process's own CPU seconds (psutil user + system) over the chunks it published
-(the broker's message count), so it is a CPU-time figure, robust to a busy machine in a way
+is the gateway process's own CPU seconds (psutil user + system) over the broker messages it
+published (the stream's message count: one per chunk with frames off, one per frame with
+frames on, the default), so it is a CPU-time figure, robust to a busy machine in a way
 wall-clock rates are not. The raw pipelined publish loop (bench_gateway (a), the limit) runs
 before each round's sides in this process, so each side's ratio to it comes from the same run.
 
@@ -16,6 +17,11 @@ costs the profiled process CPU, so those rounds are not measured); ``--out DIR``
 ``--cprofile`` runs each gateway under cProfile instead (its stats written to ``--out`` at
 exit): the CPU figures are then the profiler's, but its call counts per chunk are exact, which
 a busy machine does not blur.
+``--paced N``: the rounds run N paced sessions instead (each streams three steps of 100
+tokens at 50 tokens/s one after another, the starts spread over a second: the capacity model's
+load, docs/capacity.md), and the figure is the gateway's CPU per token streamed. At that pace
+nearly every provider read brings one token, so it weighs the per-read work the full-speed
+rounds (dozens of events per read) hardly see.
 Without ``--baseline`` only this tree runs.
 """
 
@@ -36,6 +42,7 @@ import psutil
 import uvloop
 
 from bench import bench_gateway as gw
+from bench._procs import cpu_s
 from bench.bench_publish import raw_pipeline
 from tokenwire.broker import EmbeddedServer, connect, ensure_topology, free_port
 
@@ -58,7 +65,7 @@ class Side:
     server: EmbeddedServer
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
-    us: dict[int, list[float]] = field(default_factory=dict)  # fragments -> CPU us/chunk
+    us: dict[Size, list[float]] = field(default_factory=dict)  # size -> CPU us per unit
 
     def start(self, upstream: str, cprofile: Path | None) -> None:
         self.port = free_port()
@@ -89,12 +96,39 @@ class Side:
                 self.proc.wait(10)
 
 
+PACED = "paced"
+PACED_TOKENS, PACED_RATE, PACED_STEPS = 100, 50, 3
+Size = int | str
+"""A round's load: fragments per full-speed request, or :data:`PACED`."""
+
+
+async def _paced_round(side: Side, tag: str, sessions: int) -> float:
+    """``sessions`` paced callers on ``side``; its gateway's CPU us per token streamed."""
+    assert side.proc is not None
+    proc = psutil.Process(side.proc.pid)
+    options = f"fragments={PACED_TOKENS}&rate={PACED_RATE}"
+
+    async def one(i: int) -> None:
+        await asyncio.sleep(i / sessions)  # starts spread over a second
+        caller = await gw.Caller.open(side.port)
+        try:
+            for k in range(PACED_STEPS):
+                path, session = "/v1/chat/completions", f"{tag}-{i}-{k}"
+                await caller.stream(gw.streaming_request(side.port, path, session, options))
+        finally:
+            caller.close()
+
+    before = cpu_s(proc)
+    await asyncio.gather(*(one(i) for i in range(sessions)))
+    return (cpu_s(proc) - before) / (sessions * PACED_STEPS * PACED_TOKENS) * 1e6
+
+
 async def _count(url: str) -> int:
     return await gw._stream_count(url)
 
 
 async def _round(side: Side, tag: str, fragments: int) -> float:
-    """One round of the (b) load on ``side``; its gateway's CPU us per chunk published. A round
+    """One round of the (b) load on ``side``; its gateway's CPU us per message published. A round
     a gateway refused (a 503 when the overloaded machine delayed a KV ack past its bound) is
     run again, at most twice, and said so."""
     for attempt in range(3):
@@ -168,10 +202,15 @@ async def _run(args: argparse.Namespace) -> tuple[list[Side], list[float]]:
             for r in range(args.rounds):
                 limits.append(await _limit(sides[0].server.url))
                 order = sides[r % len(sides) :] + sides[: r % len(sides)]  # rotated
-                for fragments in (gw.FRAGMENTS_B, gw.FRAGMENTS_LONG):
+                for size in _sizes(args):
                     for side in order:
-                        us = await _round(side, f"{side.name}-{r}-{fragments}", fragments)
-                        side.us.setdefault(fragments, []).append(us)
+                        tag = f"{side.name}-{r}-{size}"
+                        us = await (
+                            _paced_round(side, tag, args.paced)
+                            if size == PACED
+                            else _round(side, tag, int(size))
+                        )
+                        side.us.setdefault(size, []).append(us)
             if args.py_spy:
                 await _profile(sides, args.py_spy, Path(args.out))
         finally:
@@ -184,14 +223,19 @@ async def _run(args: argparse.Namespace) -> tuple[list[Side], list[float]]:
     return sides, limits
 
 
+def _sizes(args: argparse.Namespace) -> tuple[Size, ...]:
+    return (PACED,) if args.paced else (gw.FRAGMENTS_B, gw.FRAGMENTS_LONG)
+
+
 def _table(sides: list[Side], limits: list[float]) -> str:
     limit = statistics.median(limits)
     rows = [
-        "| gateway | fragments | CPU us/chunk, median (min-max) of rounds "
-        "| ratio to the raw loop |",
+        "| gateway | fragments | CPU us per broker message (full speed) or per token "
+        "(paced), median (min-max) of rounds | ratio to the raw loop |",
         "| --- | --- | --- | --- |",
     ]
-    for fragments in (gw.FRAGMENTS_B, gw.FRAGMENTS_LONG):
+    sizes = tuple(sides[0].us)
+    for fragments in sizes:
         for side in sides:
             us = side.us[fragments]
             rows.append(
@@ -199,7 +243,7 @@ def _table(sides: list[Side], limits: list[float]) -> str:
                 f"({min(us):.1f}-{max(us):.1f}) | {statistics.median(us) / limit:.2f}x |"
             )
     for other in sides[1:]:
-        for fragments in (gw.FRAGMENTS_B, gw.FRAGMENTS_LONG):
+        for fragments in sizes:
             new, base = (statistics.median(s.us[fragments]) for s in (sides[0], other))
             rows.append(f"| new / {other.name} | {fragments} | {new / base:.3f} | |")
     rows.append(
@@ -219,6 +263,7 @@ def main() -> None:
     parser.add_argument("--py-spy", help="path of a py-spy binary: also record profiles")
     parser.add_argument("--cprofile", action="store_true", help="gateways under cProfile")
     parser.add_argument("--out", default="bench/results/gateway-cpu")
+    parser.add_argument("--paced", type=int, default=0, help="paced sessions per round")
     args = parser.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.cprofile:  # 200 sessions under the profiler outlast the provider call's bounds
