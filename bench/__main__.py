@@ -88,6 +88,12 @@ def _stack(fig: Figures, profile: Profile, args: argparse.Namespace) -> str:
     return bench_stack.run(fig, profile, peer=not args.no_peer and profile != "smoke")
 
 
+def _interleaved(fig: Figures, profile: Profile, args: argparse.Namespace) -> str:
+    from bench import bench_interleaved
+
+    return bench_interleaved.run(fig, profile, peer=not args.no_peer and profile != "smoke")
+
+
 def _module(name: str) -> Callable[[Figures, Profile, argparse.Namespace], str]:
     def run(fig: Figures, profile: Profile, _: argparse.Namespace) -> str:
         module = importlib.import_module(f"bench.bench_{name}")
@@ -119,6 +125,7 @@ PARTS: dict[str, Callable[[Figures, Profile, argparse.Namespace], str]] = {
     "limits": _limits,
     "gateway": _gateway,
     "stack": _stack,
+    "interleaved": _interleaved,
     "assembler": _module("assembler"),
     "replay": _module("replay"),
     "telemetry": _module("telemetry"),

@@ -107,11 +107,9 @@ async def full_stack(
         try:
             sp = int(stack.addresses["scripted-provider"].rsplit(":", 1)[1])
             procs = {c.name: psutil.Process(c.proc.pid) for c in stack.children if c.proc}
-            me = psutil.Process()
-            procs["load"] = me
-            nats = [p for p in me.children() if p.name() == "nats-server"]
-            if nats:
-                procs["nats"] = nats[0]
+            procs["load"] = psutil.Process()
+            if stack.server is not None and stack.server.pid:  # this stack's own server
+                procs["nats"] = psutil.Process(stack.server.pid)
             yield RunningStack(stack, port, sp, data, procs)
         finally:
             stack.stop()

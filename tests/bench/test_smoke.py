@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PARTS = ("limits", "stack", "telemetry", "scaling")
+PARTS = ("limits", "stack", "interleaved", "telemetry", "scaling")
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +69,11 @@ def test_the_limits_and_tokenwire_figures_are_there_and_positive(run: Path) -> N
             stack[f"v1_{tag}_messages_per_chunk"] >= 1.0 > stack[f"full_{tag}_messages_per_chunk"]
         )
         assert stack[f"v1_{tag}_bytes_per_chunk"] > stack[f"full_{tag}_bytes_per_chunk"] > 0
+    # the same targets from alternating windows: both sides measured, every round
+    interleaved = v["interleaved"]
+    assert interleaved["rounds"] >= 1
+    for side in ("full", "v1"):
+        assert interleaved[f"{side}_cpu_ms_per_1k_total"] > 0, side
 
 
 @pytest.mark.slow
