@@ -88,10 +88,10 @@ async def check_registry_layout(nc: Client, t: Topology) -> None:
     another R than ``t.registry_shards`` (this layout's buckets, some or none yet, pass)."""
     found = await registry_buckets_found(nc, t)
     if set(found) - set(t.registry_buckets):
-        shown = ", ".join(found)
+        layouts = ",".join(str(r) for r in sorted({_registry_shards(t, b) or 0 for b in found}))
         raise RegistryLayoutConflict(
             f"R={t.registry_shards} ({', '.join(t.registry_buckets)})",
-            f"R={_registry_shards(t, found[0])}: {shown}" if found else shown,
+            f"R={layouts}: {', '.join(found)}",
         )
 
 
