@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.broker import close_client
-from tokenwire.broker import EmbeddedServer, Topology, connect
+from tests.fixtures.broker import close_client, own_server
+from tokenwire.broker import Topology, connect
 from tokenwire.broker._layout import registry_buckets_found
 from tokenwire.cli import main
 
@@ -21,12 +21,7 @@ FOUR = ("tokenwire-steps-r4-0", "tokenwire-steps-r4-1", "tokenwire-steps-r4-2",
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    embedded = EmbeddedServer(tmp_path_factory.mktemp("registry-nats"))
-    embedded.start()
-    try:
-        yield embedded.url
-    finally:
-        embedded.stop()
+    yield from own_server(tmp_path_factory, "registry-nats")
 
 
 @pytest.fixture(autouse=True)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.broker import close_client
+from tests.fixtures.broker import close_client, own_server
 from tests.replay.sessions import commit_folded, envelopes, publish
-from tokenwire.broker import EmbeddedServer, Topology, connect, free_port, retained_sessions
+from tokenwire.broker import Topology, connect, free_port, retained_sessions
 from tokenwire.broker._api import api_request
 from tokenwire.cli import main
 from tokenwire.store import open_store
@@ -35,12 +35,7 @@ BURST_BOUND_S = 60.0
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    embedded = EmbeddedServer(tmp_path_factory.mktemp("reshard-nats"))
-    embedded.start()
-    try:
-        yield embedded.url
-    finally:
-        embedded.stop()
+    yield from own_server(tmp_path_factory, "reshard-nats")
 
 
 @pytest.fixture

@@ -56,7 +56,7 @@ from tokenwire.broker._step_record import (
     encode_record,
     key_binding_key,
 )
-from tokenwire.broker._topology import Topology, partition_of
+from tokenwire.broker._topology import Topology, registry_shard_of
 
 DEFAULT_RETRIES = 16
 DEFAULT_RETRY_S = 30.0
@@ -271,7 +271,7 @@ class StepRegistry:
     def _of(self, key: str) -> RegistryBucket:
         """The bucket holding a session's keys (or an idempotency key's binding)."""
         buckets = self._buckets
-        return buckets[0] if len(buckets) == 1 else buckets[partition_of(key, len(buckets))]
+        return buckets[0] if len(buckets) == 1 else buckets[registry_shard_of(key, len(buckets))]
 
     def _budget(self) -> _Budget:
         return _Budget(self._retries, self._retry_s)

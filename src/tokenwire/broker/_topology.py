@@ -143,7 +143,7 @@ class Topology:
     def registry_bucket_of(self, key: str) -> str:
         """The registry bucket of a session (or an idempotency key's hash):
         ``partition_of(key, R)``."""
-        return self.registry_bucket(partition_of(key, self.registry_shards))
+        return self.registry_bucket(registry_shard_of(key, self.registry_shards))
 
     @property
     def members_bucket(self) -> str:
@@ -217,6 +217,13 @@ def partition_of(session: str, partitions: int) -> int:
     11
     """
     return fnv1a32(session.encode()) % partitions
+
+
+def registry_shard_of(key: str, registry_shards: int) -> int:
+    """The registry shard of a session (or an idempotency key's hash): its partition among
+    ``registry_shards``, the one rule the registry and :meth:`Topology.registry_bucket_of`
+    route by."""
+    return partition_of(key, registry_shards)
 
 
 def valid_session(session: str) -> bool:
