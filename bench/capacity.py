@@ -344,11 +344,18 @@ def _retention(fig: Figures, x: Inputs) -> list[str]:
     return out
 
 
+def registry_shards_for(kv_leader_share: float, events_leader_share: float) -> int:
+    """The R (registry buckets, and as many events streams) that keeps each leader within
+    :data:`LEADER_FRACTION` of a core."""
+    return max(1, math.ceil(max(kv_leader_share, events_leader_share) / LEADER_FRACTION))
+
+
 def _registry(x: Inputs) -> list[str]:
     rate = SESSIONS * TOKENS_PER_S * CHUNKS_PER_TOKEN
     out = [
-        "| step length | steps/s | KV writes/s | bucket leader, share of a core | buckets for "
-        f"<= {LEADER_FRACTION:g} core each | events writes/s | events leader, share of a core |",
+        "| step length | steps/s | KV writes/s | one bucket's leader, share of a core "
+        "| events writes/s | one events stream's leader, share of a core "
+        f"| R for <= {LEADER_FRACTION:g} core per leader |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     lengths = [x["chunks_per_step"], *(float(t) for t in STEP_TOKENS)]
@@ -360,10 +367,26 @@ def _registry(x: Inputs) -> list[str]:
         out.append(
             f"| {length:,.0f} chunks ({length / TOKENS_PER_S:.1f} s){tag} | {steps:,.0f} "
             f"| {steps * x['kv_writes_per_step']:,.0f} | {kv:.2f} "
-            f"| {math.ceil(kv / LEADER_FRACTION)} | {steps * x['event_writes_per_step']:,.0f} "
-            f"| {ev:.2f} |"
+            f"| {steps * x['event_writes_per_step']:,.0f} | {ev:.2f} "
+            f"| {registry_shards_for(kv, ev)} |"
         )
     return out
+
+
+def _registry_advice(p: Plan) -> str:
+    r = registry_shards_for(p.kv_leader_share, p.events_leader_share)
+    measured = (
+        f"At the measured step length ({p.steps_per_s:,.0f} steps/s) one bucket's leader "
+        f"carries {p.kv_leader_share:.2f} of a core and one events stream's "
+        f"{p.events_leader_share:.2f}: "
+    )
+    if r == 1:
+        return measured + "one of each suffices."
+    return (
+        measured + f"set `TOKENWIRE_REGISTRY_SHARDS={r}` before the first provisioning "
+        '(docs/operations.md, "The step registry\'s shards"; R never changes on a deployment), '
+        "or steps be longer."
+    )
 
 
 def _plan_table(rows: list[tuple[Inputs, Plan]]) -> list[str]:
@@ -576,35 +599,20 @@ def render(fig: Figures, preliminary: bool = True) -> str:
         f"~{1e6 / paced['leader_us_per_message'] / paced['messages_per_chunk']:,.0f} chunks/s "
         "at the paced messages per chunk). Scale-out over nodes is multiplied, not measured.",
         "",
-        "## The step registry and the events stream",
+        "## The step registry and the events",
         "",
-        "Both take writes per step, not per chunk: the registry is R KV buckets "
-        "(`TOKENWIRE_REGISTRY_SHARDS`, a raft group each, a session's keys in one of them), "
-        f"{paced['kv_writes_per_step']:.0f} writes per step (the pointer's "
-        "compare-and-set and the claim's create), the events stream one stream, "
-        f"{paced['event_writes_per_step']:.0f} writes per step. At {SESSIONS:,} sessions x "
-        f"{TOKENS_PER_S:g} tokens/s (the events leader's cost per write taken as a chunk "
-        "stream leader's per message):",
+        "Both take writes per step, not per chunk, and both are sharded by one setting, "
+        "`TOKENWIRE_REGISTRY_SHARDS` (R): R KV buckets and R events streams, each a raft group "
+        "of its own, a session's keys and its events in the one its hash names. "
+        f"{paced['kv_writes_per_step']:.0f} registry writes per step (the pointer's "
+        "compare-and-set and the claim's create), "
+        f"{paced['event_writes_per_step']:.0f} events writes per step (persisted, started). At "
+        f"{SESSIONS:,} sessions x {TOKENS_PER_S:g} tokens/s, with R = 1 (an events leader's "
+        "cost per write taken as a chunk stream leader's per message):",
         "",
         *_registry(paced),
         "",
-        "One bucket "
-        + ("suffices" if p.kv_leader_share <= LEADER_FRACTION else "**does not suffice**")
-        + f" at the measured step length ({p.steps_per_s:,.0f} steps/s put "
-        f"{p.kv_leader_share:.2f} of a core on its leader); "
-        + (
-            ""
-            if p.kv_leader_share <= LEADER_FRACTION
-            else f"set `TOKENWIRE_REGISTRY_SHARDS={math.ceil(p.kv_leader_share / LEADER_FRACTION)}` "
-            '(docs/operations.md, "The step registry\'s shards"), or steps be longer. '
-        )
-        + (
-            "One events stream suffices."
-            if p.events_leader_share <= LEADER_FRACTION
-            else "The events stream, one raft group, is past the bound as well at that step "
-            "length: it is not sharded (not built), so such a fleet needs longer steps or the "
-            "events split by session like the chunk streams."
-        ),
+        _registry_advice(p),
         "",
         "## Retention: hours of replay per GiB",
         "",

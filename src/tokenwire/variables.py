@@ -61,9 +61,10 @@ VARIABLES: tuple[Variable, ...] = (
              "tagged `tags[k mod n]`. Absent: JetStream places each shard, and provisioning "
              "spreads the leaders over the nodes.", PROVISIONING),
     Variable("TOKENWIRE_REGISTRY_SHARDS", "registry-shards", "`1`",
-             "Step-registry KV buckets (R, 1 to 64), each its own raft group holding the "
-             "sessions that hash to it; the same in every process. Fixed per deployment: "
-             "provisioning refuses another R (docs/operations.md).", (*PROVISIONING, "status")),
+             "Step-registry KV buckets and session-events streams (R of each, 1 to 64), each "
+             "its own raft group holding the sessions that hash to it; the same in every "
+             "process. Fixed per deployment: provisioning refuses another R "
+             "(docs/operations.md).", (*PROVISIONING, "status")),
     Variable("TOKENWIRE_REPLICAS", "replicas", "`1`",
              "JetStream replicas of the streams and the KV buckets (1 to 5).",
              ("gateway", "assembler", "telemetry", "provision", "reshard")),

@@ -280,7 +280,7 @@ async def test_step_persisted_arrives_after_the_commit(
         )
         seen.append((event, ok))
 
-    sub = await nc.subscribe(f"{topology.prefix}.events.*.persisted", cb=on_event)
+    sub = await nc.subscribe(f"{topology.prefix}.events.*.*.persisted", cb=on_event)
     await publish_plan(nc, topology, plan, seed=15)
     await run(settings_for(nats_url, topology, db_url))
     await eventually(lambda: _true(len(seen) >= 6), what="six events")

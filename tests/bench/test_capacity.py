@@ -46,6 +46,12 @@ def test_the_plan_from_round_inputs() -> None:
     assert p.total == 500 + 100 + 25 + 160
     # 5e6 / 100 chunks per step = 50,000 steps/s x 40 us on the bucket's leader = 2 cores
     assert abs(p.kv_leader_share - 2.0) < 1e-9
+    # the events: 50,000 steps/s x 2 writes x 20 us on a stream leader = 2 cores
+    assert abs(p.events_leader_share - 2.0) < 1e-9
+    # R shards both: 2 cores / 0.5 core per leader = 4 buckets and 4 events streams
+    assert capacity.registry_shards_for(p.kv_leader_share, p.events_leader_share) == 4
+    assert capacity.registry_shards_for(0.5, 0.6) == 2  # the busier of the two decides
+    assert capacity.registry_shards_for(0.1, 0.2) == 1
 
 
 def test_the_model_takes_the_busiest_load_that_kept_pace() -> None:

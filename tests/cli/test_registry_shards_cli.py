@@ -5,6 +5,7 @@ changed). The CLI uses the default names: this module runs its own server."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,11 +45,18 @@ def _found(url: str) -> list[str]:
 
 
 def test_provision_makes_r_buckets_and_refuses_a_process_of_another_r(
-    server: str, capsys: pytest.CaptureFixture[str]
+    server: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert main(["provision", "--registry-shards", "4"]) == 0
     out = capsys.readouterr().out
     assert f"step registry {', '.join(FOUR)} ready" in out
+    events = [f"TOKENWIRE_EVENTS_R4_{r}" for r in range(4)]
+    assert f"events {', '.join(events)} ready" in out
+    with monkeypatch.context() as env:
+        env.setenv("TOKENWIRE_REGISTRY_SHARDS", "4")
+        assert main(["status", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [(s["name"], s["provisioned"]) for s in report["events"]] == [(e, True) for e in events]
     assert _found(server) == list(FOUR)
 
     assert main(["provision"]) == 2  # R = 1 against a deployment of R = 4

@@ -115,8 +115,10 @@ def catalogue() -> list[Pub | Sub]:
         Pub("tw.in.sess-x.first"),  # the pre-shard input subject: nobody any more
         Pub(f"$KV.{T.steps_bucket}.sess-x", _users("gateway")),
         # events: persisted by the assembler, started by telemetry
-        Pub("tw.events.sess-x.persisted", _users("assembler")),
-        Pub("tw.events.sess-x.started", _users("telemetry")),
+        Pub("tw.events.0.sess-x.persisted", _users("assembler")),
+        Pub("tw.events.2.sess-x.started", _users("telemetry")),
+        Pub("tw.events.sess-x.persisted"),  # the subject before the shard token: nobody
+        Pub("tw.events.sess-x.started"),
         Pub("tw.telemetry.started", _users("telemetry")),
         Pub("tw.dlq.assembler", _users("assembler")),
         Pub("tw.dlq.telemetry", _users("telemetry")),

@@ -41,6 +41,10 @@ from tokenwire.broker import (
     free_port,
     ordered_subscribe,
     partition_of,
+    publish_acked,
+    publish_event,
+    read_range,
+    stored_with_msg_id,
 )
 from tokenwire.replay import read_session
 from tokenwire.schemas import (
@@ -151,7 +155,8 @@ def test_replay_readers_may_delete_and_pull_consumers_but_never_a_durable_one(bl
     durables = [t.assembler_consumer(p) for p in range(t.partitions)]
     durables.append(t.telemetry_consumer)
     registry = (*Topology().registry_buckets, *Topology(registry_shards=3).registry_buckets)
-    others = (t.events_stream, t.dlq_stream, *(f"KV_{b}" for b in registry),
+    events = (*Topology().events_streams, *Topology(registry_shards=3).events_streams)
+    others = (*events, t.dlq_stream, *(f"KV_{b}" for b in registry),
               f"KV_{t.members_bucket}")  # fmt: skip
     assert sorted(_publish(block, "deny")) == sorted(
         [f"$JS.API.CONSUMER.DELETE.*.{d}" for d in durables]
@@ -217,12 +222,16 @@ STEP: list[StreamChunk] = [
 ]
 
 
+SESSIONS = [f"sess-r{i}" for i in range(12)]
+"""With R = 3 these sessions use every registry bucket and every events stream."""
+
+
 async def _gateway_publishes(conn: Connection, topology: Topology) -> None:
     steps = await StepRegistry.open(conn.nc, topology)
     await steps.claim("sess-a", 0, 0)
     assert await steps.next_step("sess-b", True) == (0, 0)
     assert await steps.next_step("sess-b", False) == (0, 1)
-    sessions = [f"sess-r{i}" for i in range(12)]  # with R = 3, every bucket is written
+    sessions = SESSIONS  # with R = 3, every bucket is written
     for session in sessions:
         assert await steps.next_step(session, True) == (0, 0)
     assert {topology.registry_bucket_of(s) for s in sessions} == set(topology.registry_buckets)
@@ -252,6 +261,10 @@ async def _assembler_consumes(conn: Connection, topology: Topology) -> int:
             break
         await asyncio.sleep(0.05)
     await conn.nc.jetstream().publish(topology.event_subject("sess-a"), b"{}")
+    for session in SESSIONS:  # as the service announces a commit: a core publish, its Msg-Id
+        msg_id = f"persisted:{session}"
+        await publish_event(conn.nc, topology.event_subject(session), b"{}", msg_id=msg_id)
+    assert {topology.events_stream_of(s) for s in SESSIONS} == set(topology.events_streams)
     await consumers.stop()  # acks done; unpins the partition it owned
     # The takeover read of a dead owner's tail: an ordered consumer on the chunk stream.
     tail = await ordered_subscribe(
@@ -270,7 +283,12 @@ async def _telemetry_consumes(conn: Connection, topology: Topology) -> int:
 
     async def handle(msg: ConsumedMessage) -> None:
         got.append(msg.subject)
-        await conn.nc.jetstream().publish(topology.event_subject("sess-a", "started"), b"{}")
+        for session in ("sess-a", *SESSIONS):
+            subject = topology.event_subject(session, "started")
+            msg_id = f"started:{session}"
+            await publish_acked(conn.nc, subject, b"{}", headers={"Nats-Msg-Id": msg_id})
+            stream = topology.events_stream_of(session)  # a redelivery's check
+            assert await stored_with_msg_id(conn.nc, stream, subject, msg_id)
         await conn.nc.publish(topology.telemetry_live_subject, b"{}")
 
     await check_layout(conn.nc, topology)  # at start
@@ -283,6 +301,16 @@ async def _telemetry_consumes(conn: Connection, topology: Topology) -> int:
     await conn.nc.jetstream().consumer_info(stream, topology.telemetry_consumer)
     await consumer.stop()
     return len(got)
+
+
+async def _events_read(conn: Connection, topology: Topology) -> dict[str, int]:
+    """Every events stream read as `tokenwire demo` reads the started events."""
+    counts = dict.fromkeys(("persisted", "started"), 0)
+    for kind in counts:
+        for stream in topology.events_streams:
+            read = read_range(conn.nc, stream, topology.events_filter(kind), 1, last=None)
+            counts[kind] += len([seq async for seq, _ in read])
+    return counts
 
 
 @pytest.mark.slow
@@ -313,6 +341,8 @@ async def test_each_user_may_do_its_job_and_nothing_else(
             assert [c.stream_seq async for c in reader.replay()] == [1, 2, 3, 4, 5, 6]
             later = SessionReader(conns["operator"].nc, topology, "sess-a", from_seq=4)
             assert [c.stream_seq async for c in later.replay()] == [4, 5, 6]
+            assert await _events_read(conns["operator"], topology) == {
+                "persisted": 1 + len(SESSIONS), "started": 1 + len(SESSIONS)}  # fmt: skip
             # Everything above ran without a single violation ...
             assert {u: c.violations() for u, c in conns.items()} == {u: [] for u in conns}
             # ... and what each must not do is refused.

@@ -4,8 +4,9 @@ assembler (processes, as their deployed users) lands on all four streams, and SI
 node leading the most shards, mid-load, loses nothing and doubles nothing: every session's
 stored messages equal the scripted ground truth and replay verification passes for each;
 provisioning again spreads the leaders the survivors took over. The step registry is
-sharded too (R = 3 buckets, each a raft group of its own), so the kill also takes registry
-leaders: assignments ride out their elections, and every bucket took sessions.
+sharded too (R = 3 buckets, each a raft group of its own), and so are the session events
+(R = 3 streams), so the kill also takes registry and events leaders: assignments ride out
+their elections, and every bucket and every events stream took sessions.
 
 CI runs it small (``TOKENWIRE_FAULTS_SHARD_SESSIONS``, 24); the measured run uses 200.
 """
@@ -56,6 +57,8 @@ async def _case(workdir: Path, cluster: Cluster) -> None:
     per_node = Counter(leaders.values())
     registry_leaders = {b: await _leader(operator, f"KV_{b}") for b in TOPOLOGY.registry_buckets}
     assert len(set(registry_leaders.values())) >= 2, registry_leaders  # spread as the shards are
+    events_leaders = {s: await _leader(operator, s) for s in TOPOLOGY.events_streams}
+    assert len(set(events_leaders.values())) >= 2, events_leaders  # and the events streams
     assert len(per_node) >= 2, leaders  # one raft group per shard, spread by provisioning
     assert max(per_node.values()) <= 2, leaders  # ceil(4 shards / 3 nodes)
     store_url = f"sqlite:///{workdir / 'store.db'}"
@@ -87,6 +90,7 @@ async def _case(workdir: Path, cluster: Cluster) -> None:
         tally = await check(store, load, operator, TOPOLOGY)
         messages = {s: await _messages(operator, s) for s in TOPOLOGY.chunk_streams}
         registry = {b: await _messages(operator, f"KV_{b}") for b in TOPOLOGY.registry_buckets}
+        events = {s: await _messages(operator, s) for s in TOPOLOGY.events_streams}
         after = await shard_leaders(operator, TOPOLOGY)  # the survivors took the victim's
         # Provisioning again (idempotent) spreads them once more.
         await asyncio.to_thread(provision, cluster.urls("provisioner"), 3, SHARDS, REGISTRY_SHARDS)
@@ -103,10 +107,12 @@ async def _case(workdir: Path, cluster: Cluster) -> None:
                leaders_before=dict(per_node), leaders_after=dict(Counter(after.values())),
                leaders_reprovisioned=dict(respread),
                messages_per_stream=messages, registry_leaders=registry_leaders,
-               registry_keys_per_bucket=registry,
+               registry_keys_per_bucket=registry, events_leaders=events_leaders,
+               events_per_stream=events,
                failures=dict(failures))  # fmt: skip
         assert all(n > 0 for n in messages.values()), messages  # every shard took sessions
         assert all(n > 0 for n in registry.values()), registry  # every registry bucket too
+        assert all(n > 0 for n in events.values()), events  # and every events stream
         assert len(respread) >= 2, respread
         assert max(respread.values()) <= 2, respread
         assert tally.differences == [], (failures, tally.differences)

@@ -226,7 +226,7 @@ def test_status_reports_broker_stream_consumers_and_store(env, capsys):
     # No assembler runs: every stored chunk is pending on exactly one partition's consumer.
     assert sum(c["num_pending"] for c in assigned) == stream["messages"]
     assert report["partitions"] == PARTITIONS
-    assert report["events_stream"]["name"] == "TOKENWIRE_EVENTS"
+    assert [s["name"] for s in report["events"]] == ["TOKENWIRE_EVENTS"]
     assert report["store"]["stats"]["steps"] == 4
     assert main(["status"]) == 0
     assert "TOKENWIRE" in capsys.readouterr().out

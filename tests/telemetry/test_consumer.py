@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import AsyncIterator
 
+import msgspec
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
+from tests.fixtures.broker import provisioned
 from tokenwire.broker import ChunkPublisher, Topology, chunk_subject, ensure_topology
 from tokenwire.schemas import (
     ChunkEnvelope,
@@ -21,6 +25,13 @@ from tokenwire.services.telemetry import TelemetryConsumer, TelemetryMetrics
 
 SENTINEL = "SENTINEL-c0ffee"
 SEED = 20261129
+
+
+@pytest.fixture(params=[1, 3], ids=["R1", "R3"])
+async def topology(nc: Client, request: pytest.FixtureRequest) -> AsyncIterator[Topology]:
+    """Every case with the events in one stream (R = 1) and in three (R = 3)."""
+    async with provisioned(nc, registry_shards=request.param) as t:
+        yield t
 
 
 def _chunks(n: int) -> list[StreamChunk]:
@@ -51,20 +62,25 @@ async def _publish_steps(
 
 
 async def _signals(nc: Client, topology: Topology) -> list[StreamStarted]:
-    import msgspec
-
-    js = nc.jetstream()
-    sub = await js.subscribe(
-        f"{topology.prefix}.events.*.started", stream=topology.events_stream, ordered_consumer=True
-    )
-    info = await js.stream_info(topology.events_stream)
+    """Every started signal, from every events stream (each holds its own sessions only)."""
     out: list[StreamStarted] = []
-    try:
-        while len(out) < info.state.messages:
-            msg = await sub.next_msg(timeout=5)
+    for stream in topology.events_streams:
+        for msg in await _stored(nc, stream, topology.events_filter("started")):
             assert SENTINEL.encode() not in msg.data
-            if msg.subject.endswith(".started"):
-                out.append(msgspec.json.decode(msg.data, type=StreamStarted))
+            signal = msgspec.json.decode(msg.data, type=StreamStarted)
+            assert topology.events_stream_of(signal.session) == stream
+            out.append(signal)
+    return out
+
+
+async def _stored(nc: Client, stream: str, subject: str) -> list[Msg]:
+    js = nc.jetstream()
+    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True)
+    total = (await js.stream_info(stream)).state.messages
+    out: list[Msg] = []
+    try:
+        while len(out) < total:
+            out.append(await sub.next_msg(timeout=5))
     except TimeoutError:
         pass
     finally:

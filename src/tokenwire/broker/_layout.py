@@ -247,7 +247,8 @@ async def leaders_of(
 async def spread_leaders(nc: Client, t: Topology, wait_s: float = LEADER_WAIT_S) -> dict[str, str]:
     """Move shard leaders so that no node leads more than ``ceil(K / nodes)`` of them, by
     ``$JS.API.STREAM.LEADER.STEPDOWN.<stream>`` with a preferred peer (nats-server 2.11+);
-    then the same for the step registry's R buckets, as a group of their own.
+    then the same for the step registry's R buckets and for the R events streams, each a
+    group of its own.
 
     Idempotent (a balanced layout makes no request) and bounded: at most one stepdown per
     stream, each waited for at most ``wait_s``; a stepdown the server refuses or that lands
@@ -260,7 +261,7 @@ async def spread_leaders(nc: Client, t: Topology, wait_s: float = LEADER_WAIT_S)
         return {}
     registry = [f"KV_{bucket}" for bucket in t.registry_buckets]
     leaders: dict[str, str] = {}
-    for group in (t.chunk_streams, registry):
+    for group in (t.chunk_streams, registry, t.events_streams):
         if len(group) > 1:
             leaders |= await _spread(nc, group, wait_s)
     return leaders
@@ -382,28 +383,42 @@ async def undrained(nc: Client, t: Topology) -> list[str]:
 
 async def retire(nc: Client, old: Topology) -> list[str]:
     """Move every stream of layout ``old`` off the chunk subjects (to its retired subject),
-    keeping its messages: they stay readable until they age out (``max_age``). Its
-    ``max_bytes`` shrinks to what it holds (nothing new comes in), which releases the rest of
-    its reservation on the servers' file store for the new layout's streams. Returns the
+    keeping its messages: they stay readable until they age out (``max_age``). Returns the
     streams retired (the ones that still captured chunk subjects)."""
-    retired = []
-    for name in old.chunk_streams:
-        try:
-            info = await api_request(nc, f"$JS.API.STREAM.INFO.{name}")
-        except ApiError as exc:
-            if exc.code == 404:
-                continue
-            raise TopologyError(f"stream {name}", exc.description) from exc
-        config = dict(info["config"])
-        subject = retired_subject(old, name)
-        if config.get("subjects") == [subject]:
-            continue
-        config["subjects"] = [subject]
-        config.pop("subject_transform", None)
-        config["max_bytes"] = int((info.get("state") or {}).get("bytes", 0)) + _RETIRED_SLACK
-        try:
-            await api_request(nc, f"$JS.API.STREAM.UPDATE.{name}", config)
-        except ApiError as exc:
-            raise TopologyError(f"stream {name}", exc.description) from exc
-        retired.append(name)
-    return retired
+    return [name for name in old.chunk_streams
+            if await _retire_stream(nc, name, retired_subject(old, name))]  # fmt: skip
+
+
+async def retire_unsharded_events(nc: Client, t: Topology) -> bool:
+    """With R > 1, the one events stream of a broker provisioned before the events followed R
+    (``events_stream`` capturing ``<prefix>.events.>``, which overlaps the R streams'
+    subjects) moves to ``<prefix>.retired.events.<name>``: its events stay readable until
+    they age out. True when it was moved now."""
+    if t.registry_shards == 1:
+        return False
+    subject = f"{t.prefix}.retired.events.{t.events_stream}"
+    return await _retire_stream(nc, t.events_stream, subject)
+
+
+async def _retire_stream(nc: Client, name: str, subject: str) -> bool:
+    """Move stream ``name`` to capture only ``subject`` (nobody publishes there). Its
+    ``max_bytes`` shrinks to what it holds (nothing new comes in), which releases the rest of
+    its reservation on the servers' file store. False when it does not exist or already
+    captures only ``subject``."""
+    try:
+        info = await api_request(nc, f"$JS.API.STREAM.INFO.{name}")
+    except ApiError as exc:
+        if exc.code == 404:
+            return False
+        raise TopologyError(f"stream {name}", exc.description) from exc
+    config = dict(info["config"])
+    if config.get("subjects") == [subject]:
+        return False
+    config["subjects"] = [subject]
+    config.pop("subject_transform", None)
+    config["max_bytes"] = int((info.get("state") or {}).get("bytes", 0)) + _RETIRED_SLACK
+    try:
+        await api_request(nc, f"$JS.API.STREAM.UPDATE.{name}", config)
+    except ApiError as exc:
+        raise TopologyError(f"stream {name}", exc.description) from exc
+    return True

@@ -15,6 +15,7 @@ from tokenwire.broker._layout import (
     check_registry_layout,
     current_layout,
     retire,
+    retire_unsharded_events,
     spread_leaders,
     undrained,
 )
@@ -59,8 +60,18 @@ def _limits(t: Topology, max_bytes: int) -> dict[str, Any]:
 
 
 def side_stream_config(t: Topology, name: str, subjects: str) -> dict[str, Any]:
-    """The events and DLQ streams: same limits, no transform."""
+    """The DLQ stream: same limits, no transform, an eighth of the budget."""
     return {"name": name, "subjects": [subjects], **_limits(t, t.max_bytes // 8)}
+
+
+def events_stream_config(t: Topology, shard: int) -> dict[str, Any]:
+    """Events shard ``shard``'s stream: same limits, the events' eighth of the budget split
+    over the R events streams."""
+    return {
+        "name": t.events_shard_stream(shard),
+        "subjects": [t.events_shard_subjects(shard)],
+        **_limits(t, t.max_bytes // 8 // t.registry_shards),
+    }
 
 
 def assembler_consumer_config(
@@ -195,9 +206,9 @@ async def ensure_topology(
     falls in its window; the consumer also checks redeliveries against the stored events).
 
     Every shard's stream, its assembler consumers (``assembler-p<i>`` on the stream of
-    partition i) and a ``telemetry`` consumer per shard stream; then, in a cluster, the
-    shard leaders, and the registry buckets' leaders, are spread over the nodes
-    (:func:`spread_leaders`, bounded).
+    partition i) and a ``telemetry`` consumer per shard stream; the R registry buckets and
+    events streams; then, in a cluster, the shard leaders, the registry buckets' and the
+    events streams' leaders are spread over the nodes (:func:`spread_leaders`, bounded).
 
     Raises LayoutConflict, before changing anything, when the broker holds chunk streams of
     another layout (RegistryLayoutConflict: step-registry buckets of another R);
@@ -209,7 +220,9 @@ async def ensure_topology(
     await check_registry_layout(nc, t)
     for shard in range(t.shards):
         await ensure_stream(nc, shard_stream_config(t, shard))
-    await ensure_stream(nc, side_stream_config(t, t.events_stream, f"{t.prefix}.events.>"))
+    await retire_unsharded_events(nc, t)
+    for shard in range(t.registry_shards):
+        await ensure_stream(nc, events_stream_config(t, shard))
     await ensure_stream(nc, side_stream_config(t, t.dlq_stream, f"{t.prefix}.dlq.>"))
     await ensure_steps_bucket(nc, t)
     await ensure_stream(nc, members_bucket_config(t, member_ttl_s))

@@ -42,6 +42,14 @@ class Topology:
     deployment: a session's pointer must never move, or its step numbers would restart
     (provisioning refuses another R, ``RegistryLayoutConflict``); it is independent of K,
     which ``tokenwire reshard`` changes.
+
+    The session events (``persisted``, ``started``: two writes per step, like the registry)
+    follow R too: events stream ``r`` holds ``<prefix>.events.<r>.<session>.<kind>`` for the
+    sessions whose registry bucket is ``r`` (``registry_shard_of(session, R)``). With R = 1
+    the one stream keeps the name ``events_stream`` (``TOKENWIRE_EVENTS``) and its subjects
+    ``<prefix>.events.>``; with R > 1 the names encode R (``<events_stream>_R4_0`` ..
+    ``_R4_3``), each stream ``<prefix>.events.<r>.*.*``. A subscriber needs no hash:
+    ``<prefix>.events.*.<session>.persisted`` matches whichever r.
     """
 
     prefix: str = "tw"
@@ -167,9 +175,41 @@ class Topology:
         """Every stored chunk of one session: ``<prefix>.chunks.<p>.<session>.*``."""
         return f"{self.prefix}.chunks.{partition_of(session, self.partitions)}.{session}.*"
 
+    def events_shard_stream(self, shard: int) -> str:
+        """Events shard ``shard``'s stream: ``events_stream`` when R = 1, else
+        ``<events_stream>_R<R>_<shard>``."""
+        if not 0 <= shard < self.registry_shards:
+            raise ValueError(f"events shard {shard} outside 0..{self.registry_shards - 1}")
+        if self.registry_shards == 1:
+            return self.events_stream
+        return f"{self.events_stream}_R{self.registry_shards}_{shard}"
+
+    @property
+    def events_streams(self) -> tuple[str, ...]:
+        """Every events stream of this layout, shard 0 first."""
+        return tuple(self.events_shard_stream(r) for r in range(self.registry_shards))
+
+    def events_shard_subjects(self, shard: int) -> str:
+        """What events shard ``shard``'s stream stores: ``<prefix>.events.>`` when R = 1
+        (also the events published before the shard token, which age out there), else
+        ``<prefix>.events.<shard>.*.*``."""
+        if self.registry_shards == 1:
+            return f"{self.prefix}.events.>"
+        return f"{self.prefix}.events.{shard}.*.*"
+
+    def events_stream_of(self, session: str) -> str:
+        """The events stream holding ``session``'s events (its registry shard's)."""
+        return self.events_shard_stream(registry_shard_of(session, self.registry_shards))
+
     def event_subject(self, session: str, kind: str = "persisted") -> str:
-        """A session event, e.g. ``tw.events.<session>.persisted``."""
-        return f"{self.prefix}.events.{session}.{kind}"
+        """A session event, ``<prefix>.events.<r>.<session>.<kind>`` with ``r`` the session's
+        registry shard, e.g. ``tw.events.0.sess-1.persisted``."""
+        shard = registry_shard_of(session, self.registry_shards)
+        return f"{self.prefix}.events.{shard}.{session}.{kind}"
+
+    def events_filter(self, kind: str) -> str:
+        """One kind of event of every session: ``<prefix>.events.*.*.<kind>``."""
+        return f"{self.prefix}.events.*.*.{kind}"
 
     def dlq_subject(self, consumer: str) -> str:
         """Where a consumer dead-letters what it terminated: ``<prefix>.dlq.<consumer>``."""

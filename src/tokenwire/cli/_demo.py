@@ -221,19 +221,34 @@ async def _wait_persisted(
 async def _ttfc(nc: Connection, t: Topology, sessions: set[str], steps: int) -> list[float]:
     """Time to first chunk of each of the fleet's steps, as the telemetry consumer signalled."""
     found: dict[tuple[str, int, int], float] = {}
-    next_seq = 1
+    next_seq = dict.fromkeys(t.events_streams, 1)
     deadline = time.monotonic() + PERSIST_TIMEOUT_S
     while len(found) < steps and time.monotonic() < deadline:
-        try:
-            async for seq, data in read_range(nc, t.events_stream, f"{t.prefix}.events.*.started",
-                                              next_seq, last=None, idle_s=1.0):  # fmt: skip
-                next_seq = seq + 1
-                signal = msgspec.json.decode(data, type=StreamStarted)
-                if signal.session in sessions and signal.time_to_first_chunk_s is not None:
-                    found[(signal.session, signal.turn, signal.step)] = signal.time_to_first_chunk_s
-        except RequestFailed:
-            pass  # nothing new within a second; the deadline bounds the wait
+        for stream in t.events_streams:
+            next_seq[stream] = await _read_started(nc, t, stream, next_seq[stream], sessions, found)
     return list(found.values())
+
+
+async def _read_started(
+    nc: Connection,
+    t: Topology,
+    stream: str,
+    from_seq: int,
+    sessions: set[str],
+    found: dict[tuple[str, int, int], float],
+) -> int:
+    """The started signals of ``sessions`` in one events stream, from ``from_seq``, into
+    ``found``; the next sequence to read. Returns when nothing new comes within a second."""
+    try:
+        async for seq, data in read_range(nc, stream, t.events_filter("started"), from_seq,
+                                          last=None, idle_s=1.0):  # fmt: skip
+            from_seq = seq + 1
+            signal = msgspec.json.decode(data, type=StreamStarted)
+            if signal.session in sessions and signal.time_to_first_chunk_s is not None:
+                found[(signal.session, signal.turn, signal.step)] = signal.time_to_first_chunk_s
+    except RequestFailed:
+        pass  # nothing new within a second; the caller's deadline bounds the wait
+    return from_seq
 
 
 async def _verify(nc: Connection, t: Topology, store: Store, sessions: list[str]) -> list[str]:

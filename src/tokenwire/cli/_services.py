@@ -137,6 +137,7 @@ def provision(ctx: click.Context, timeout_s: float) -> None:
             f"{'s' if t.shards > 1 else ''}, {t.replicas} replicas) ready"
         )
         click.echo(f"provision: step registry {', '.join(t.registry_buckets)} ready")
+        click.echo(f"provision: events {', '.join(t.events_streams)} ready")
 
     run_until_signal(main)
 

@@ -72,8 +72,8 @@ async def _status(url: str, store_url: str) -> dict[str, Any]:
         report["retired"] = await _retired(nc, t)
         report["members"] = await member_shares(nc, t)
         name_owners(report["consumers"], report["members"])
-        report["registry"] = [await _bucket(nc, b) for b in t.registry_buckets]
-        report["events_stream"] = await _stream(nc, t.events_stream)
+        report["registry"] = [await _side_stream(nc, f"KV_{b}") for b in t.registry_buckets]
+        report["events"] = [await _side_stream(nc, name) for name in t.events_streams]
         report["dlq_stream"] = await _stream(nc, t.dlq_stream)
     report["store"] = await _store(store_url)
     return report
@@ -136,9 +136,8 @@ async def _retired(nc: Connection, t: Topology) -> list[dict[str, Any]]:
     return found
 
 
-async def _bucket(nc: Connection, bucket: str) -> dict[str, Any]:
-    """A step-registry bucket's stream (``KV_<bucket>``), or that it is not provisioned."""
-    name = f"KV_{bucket}"
+async def _side_stream(nc: Connection, name: str) -> dict[str, Any]:
+    """A stream that is not a chunk stream, or that it is not provisioned."""
     return await _stream(nc, name) or {"name": name, "provisioned": False}
 
 
@@ -262,14 +261,14 @@ def _ranges(partitions: list[int]) -> str:
 
 def _print_side_streams(report: dict[str, Any]) -> None:
     """The step registry's buckets, the events and the dead-letter streams."""
-    for bucket in report["registry"]:
-        if bucket["provisioned"]:
-            _print_stream("registry", bucket)
-        else:
-            click.echo(f"registry {bucket['name']}  not provisioned")
-    for key in ("events_stream", "dlq_stream"):
-        if report[key] is not None:
-            _print_stream(key.removesuffix("_stream"), report[key])
+    for label in ("registry", "events"):
+        for stream in report[label]:
+            if stream["provisioned"]:
+                _print_stream(label, stream)
+            else:
+                click.echo(f"{label:<8} {stream['name']}  not provisioned")
+    if report["dlq_stream"] is not None:
+        _print_stream("dlq", report["dlq_stream"])
 
 
 def _print_stream(label: str, s: dict[str, Any]) -> None:

@@ -2,7 +2,7 @@
 
 The broker does the selection: the durable consumer's filter is the first-chunk subject
 (``<prefix>.chunks.*.*.first``), so deliveries equal steps, whatever the number of tokens.
-Each signal is published to ``<prefix>.events.<session>.started`` with the dedupe id
+Each signal is published to ``<prefix>.events.<r>.<session>.started`` with the dedupe id
 ``started:<session>:<turn>:<step>``; the PubAck's ``duplicate`` flag tells a redelivery (after
 a crash between publish and ack, or a restart) from a new start, so metrics count each step
 once without any state of our own surviving the restart. The duplicate window closes 120 s
@@ -123,7 +123,8 @@ class TelemetryConsumer:
         """A redelivery: is its signal already stored? (Retry when unknown)"""
         subject = self.topology.event_subject(session, "started")
         try:
-            return await stored_with_msg_id(self.nc, self.topology.events_stream, subject, msg_id,
+            stream = self.topology.events_stream_of(session)
+            return await stored_with_msg_id(self.nc, stream, subject, msg_id,
                                             timeout_s=self.publish_timeout_s)  # fmt: skip
         except BrokerError as exc:
             log.warning("telemetry redelivery check failed, will retry: %s", exc)
