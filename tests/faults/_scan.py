@@ -41,7 +41,7 @@ async def broker_messages(operator: Client, topology: Topology) -> list[tuple[st
     out: list[tuple[str, bytes]] = []
     for stream, subject in (
         *((s, f"{topology.prefix}.chunks.>") for s in topology.chunk_streams),
-        (topology.events_stream, f"{topology.prefix}.events.>"),
+        *((s, f"{topology.prefix}.events.>") for s in topology.events_streams),
         (topology.dlq_stream, f"{topology.prefix}.dlq.>"),
     ):
         total = (await js.stream_info(stream)).state.messages

@@ -113,6 +113,8 @@ async def _case(workdir: Path, cluster: Cluster) -> None:
         assert all(n > 0 for n in messages.values()), messages  # every shard took sessions
         assert all(n > 0 for n in registry.values()), registry  # every registry bucket too
         assert all(n > 0 for n in events.values()), events  # and every events stream
+        # every committed step announced once, through the events leader's death too
+        assert sum(events.values()) == tally.stored_messages + tally.stored_errors, events
         assert len(respread) >= 2, respread
         assert max(respread.values()) <= 2, respread
         assert tally.differences == [], (failures, tally.differences)

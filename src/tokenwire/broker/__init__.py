@@ -50,6 +50,7 @@ from tokenwire.broker._errors import (
     StepRegistryError,
     TopologyError,
 )
+from tokenwire.broker._events import EventPublisher
 from tokenwire.broker._frames import header_size
 from tokenwire.broker._inspect import (
     ConsumerState,
@@ -138,6 +139,7 @@ __all__ = [
     "ConsumerStats",
     "EmbeddedCluster",
     "EmbeddedServer",
+    "EventPublisher",
     "FlushTimeout",
     "Handler",
     "KeyBinding",

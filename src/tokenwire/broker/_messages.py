@@ -1,8 +1,8 @@
 """Single messages outside the chunk path: events, acknowledged writes, reads by subject.
 
 - :func:`publish_event`: a core publish, deduplicated by ``Nats-Msg-Id`` when it has one
-  (a stream may store it; nobody waits for an ack): the assembler's ``persisted``
-  announcements, the telemetry's live signals.
+  (a stream may store it; nobody waits for an ack): the telemetry's live signals. (The
+  assembler's ``persisted`` events go through ``EventPublisher``: acked, retried.)
 - :func:`publish_acked`: a JetStream publish that returns once the stream stored it (KV
   heartbeats, the telemetry signal); says whether the stream dropped it as a duplicate.
 - :func:`last_by_subject`: the newest message stored on a subject (``DIRECT.GET``).

@@ -47,6 +47,16 @@ class AssemblerMetrics:
             f"{_NS}_dead_lettered", "Messages sent to the dead-letter subject.", ["reason"],
             registry=r,
         )  # fmt: skip
+        self.events_given_up = Counter(
+            f"{_NS}_events_given_up",
+            "Persisted events not stored within 60 s of tries, or unacknowledged at shutdown "
+            "(the steps themselves are committed).",
+            registry=r,
+        )
+        self.events_pending = Gauge(
+            f"{_NS}_events_pending", "Persisted events published and not acknowledged yet.",
+            registry=r,
+        )  # fmt: skip
         self.store_failures = Counter(
             f"{_NS}_store_failures", "Store calls that failed, by error.", ["error"], registry=r
         )

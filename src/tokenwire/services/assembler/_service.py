@@ -20,10 +20,10 @@ import msgspec
 
 from tokenwire.broker import (
     BatchHandler,
-    BrokerError,
     Connection,
     ConsumedMessage,
     ConsumerState,
+    EventPublisher,
     PullSettings,
     Topology,
     dead_letter,
@@ -31,7 +31,6 @@ from tokenwire.broker import (
     nak_many,
     parse_stored_subject,
     partition_of,
-    publish_event,
 )
 from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.schemas import (
@@ -93,6 +92,8 @@ class Assembler:
         self.assembly: Assembly[Delivery] = Assembly(settings.assembly, clock=clock)
         self._nc = nc
         self._store = store
+        self._events = EventPublisher(nc, on_given_up=self.metrics.events_given_up.inc)
+        self.metrics.events_pending.set_function(lambda: self._events.pending)
         self._clock = clock
         self.traces = StepTraces((otel or no_otel()).tracer_provider)  # spans per commit
         t = settings.topology
@@ -171,6 +172,9 @@ class Assembler:
                 self.committer.pending,
             )
         await nak_tokens(self.assembly.held_tokens())
+        unannounced = await self._events.close(flush_timeout_s)
+        if unannounced:
+            log.warning("%d persisted events unacknowledged at shutdown", unannounced)
         await self.partitions.unpin()
         self.started = False
 
@@ -544,13 +548,11 @@ class Assembler:
         )
 
     async def _publish_persisted(self, event: StepPersisted) -> None:
-        """Core publish into the events stream; the Msg-Id dedupes a re-announcement."""
+        """Into the session's events stream, at least once (:class:`EventPublisher`: waits
+        only when 10,000 are in flight); the Msg-Id stores a re-announcement once."""
         subject = self.settings.topology.event_subject(event.session, "persisted")
         msg_id = f"persisted:{event.session}:{event.turn}:{event.step}"
-        try:
-            await publish_event(self._nc, subject, json_encoder.encode(event), msg_id=msg_id)
-        except BrokerError as exc:
-            log.warning("could not publish %s: %s", subject, exc)
+        await self._events.publish(subject, json_encoder.encode(event), msg_id)
 
     # -- loops -----------------------------------------------------------------------------
 
