@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import Literal
 
 from tokenwire.fold._errors import InvalidOrdinal, ReorderWindowError, StepStateError
@@ -86,6 +87,25 @@ class StepCollector:
         if ordinal != self._next:
             return self._buffer(ordinal, chunk)
         return self._accept(ordinal, chunk)
+
+    def add_run(self, first: int, chunks: Sequence[StreamChunk]) -> bool:
+        """Take ``chunks`` at the ordinals ``first``, ``first + 1``, ... when they continue the
+        step in order: ``first`` is the next ordinal, nothing waits in the buffer, no finish was
+        seen, and none of the run but its last chunk is a finish. That is :meth:`add` of each,
+        every one ``ACCEPTED``, in one call (a frame's chunks). False, and nothing taken,
+        otherwise: add them one by one."""
+        if first != self._next or self._failed or self._finish_at is not None or self._pending:
+            return False
+        last = len(chunks) - 1
+        if Finish in map(type, chunks[:last]):
+            return False
+        if type(chunks[last]) is Finish:
+            self._note_finish(first + last)  # as _accept notes it: before the fold sees it
+        feed = self._fold.feed
+        for chunk in chunks:
+            feed(chunk)
+        self._next = first + last + 1
+        return True
 
     @property
     def fold(self) -> StepFold:

@@ -8,9 +8,11 @@ from the retained stream; for complete steps the close order depends only on fee
 
 from __future__ import annotations
 
+import itertools
+import operator
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeAlias, TypeVar
 
@@ -114,8 +116,19 @@ class Settled(Generic[T]):
     late: bool = False
 
 
+_CHUNK = operator.attrgetter("chunk")
+
 Outcome: TypeAlias = ClosedStep[T] | Poisoned[T] | Settled[T]
 """What feeding one envelope produced (None: the chunk is held in an open step)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FedFrame(Generic[T]):
+    """What feeding a frame produced: whether any of its chunks was taken into its step (held
+    there, or closing it), and the outcomes that are not None, in chunk order."""
+
+    taken: bool
+    outcomes: list[Outcome[T]]
 
 
 @dataclass(slots=True)
@@ -218,6 +231,32 @@ class Assembly(Generic[T]):
         except (InvalidOrdinal, ReorderWindowError) as exc:
             return self._reject(key, step, exc, token)
         return self._on_added(key, step, added, envelope, token)
+
+    def feed_frame(self, envelopes: Sequence[ChunkEnvelope], token: T) -> FedFrame[T]:
+        """:meth:`feed` of each of a frame's envelopes under one token. They are one step's, at
+        consecutive ordinals, as ``ChunkFrame.envelopes`` builds them (what
+        ``chunk_envelopes`` returns for any stored message).
+
+        The common case, a frame continuing its step in order (``StepCollector.add_run``),
+        keeps every chunk with the token, the activity clock and the step's order touched
+        once; anything else (a gap, a duplicate, a finish inside, a closed step) takes the
+        chunks one by one, as ``feed`` would. Raises :class:`AssemblyFullError` as ``feed``.
+        """
+        first = envelopes[0]
+        key = (first.session, first.turn, first.step)
+        step = self._open.get(key)
+        if step is None and first.ordinal == 0 and key not in self._closed:
+            step = self._start(key, first)
+        chunks = list(map(_CHUNK, envelopes))
+        if step is not None and step.collector.add_run(first.ordinal, chunks):
+            step.envelopes.update(zip(itertools.count(first.ordinal), envelopes, strict=False))
+            self._keep(key, step, envelopes[-1], token)
+            if step.collector.complete:
+                return FedFrame(True, [self._close(key, step, "complete", self._clock())])
+            return FedFrame(True, [])
+        outcomes = [self.feed(envelope, token) for envelope in envelopes]
+        taken = any(o is None or type(o) is ClosedStep for o in outcomes)
+        return FedFrame(taken, [o for o in outcomes if o is not None])
 
     def _start(self, key: StepKey, envelope: ChunkEnvelope) -> _OpenStep[T]:
         if len(self._open) >= self.config.max_open_steps:

@@ -262,17 +262,14 @@ class Assembler:
         chunk of it was taken into the step (held, or closing it); a chunk the step cannot
         take (past its finish, a bad ordinal) is copied to the DLQ beside it, and the whole
         message is dead-lettered only when no chunk of it was taken."""
-        taken = False
+        fed = self.assembly.feed_frame(envelopes, token)
+        taken = fed.taken
         settled: Settled[Delivery] | None = None
         poisoned: list[Poisoned[Delivery]] = []
-        for envelope in envelopes:
-            outcome = self.assembly.feed(envelope, token)
+        for outcome in fed.outcomes:
             match outcome:
-                case None:
-                    taken = True
                 case ClosedStep():
                     self.committer.add(outcome)
-                    taken = True
                 case Settled():
                     settled = outcome
                 case Poisoned():
