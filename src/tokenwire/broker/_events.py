@@ -24,9 +24,8 @@ from collections.abc import Callable
 
 from nats.aio.client import Client
 
-from tokenwire.broker._errors import BrokerError, RequestFailed
-from tokenwire.broker._puback import puback_decoder
-from tokenwire.broker._translate import translated
+from tokenwire.broker._errors import BrokerError
+from tokenwire.broker._messages import publish_acked
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +95,8 @@ class EventPublisher:
         deadline = time.monotonic() + self._retry_for_s
         for attempt in itertools.count():  # ends by the deadline
             try:
-                await self._publish_once(subject, payload, headers)
+                await publish_acked(self._nc, subject, payload, headers=headers,
+                                    timeout_s=self._ack_timeout_s)  # fmt: skip
                 return
             except BrokerError as exc:
                 pause = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
@@ -106,11 +106,3 @@ class EventPublisher:
                                 msg_id, self._retry_for_s, exc)  # fmt: skip
                     return
             await asyncio.sleep(pause)
-
-    async def _publish_once(self, subject: str, payload: bytes, headers: dict[str, str]) -> None:
-        what = f"publish to {subject}"
-        with translated(self._nc, what):
-            reply = await self._nc.request(subject, payload, self._ack_timeout_s, headers=headers)
-            ack = puback_decoder.decode(reply.data)
-        if ack.error is not None:
-            raise RequestFailed(what, ack.error.description, ack.error.err_code)

@@ -49,9 +49,7 @@ async def run(
             topology=settings.topology,
             metrics=metrics,
             otel=OtelSignals(otel.tracer_provider) if otel.sdk else None,
-            live=lambda subject, payload: asyncio.ensure_future(
-                publish_event(nc, subject, payload)
-            ),
+            live=lambda subject, payload: publish_event(nc, subject, payload),
         )
         t = settings.topology
         log.info("telemetry consuming %s on %s", t.first_chunks_filter, ", ".join(t.chunk_streams))

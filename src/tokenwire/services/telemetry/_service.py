@@ -70,7 +70,7 @@ class TelemetryConsumer:
     topology: Topology
     metrics: TelemetryMetrics
     otel: OtelSignals | None = None
-    live: Callable[[str, bytes], object] | None = None
+    live: Callable[[str, bytes], Awaitable[None]] | None = None
     publish_timeout_s: float = PUBLISH_TIMEOUT_S
     pull: PullSettings = field(default_factory=PullSettings)
     after_publish: Callable[[ConsumedMessage], Awaitable[None]] | None = None
@@ -108,7 +108,7 @@ class TelemetryConsumer:
         if duplicate:
             self.metrics.duplicates.inc()
         else:
-            self._record(signal, payload)
+            await self._record(signal, payload)
 
     def _record_failure(
         self, envelope: ChunkEnvelope, error: StepError, headers: dict[str, str]
@@ -130,12 +130,15 @@ class TelemetryConsumer:
             log.warning("telemetry redelivery check failed, will retry: %s", exc)
             raise Retry(RETRY_DELAY_S) from exc
 
-    def _record(self, signal: StreamStarted, payload: bytes) -> None:
+    async def _record(self, signal: StreamStarted, payload: bytes) -> None:
         self.metrics.record(signal)
         if self.otel is not None:
             self.otel.record(signal)
         if self.live is not None:
-            self.live(self.topology.telemetry_live_subject, payload)
+            try:  # the live copy is core NATS, best effort: the stored signal is the record
+                await self.live(self.topology.telemetry_live_subject, payload)
+            except BrokerError as exc:
+                log.warning("live signal not sent: %s", exc)
 
     def consumer(self, stream: str | None = None) -> PullConsumer:
         """The callback-driven pull loop over the durable ``telemetry`` consumer of one shard
