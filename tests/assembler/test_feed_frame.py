@@ -11,7 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenwire.fold import Added, StepCollector
-from tokenwire.schemas import ChunkEnvelope, Finish, StreamChunk, TextDelta, ToolCallDelta
+from tokenwire.schemas import (
+    ChunkEnvelope,
+    Finish,
+    Message,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
+)
 from tokenwire.services.assembler._assembly import Assembly, ClosedStep, FedFrame, Outcome
 
 STOP = Finish(reason="stop")
@@ -19,7 +26,7 @@ STOP = Finish(reason="stop")
 
 def _chunk(i: int) -> StreamChunk:
     if i % 7 == 3:
-        return ToolCallDelta(index=1, id="c1" if i == 3 else None, name="f" if i == 3 else None,
+        return ToolCallDelta(index=1, id="c1", name="f" if i == 3 else None,
                              arguments_delta='{"a":1}' if i == 3 else "")  # fmt: skip
     return TextDelta(index=0, text=f"t{i} ")
 
@@ -85,7 +92,9 @@ def test_an_in_order_frame_touches_the_step_once() -> None:
     assert isinstance(closed, ClosedStep)
     assert closed.tokens == (1, 2)
     assert closed.record.chunks == envs
-    assert closed.record.outcome.text == "".join(f"t{i} " for i in range(99) if i % 7 != 3)
+    outcome = closed.record.outcome
+    assert isinstance(outcome, Message)
+    assert outcome.text == "".join(f"t{i} " for i in range(99) if i % 7 != 3)
 
 
 def test_add_run_takes_only_a_run_that_continues_the_step_in_order() -> None:
