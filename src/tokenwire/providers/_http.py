@@ -29,7 +29,7 @@ import ssl
 import urllib.parse
 import urllib.request
 import zlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Final, cast
 
@@ -184,13 +184,19 @@ class HttpResponse:
         # wbits 47: a gzip or zlib header, detected
         self._inflate = zlib.decompressobj(47) if encoding != "identity" else None
 
-    async def read(self) -> bytes:
+    def read(self) -> Awaitable[bytes]:
         """The body bytes of the next socket reads (waiting for some); ``b""`` at the end.
-        Raises :class:`TransportError` (after every byte that arrived before it)."""
+        Raises :class:`TransportError` (after every byte that arrived before it).
+
+        A plain body is the connection's own read, not a coroutine around it: one frame
+        fewer to create and resume per read (paced streams bring about one token a read)."""
+        if self._inflate is None:
+            return self._conn.next_data()
+        return self._read_inflated()
+
+    async def _read_inflated(self) -> bytes:
         while True:
             data = await self._conn.next_data()
-            if self._inflate is None:
-                return data
             decoded = self._decode(data)
             if decoded or not data:  # a read that decodes to nothing is not the end
                 return decoded

@@ -158,7 +158,10 @@ async def _batches(
         parser = SseParser()
         try:
             while data := await response.read():
-                yield [chunk for event in parser.feed(data) for chunk in normaliser.feed(event)]
+                batch: list[StreamChunk] = []
+                for event in parser.feed(data):  # a loop, not a comprehension: no frame per read
+                    batch += normaliser.feed(event)
+                yield batch
         except TransportError as exc:
             yield [_transport_finish(exc)]
             return

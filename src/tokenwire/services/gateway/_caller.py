@@ -203,7 +203,7 @@ class ForwardingOutput:
         if self._tap is None or not self._tap.events:
             return b""
         forwarded = self._forwarder.forwarded
-        return b"".join(frame(e) for e in self._tap.take(self._published) if forwarded(e))
+        return b"".join([frame(e) for e in self._tap.take(self._published) if forwarded(e)])
 
 
 def _reason(finish: Finish) -> str:
@@ -492,8 +492,8 @@ class StepStream(Response):
         try:
             await send(start)  # before the watcher starts: it is not on the way to the first bytes
 
-            async def write(data: bytes, last: bool) -> None:
-                await send({"type": "http.response.body", "body": data, "more_body": not last})
+            def write(data: bytes, last: bool) -> Awaitable[None]:  # no coroutine of its own
+                return send({"type": "http.response.body", "body": data, "more_body": not last})
 
             self._outbox.attach(write, self._leave)
             watcher = asyncio.ensure_future(self._watch(receive))

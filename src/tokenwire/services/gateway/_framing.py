@@ -141,16 +141,19 @@ class Framer:
         head, limit = self._head(ordinal, time_ns)
         return len(head) + len(FRAME_TAIL) + len(frame_item(0, chunk)) + margin <= limit
 
-    async def read_done(self) -> None:
-        """A provider read was taken: send the frame if it is due, else let it linger (a
-        timer sends it when no read comes in time)."""
+    def read_done(self) -> bool:
+        """A provider read was taken: whether the frame is due (the step then awaits
+        :meth:`flush`), else let it linger (a timer sends it when no read comes in time).
+        Not a coroutine: most reads leave the frame lingering, and a coroutine per read
+        cost a frame to create and run for nothing."""
         frame = self._frame
         if frame is None:
-            return
+            return False
         if self._linger <= 0 or self._loop.time() - frame.opened >= self._linger:
-            await self.flush()
-        elif self._timer is None:
+            return True
+        if self._timer is None:
             self._timer = self._loop.call_at(frame.opened + self._linger, self._lingered)
+        return False
 
     async def flush(self) -> None:
         """Send everything held, after any linger send in progress (raises its error). A

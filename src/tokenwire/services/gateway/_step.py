@@ -405,12 +405,19 @@ class StepRun:
         """Publish the chunks of one read in order and hand the caller their bytes at once."""
         out: list[bytes] = []
         try:
-            for chunk in batch:
+            for read in batch:
                 if self.finish is not None:
                     break  # the adapter contract: nothing after finish
-                await self._take_one(chunk, out)
-            if self._framer is not None:
-                await self._framer.read_done()  # the frame goes now, or lingers
+                first = self._ordinal == 0
+                crossed = self._meter.over(read, self._ordinal)
+                # Most chunks join the open frame without a wait: no coroutine per chunk.
+                chunk = read
+                if crossed is not None or not self._framed_now(read):
+                    chunk = await self._publish_one(read, crossed, first)
+                if (broken := self._taken(chunk, first, out)) is not None:
+                    await self._stop_broken(broken)
+            if self._framer is not None and self._framer.read_done():
+                await self._framer.flush()  # the frame goes now (else it lingers)
         except GatewayError:  # a bound or the broker stopped the step mid-read
             out.append(self.output.flush())  # the caller gets what was published
             await self.outbox.put(b"".join(out))
@@ -418,28 +425,36 @@ class StepRun:
         out.append(self.output.flush())
         await self.outbox.put(b"".join(out))
 
-    async def _take_one(self, chunk: StreamChunk, out: list[bytes]) -> None:
-        first = self._ordinal == 0
-        crossed = self._meter.over(chunk, self._ordinal)
+    async def _publish_one(
+        self, chunk: StreamChunk, crossed: str | None, first: bool
+    ) -> StreamChunk:
+        """Publish a chunk that did not join the open frame at once (the first, a finish, a
+        full frame, frames off), or stop at the bound it ``crossed``; returns the chunk as
+        published (a finish without credentials)."""
         if crossed is not None:
             await self.stop_at_limit(crossed)
         if isinstance(chunk, Finish):
             chunk = self._scrubbed(chunk)
             if first and chunk.error is not None:
                 await self._fail_before_start(chunk, chunk.error)
-        if not self._framed_now(chunk):
-            await self._publish(chunk)
+        await self._publish(chunk)
+        return chunk
+
+    def _taken(self, chunk: StreamChunk, first: bool, out: list[bytes]) -> str | None:
+        """A published chunk's bookkeeping and its bytes for the caller; the contract it
+        broke instead, if it did (nothing then goes to the caller for it)."""
         if isinstance(chunk, Finish):
             self.finish = chunk
         elif isinstance(chunk, Usage) and self._call is not None:
             self._call.usage = chunk.usage
         if self._contract is not None and (broken := self._contract.feed(chunk)) is not None:
-            await self._stop_broken(broken)
+            return broken
         if first:
             self._observe_first_chunk()
             self._name_step()
             out.append(self.output.opening())
         out.append(self.output.chunk(chunk))
+        return None
 
     def _scrubbed(self, finish: Finish) -> Finish:
         """The finish with credentials removed from its error (providers may echo a key)."""
