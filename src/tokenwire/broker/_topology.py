@@ -137,11 +137,8 @@ class Topology:
     def registry_bucket(self, shard: int) -> str:
         """Registry shard ``shard``'s KV bucket: ``steps_bucket`` when R = 1, else
         ``<steps_bucket>-r<R>-<shard>``."""
-        if not 0 <= shard < self.registry_shards:
-            raise ValueError(f"registry shard {shard} outside 0..{self.registry_shards - 1}")
-        if self.registry_shards == 1:
-            return self.steps_bucket
-        return f"{self.steps_bucket}-r{self.registry_shards}-{shard}"
+        sharded = f"{self.steps_bucket}-r{self.registry_shards}-{shard}"
+        return self._per_registry_shard("registry shard", shard, self.steps_bucket, sharded)
 
     @property
     def registry_buckets(self) -> tuple[str, ...]:
@@ -178,11 +175,14 @@ class Topology:
     def events_shard_stream(self, shard: int) -> str:
         """Events shard ``shard``'s stream: ``events_stream`` when R = 1, else
         ``<events_stream>_R<R>_<shard>``."""
+        sharded = f"{self.events_stream}_R{self.registry_shards}_{shard}"
+        return self._per_registry_shard("events shard", shard, self.events_stream, sharded)
+
+    def _per_registry_shard(self, what: str, shard: int, single: str, sharded: str) -> str:
+        """``single`` when R = 1, else ``sharded``; ValueError for a shard outside 0..R-1."""
         if not 0 <= shard < self.registry_shards:
-            raise ValueError(f"events shard {shard} outside 0..{self.registry_shards - 1}")
-        if self.registry_shards == 1:
-            return self.events_stream
-        return f"{self.events_stream}_R{self.registry_shards}_{shard}"
+            raise ValueError(f"{what} {shard} outside 0..{self.registry_shards - 1}")
+        return single if self.registry_shards == 1 else sharded
 
     @property
     def events_streams(self) -> tuple[str, ...]:
