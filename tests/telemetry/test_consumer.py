@@ -199,21 +199,23 @@ async def test_an_undecodable_first_chunk_is_dead_lettered_and_the_rest_continue
 async def test_each_new_start_is_also_sent_live_once(nc: Client, topology: Topology) -> None:
     """The live copy (core NATS, ``<prefix>.telemetry.started``): one per step signalled, as
     ``tokenwire telemetry`` wires it (``publish_event`` on the consumer's connection)."""
+    lengths = [3, 1, 5, 2, 4]
     live: list[StreamStarted] = []
+    all_live = asyncio.Event()
 
     async def on_live(msg: Msg) -> None:
         live.append(msgspec.json.decode(msg.data, type=StreamStarted))
+        if len(live) >= len(lengths):
+            all_live.set()
 
     sub = await nc.subscribe(topology.telemetry_live_subject, cb=on_live)
-    steps = await _publish_steps(nc, topology, [3, 1, 5, 2, 4])
+    steps = await _publish_steps(nc, topology, lengths)
     consumer = TelemetryConsumer(
         nc=nc, topology=topology, metrics=TelemetryMetrics(),
         live=lambda subject, payload: publish_event(nc, subject, payload),
     )  # fmt: skip
     await asyncio.wait_for(consumer.run(asyncio.Event(), burst=True), 30)
     await nc.flush()
-    async with asyncio.timeout(10):
-        while len(live) < len(steps):  # noqa: ASYNC110 - filled by the subscription's callback
-            await asyncio.sleep(0.05)
+    await asyncio.wait_for(all_live.wait(), 10)
     await sub.unsubscribe()
     assert sorted((s.session, s.turn, s.step) for s in live) == sorted(steps)

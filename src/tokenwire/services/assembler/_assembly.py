@@ -247,8 +247,7 @@ class Assembly(Generic[T]):
         step = self._open.get(key)
         if step is None and first.ordinal == 0 and key not in self._closed:
             step = self._start(key, first)
-        chunks = list(map(_CHUNK, envelopes))
-        if step is not None and step.collector.add_run(first.ordinal, chunks):
+        if step is not None and step.collector.add_run(first.ordinal, list(map(_CHUNK, envelopes))):
             step.envelopes.update(zip(itertools.count(first.ordinal), envelopes, strict=False))
             self._keep(key, step, envelopes[-1], token)
             if step.collector.complete:
