@@ -48,7 +48,9 @@ def _scale(profile: Profile) -> None:
                                                    (1_000_000, 1_000, 200_000))  # fmt: skip
     t = bench_telemetry
     t.STEPS, t.CHUNKS_BIG = sizes(profile, (20, 50), (200, 500), (1_000, 1_000))
-    from bench import bench_paced, bench_shards
+    from bench import bench_floor, bench_paced, bench_shards
+
+    bench_floor.scale(*sizes(profile, (5, 1, 1), (150, 3, 4), (150, 3, 8)))
 
     bench_shards.CHUNKS = sizes(profile, 5_000, 100_000, 200_000)
     bench_shards.STEPS = sizes(profile, 1_000, 10_000, 20_000)
@@ -132,13 +134,14 @@ PARTS: dict[str, Callable[[Figures, Profile, argparse.Namespace], str]] = {
     "scaling": _scaling,
     "paced": _paced,
     "shards": _module("shards"),
+    "floor": _module("floor"),
 }
 EXTRA = ("publish", "fold", "parse", "frames", "compression")  # run only when named
 """Their own tables; ``frames`` (messages, bytes and CPU per chunk against lingers, ADR 0024)
 and ``compression`` (bytes per chunk on disk with and without S2, ADR 0023) record their
 figures. ``paced`` (the stack at 50 tokens/s per session, shipped defaults) and ``shards`` (one
-stream's ceiling on a loopback R3 cluster) run by default: docs/capacity.md is computed from
-them."""
+stream's ceiling on a loopback R3 cluster) and ``floor`` (the gateway's CPU per token at that
+pace against two relaying floors) run by default: docs/capacity.md is computed from them."""
 
 
 def _args(argv: list[str]) -> argparse.Namespace:

@@ -469,6 +469,49 @@ def _frames_off_section(fig: Figures, paced: Plan, full: Plan) -> list[str]:
     ]
 
 
+_FLOOR_SIDES = (
+    ("gateway", "the gateway, as shipped"),
+    ("proxy", "a bare proxy (uvicorn + aiohttp)"),
+    ("relay", "a TCP relay (uvloop protocols, parses nothing)"),
+)
+
+
+def _floor_section(fig: Figures, p: Plan) -> list[str]:
+    """The model's total with the gateway's cores scaled by each floor's same-run ratio."""
+    head = ["## The gateway against relaying floors", ""]
+    floor = fig.values.get("floor", {})
+    if "relay_over_gateway" not in floor:
+        return [*head, "Not in these figures: run `make bench BENCH=floor`."]
+    rest = p.total - p.cores["gateway"]
+    rows = ["| side | CPU us per token | ratio to the gateway | gateway cores | total cores "
+            f"| against {TODAY_CORES} |", "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for name, label in _FLOOR_SIDES:
+        cores = math.ceil(p.cores["gateway"] * floor[f"{name}_over_gateway"])
+        rows.append(f"| {label} | {floor[f'{name}_us_per_token']:.1f} | "
+                    f"{floor[f'{name}_over_gateway']:.2f}x | {cores:,} | {rest + cores:,} | "
+                    f"{(rest + cores) / TODAY_CORES:.2f}x |")  # fmt: skip
+    relay_total = rest + math.ceil(p.cores["gateway"] * floor["relay_over_gateway"])
+    verdict = "still above" if relay_total > TODAY_CORES // 2 else "at or below"
+    return [
+        *head,
+        "How much of the gateway's CPU per token is its own work, and how much any Python "
+        "process pays that passes each token on as it arrives (phase `floor`, "
+        "bench/bench_floor.py): the gateway, a bare forwarding proxy and a TCP relay, each in "
+        "front of the same paced scripted provider, ran the same load in alternating rounds "
+        f"({floor['sessions']:.0f} sessions at {TOKENS_PER_S:g} tokens/s, "
+        f"{floor['rounds']:.0f} rounds, medians). The model's gateway cores are scaled by each "
+        "side's same-run ratio; the other processes' cores are the model's "
+        f"({rest:,}).",
+        "",
+        *rows,
+        "",
+        f"With a gateway that did nothing but relay bytes, the model's total would be "
+        f"{relay_total:,} cores, {verdict} the issue's {TODAY_CORES // 2}: the relay is one "
+        "wake-up, one read and one write per token, which a gateway that passes each token "
+        "on at once (never delaying the caller's stream) cannot avoid.",
+    ]
+
+
 def _when(fig: Figures) -> str:
     paced = fig.notes.get("paced", "")
     g = fig.get
@@ -543,6 +586,8 @@ def render(fig: Figures, preliminary: bool = True) -> str:
         *_plan_table(plans),
         "",
         *_frames_off_section(fig, p, plans[2][1]),
+        "",
+        *_floor_section(fig, p),
         "",
         "## Inputs",
         "",

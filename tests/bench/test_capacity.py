@@ -135,3 +135,25 @@ def test_the_frames_off_broker_takes_the_v1_consumers_cost_when_measured() -> No
     assert off.streams == 400
     # frames on keeps the frames stream's consumer (30 / 25): 785 cores as before
     assert capacity.plan(capacity.paced_inputs(fig)).total == 785
+
+
+def test_the_floors_scale_the_gateways_cores_by_their_same_run_ratio() -> None:
+    fig = _figures({100: 1.0})
+    for name, us, ratio in (("gateway", 80.0, 1.0), ("proxy", 40.0, 0.5), ("relay", 16.0, 0.2)):
+        fig.put("floor", f"{name}_us_per_token", us)
+        fig.put("floor", f"{name}_over_gateway", ratio)
+    fig.put("floor", "sessions", 150.0)
+    fig.put("floor", "rounds", 4.0)
+    text = capacity.render(fig)
+    # the model: 785 cores, 500 of them the gateway, so 285 for the rest
+    # (test_the_plan_from_round_inputs); the proxy at 0.5x: 250 + 285 = 535 (0.72x of 742);
+    # the relay at 0.2x: 100 + 285 = 385, above 371
+    assert "| the gateway, as shipped | 80.0 | 1.00x | 500 | 785 | 1.06x |" in text
+    assert "| a bare proxy (uvicorn + aiohttp) | 40.0 | 0.50x | 250 | 535 | 0.72x |" in text
+    assert "| a TCP relay (uvloop protocols, parses nothing) | 16.0 | 0.20x | 100 | 385 |" in text
+    assert "the model's total would be 385 cores, still above the issue's 371" in text
+
+
+def test_without_the_floor_phase_the_document_says_so() -> None:
+    text = capacity.render(_figures({100: 1.0}))
+    assert "Not in these figures: run `make bench BENCH=floor`." in text

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PARTS = ("limits", "stack", "interleaved", "telemetry", "scaling")
+PARTS = ("limits", "stack", "interleaved", "telemetry", "scaling", "floor")
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +74,11 @@ def test_the_limits_and_tokenwire_figures_are_there_and_positive(run: Path) -> N
     assert interleaved["rounds"] >= 1
     for side in ("full", "v1"):
         assert interleaved[f"{side}_cpu_ms_per_1k_total"] > 0, side
+    # the gateway and both relaying floors streamed the paced load and were measured
+    floor = v["floor"]
+    for side in ("gateway", "proxy", "relay"):
+        assert floor[f"{side}_us_per_token"] > 0, side
+    assert floor["gateway_over_gateway"] == 1.0
 
 
 @pytest.mark.slow
@@ -91,3 +96,4 @@ def test_the_docs_and_plots_are_written(run: Path) -> None:
     capacity = (docs / "capacity.md").read_text()
     assert "100,000 concurrent sessions" in capacity
     assert "gateway processes" in capacity
+    assert "| a TCP relay (uvloop protocols, parses nothing) |" in capacity

@@ -1,0 +1,198 @@
+"""The gateway's CPU per token at 50 tokens/s against two relaying floors, in the same run.
+
+At the capacity model's pace (50 tokens/s per session, docs/capacity.md) nearly every provider
+read brings one token, and the gateway's CPU per token decides the fleet's cores. This part
+measures how much of it is the gateway's own work and how much any Python process pays that
+passes each token on as it arrives. Three sides stand in front of one paced scripted provider,
+each its own process, and run the same paced load in alternating rounds (rotated, so no side
+always goes first):
+
+- **gateway**: tokenwire's gateway with its embedded nats-server, as shipped (frames with the
+  200 ms linger, the fold, bounds, metering, the caller's own stream);
+- **proxy**: a bare forwarding proxy on the libraries a Python proxy is made of (uvicorn with
+  httptools in front, aiohttp behind; bench_gateway's time-to-first-chunk floor). It passes
+  the provider's body to the caller and does nothing else;
+- **relay**: a TCP relay on uvloop protocols. It sends the request's bytes to the provider and
+  each read of the response to the caller, and parses nothing. Its CPU per token is the floor
+  for a Python process that relays every token on arrival: one wake-up, one read and one
+  write per token.
+
+A round is :data:`SESSIONS` callers, each streaming :data:`STEPS` steps of :data:`TOKENS`
+tokens at :data:`RATE` tokens/s one after another, with the starts spread over a second (the
+capacity model's load, as ``bench_gateway_cpu --paced``). A side's figure is its process's
+own CPU (user + system, from ``/proc``) over the tokens streamed; the gateway's broker is not
+counted (the model counts the broker on its own). The medians of the rounds, and each side's
+ratio to the gateway, feed docs/capacity.md: the model's total with the gateway's cores scaled
+by each floor's same-run ratio. Run: ``python -m bench floor`` (~3 min).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import uvloop
+
+from bench import bench_gateway as gw
+from bench._procs import cpu_s
+from tokenwire.broker import EmbeddedServer, free_port
+
+SESSIONS, STEPS, TOKENS, RATE, ROUNDS = 150, 3, 100, 50, 4
+SIDES = ("gateway", "proxy", "relay")
+FIGURES: dict[str, float] = {}
+"""``<side>_us_per_token`` (median of the rounds) and ``<side>_over_gateway``."""
+
+_RELAY = """
+import asyncio, sys, uvloop
+
+class Back(asyncio.Protocol):
+    def __init__(self, caller):
+        self.caller = caller
+    def data_received(self, data):
+        self.caller.write(data)
+    def connection_lost(self, exc):
+        self.caller.close()
+
+class Relay(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport, self.upstream, self.held = transport, None, []
+        asyncio.get_running_loop().create_task(self._open())
+    async def _open(self):
+        loop = asyncio.get_running_loop()
+        self.upstream, _ = await loop.create_connection(
+            lambda: Back(self.transport), "127.0.0.1", int(sys.argv[2]))
+        for data in self.held:
+            self.upstream.write(data)
+    def data_received(self, data):
+        if self.upstream is None:
+            self.held.append(data)
+        else:
+            self.upstream.write(data)
+    def connection_lost(self, exc):
+        if self.upstream is not None:
+            self.upstream.close()
+
+async def main():
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Relay, "127.0.0.1", int(sys.argv[1]), backlog=2048)
+    await server.serve_forever()
+
+uvloop.run(main())
+"""
+
+
+@dataclass
+class Side:
+    """One process under test, the port its callers use, and its rounds' figures."""
+
+    name: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    us: list[float] = field(default_factory=list)
+
+
+def scale(sessions: int, steps: int, rounds: int) -> None:
+    """Sizes for a profile (``make bench-smoke`` runs a handful of sessions once)."""
+    global SESSIONS, STEPS, ROUNDS
+    SESSIONS, STEPS, ROUNDS = sessions, steps, rounds
+
+
+async def _round(side: Side, tag: str) -> float:
+    """One paced round on ``side``: its process's CPU us per token streamed."""
+    proc = psutil.Process(side.proc.pid)
+    options = f"fragments={TOKENS}&rate={RATE}"
+
+    async def one(i: int) -> None:
+        await asyncio.sleep(i / SESSIONS)  # starts spread over a second
+        caller = await gw.Caller.open(side.port)
+        try:
+            for k in range(STEPS):
+                path, session = "/v1/chat/completions", f"{tag}-{i}-{k}"
+                await caller.stream(gw.streaming_request(side.port, path, session, options))
+        finally:
+            caller.close()
+
+    before = cpu_s(proc)
+    await asyncio.gather(*(one(i) for i in range(SESSIONS)))
+    return (cpu_s(proc) - before) / (SESSIONS * STEPS * TOKENS) * 1e6
+
+
+def _progress(what: str) -> None:
+    print(f"  {time.strftime('%H:%M:%S')} {what}", file=sys.stderr, flush=True)
+
+
+def _start(nats_url: str, sp_port: int) -> list[Side]:
+    """The three sides, each its own process, in front of the scripted provider."""
+    upstream = str(sp_port)
+    codes = {"gateway": (gw._GATEWAY, nats_url, f"http://127.0.0.1:{sp_port}"),
+             "proxy": (gw._PROXY, upstream), "relay": (_RELAY, upstream)}  # fmt: skip
+    sides = []
+    for name in SIDES:
+        port = free_port()
+        code, *args = codes[name]
+        sides.append(Side(name, port, gw._spawn(code, str(port), *args)))
+    return sides
+
+
+async def _rounds(sides: list[Side]) -> None:
+    for side in sides:  # warm-up: imports, connections, the provider's pools
+        await _round(side, f"warm-{side.name}")
+    for r in range(ROUNDS):
+        for side in sides[r % len(sides) :] + sides[: r % len(sides)]:
+            _progress(f"round {r + 1}/{ROUNDS}: {side.name}")
+            side.us.append(await _round(side, f"{side.name}-{r}"))
+
+
+async def _run() -> list[Side]:
+    with tempfile.TemporaryDirectory(prefix="tw-bench-floor-") as tmp:
+        server = EmbeddedServer(Path(tmp) / "nats")
+        server.start()
+        sp_port = free_port()
+        procs = [gw._spawn(gw._SCRIPTED, str(sp_port), str(TOKENS))]
+        try:
+            sides = _start(server.url, sp_port)
+            procs += [side.proc for side in sides]
+            for port in (sp_port, *(side.port for side in sides)):
+                await gw._wait_up(port)
+            await _rounds(sides)
+            return sides
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(10)
+            server.stop()
+
+
+def _put(sides: list[Side]) -> None:
+    gateway = statistics.median(next(s.us for s in sides if s.name == "gateway"))
+    for side in sides:
+        median = statistics.median(side.us)
+        FIGURES[f"{side.name}_us_per_token"] = median
+        FIGURES[f"{side.name}_us_min"], FIGURES[f"{side.name}_us_max"] = min(side.us), max(side.us)
+        FIGURES[f"{side.name}_over_gateway"] = median / gateway
+    FIGURES["rounds"], FIGURES["sessions"] = ROUNDS, SESSIONS
+
+
+def table(figures: dict[str, float]) -> str:
+    """Each side's CPU per token (median, min-max of the rounds) and its ratio to the gateway."""
+    rows = [f"| side ({figures['sessions']:.0f} sessions at {RATE} tokens/s, "
+            f"{figures['rounds']:.0f} rounds) | CPU us per token, median (min-max) | "
+            "ratio to the gateway |",
+            "| --- | ---: | ---: |"]  # fmt: skip
+    for name in SIDES:
+        low, high = figures[f"{name}_us_min"], figures[f"{name}_us_max"]
+        rows.append(f"| {name} | {figures[f'{name}_us_per_token']:.1f} ({low:.1f}-{high:.1f}) "
+                    f"| {figures[f'{name}_over_gateway']:.2f}x |")  # fmt: skip
+    return "\n".join(rows)
+
+
+def main() -> str:
+    _put(uvloop.run(_run()))
+    return table(FIGURES)
