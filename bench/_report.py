@@ -335,6 +335,15 @@ def generated(fig: Figures, images: list[str], preliminary: bool) -> str:
         "",
         fig.tables.get("interleaved", "(not run)"),
         "",
+        "### The gateway against relaying floors at 50 tokens/s (bench/bench_floor.py)",
+        "",
+        "The gateway, a bare proxy (uvicorn + aiohttp) and a TCP relay (uvloop protocols, "
+        "parses nothing), each in front of the same paced scripted provider, in alternating "
+        "rounds of the same paced load; each process's own CPU per token streamed "
+        "(docs/capacity.md applies the ratios to the model):",
+        "",
+        fig.tables.get("floor", "(not run)"),
+        "",
         "### The limits, measured first in the same run",
         "",
         fig.tables.get("limits", "(not run)"),
