@@ -47,7 +47,9 @@ class ChunkUpstream:
     def send(self, route: Route, body: bytes) -> ChunkUpstream:
         return self
 
-    def batches(self, normaliser: Normaliser) -> AsyncGenerator[list[StreamChunk], None]:
+    def batches(
+        self, normaliser: Normaliser, every_s: float = 0.0
+    ) -> AsyncGenerator[list[StreamChunk], None]:
         async def reads() -> AsyncGenerator[list[StreamChunk], None]:
             for batch in self.batches_:
                 yield batch

@@ -194,6 +194,10 @@ class HttpResponse:
             return self._conn.next_data()
         return self._read_inflated()
 
+    def hold(self) -> None:
+        """Stop reading the socket until the next :meth:`read` (``Connection.hold``)."""
+        self._conn.hold()
+
     async def _read_inflated(self) -> bytes:
         while True:
             data = await self._conn.next_data()

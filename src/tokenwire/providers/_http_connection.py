@@ -158,8 +158,18 @@ class Connection(asyncio.Protocol):
                 raise self._error
             await self._wait()
 
+    def hold(self) -> None:
+        """Stop reading the socket until :meth:`next_data` is called again: what the provider
+        sends meanwhile waits in the kernel's buffer, and one read takes all of it (a caller
+        that coalesces its reads). The silence is ours: the watchdog does not count it."""
+        if not self._paused and self.transport is not None and not self.complete:
+            self._paused = True
+            self.transport.pause_reading()
+
     async def next_data(self) -> bytes:
         """Everything read since the last call (waiting for some); ``b""`` at the end."""
+        if self._paused and not self._buffer:  # held (:meth:`hold`): read the socket again
+            self._resume()
         while not self._buffer:
             if self.complete:
                 return b""
@@ -174,11 +184,16 @@ class Connection(asyncio.Protocol):
         data = self._buffer[0] if len(self._buffer) == 1 else b"".join(self._buffer)
         self._buffer = []
         self._buffered = 0
-        if self._paused and self.transport is not None:
-            self._paused = False
-            self._last_read = self._loop.time()  # the silence was ours, not the provider's
-            self.transport.resume_reading()
+        if self._paused:
+            self._resume()
         return data
+
+    def _resume(self) -> None:
+        """Read the socket again after a pause (a full buffer, or :meth:`hold`)."""
+        self._paused = False
+        self._last_read = self._loop.time()  # the silence was ours, not the provider's
+        if self.transport is not None:
+            self.transport.resume_reading()
 
     def closed_before_answering(self) -> bool:
         """The server closed the connection without a byte of the response (the stale
@@ -193,6 +208,7 @@ class Connection(asyncio.Protocol):
             self.complete
             and self._error is None
             and not self._buffer
+            and not self._paused  # a held socket is never handed to the next request
             and not self.closed
             and self._keep_alive
         )

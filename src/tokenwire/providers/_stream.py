@@ -7,6 +7,7 @@ general client's per-request machinery on the way to the first byte.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -109,10 +110,14 @@ class SentRequest:
         self._pending = session.http.send(request.url, request.body, request.headers)
         self._headers = request.headers
 
-    def batches(self, normaliser: Normaliser) -> AsyncGenerator[list[StreamChunk], None]:
+    def batches(
+        self, normaliser: Normaliser, every_s: float = 0.0
+    ) -> AsyncGenerator[list[StreamChunk], None]:
         """The response's normalised chunks, a list per network read (see
-        :func:`stream_batches`, whose contract this is)."""
-        return _batches(self._pending, self._headers, normaliser)
+        :func:`stream_batches`, whose contract this is). ``every_s``: once a read brought a
+        chunk, each later read waits that long after the last, the socket unread meanwhile
+        (coalesced reads: what the provider sends in between is taken in one read)."""
+        return _batches(self._pending, self._headers, normaliser, every_s)
 
     def cancel(self) -> None:
         """Give the request up unread (its connection is closed); nothing once :meth:`batches`
@@ -145,7 +150,7 @@ async def stream_batches(
 
 
 async def _batches(
-    pending: PendingPost, headers: Mapping[str, str], normaliser: Normaliser
+    pending: PendingPost, headers: Mapping[str, str], normaliser: Normaliser, every_s: float
 ) -> AsyncGenerator[list[StreamChunk], None]:
     try:
         response = await pending.response()
@@ -157,11 +162,16 @@ async def _batches(
             raise await _http_error(response, _secrets(headers))
         parser = SseParser()
         try:
+            started = False  # a read brought a chunk: coalescing may begin
             while data := await response.read():
                 batch: list[StreamChunk] = []
                 for event in parser.feed(data):  # a loop, not a comprehension: no frame per read
                     batch += normaliser.feed(event)
                 yield batch
+                started = started or bool(batch)
+                if every_s and started:
+                    response.hold()
+                    await asyncio.sleep(every_s)
         except TransportError as exc:
             yield [_transport_finish(exc)]
             return

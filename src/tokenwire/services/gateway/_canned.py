@@ -52,23 +52,28 @@ class CannedCall:
     cancelled: bool = False
     read: bool = False
 
-    def batches(self, normaliser: Normaliser) -> AsyncGenerator[list[StreamChunk], None]:
-        """The canned answer, parsed and normalised, a list of chunks per piece."""
+    def batches(
+        self, normaliser: Normaliser, every_s: float = 0.0
+    ) -> AsyncGenerator[list[StreamChunk], None]:
+        """The canned answer, parsed and normalised, a list of chunks per piece (each piece
+        ``every_s`` after the last as well, when coalescing)."""
         self.read = True
-        return self._chunks(normaliser)
+        return self._chunks(normaliser, every_s)
 
     def cancel(self) -> None:
         """Given up: marked (tests check that a step that never read its call let it go)."""
         if not self.read:
             self.cancelled = True
 
-    async def _chunks(self, normaliser: Normaliser) -> AsyncGenerator[list[StreamChunk], None]:
+    async def _chunks(
+        self, normaliser: Normaliser, every_s: float
+    ) -> AsyncGenerator[list[StreamChunk], None]:
         if isinstance(self.answer, ProviderHTTPError):
             raise self.answer
         parser, body = SseParser(), self.answer
         for start in range(0, len(body), self.split):
-            if self.pause_s:
-                await asyncio.sleep(self.pause_s)
+            if self.pause_s or (every_s and start):
+                await asyncio.sleep(self.pause_s + (every_s if start else 0.0))
             events = parser.feed(body[start : start + self.split])
             yield [chunk for event in events for chunk in normaliser.feed(event)]
         yield [chunk for event in parser.close() for chunk in normaliser.feed(event)]

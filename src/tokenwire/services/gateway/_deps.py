@@ -27,12 +27,16 @@ from tokenwire.store import Store
 class UpstreamCall(Protocol):
     """One provider call, already on its way (:meth:`Upstream.send`)."""
 
-    def batches(self, normaliser: Normaliser) -> AsyncGenerator[list[StreamChunk], None]:
+    def batches(
+        self, normaliser: Normaliser, every_s: float = 0.0
+    ) -> AsyncGenerator[list[StreamChunk], None]:
         """The call's normalised chunks in lists (those of one network read together, maybe
         none), ending with exactly one ``finish``. A non-2xx answer raises
         :class:`tokenwire.providers.ProviderHTTPError` before any chunk; a transport failure
         ends the stream with ``finish {error}`` (the contract of
-        :func:`tokenwire.providers.stream_batches`). Called at most once."""
+        :func:`tokenwire.providers.stream_batches`). ``every_s``: once a read brought a
+        chunk, each later read waits that long after the last (coalesced reads, ADR 0032).
+        Called at most once."""
         ...
 
     def cancel(self) -> None:
