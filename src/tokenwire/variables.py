@@ -135,6 +135,12 @@ VARIABLES: tuple[Variable, ...] = (
              "(0 to 1000; 0: each provider read's chunks go at once). Never delays the "
              "caller's stream; a step's first chunk and its end go at once.",
              ("gateway", *STACK_COMMANDS)),
+    Variable("TOKENWIRE_GATEWAY_COALESCE_MS", "coalesce-ms", "`0`",
+             "The default wait in ms before each provider read past a step's first (0 to "
+             "1000; 0: none). For agent fleets that act on whole messages: later tokens reach "
+             "the caller up to that much later, several per write, for less CPU per token. A "
+             "request's `x-tokenwire-coalesce-ms` overrides it; the answer says what was "
+             "applied (docs/gateway.md, ADR 0032).", ("gateway",)),
     Variable("TOKENWIRE_GATEWAY_MAX_RESUMERS", "max-resumers", "`8`",
              "Callers resuming one step at once on a gateway (a retried step, "
              "`GET /v1/responses/{id}`); past it 429 with `retry-after`.", ("gateway",)),

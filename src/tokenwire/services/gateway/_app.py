@@ -38,6 +38,7 @@ from tokenwire.services.gateway._caller import (
     stream_output,
 )
 from tokenwire.services.gateway._catalog import ModelCatalog
+from tokenwire.services.gateway._coalesce import answered, coalesce_ms
 from tokenwire.services.gateway._count_tokens import CountTokens
 from tokenwire.services.gateway._deps import GatewayDeps, UpstreamCall
 from tokenwire.services.gateway._dialects import (
@@ -186,6 +187,7 @@ class Gateway:
         raw = decode_object(await self._read_body(request))
         req = codec.parse(raw)
         wanted = read_identity(request.headers)
+        coalesce = coalesce_ms(request.headers, self.settings.coalesce_ms)
         route = resolve(req.model, codec.dialect, self.settings.provider_env)
         sent = CallerInput(
             raw, request.headers, self.settings.provider_env, self.settings.default_max_tokens
@@ -212,7 +214,7 @@ class Gateway:
             naming = _naming(reply, req.stream, routed.dialect == codec.dialect)
             run = self._step_run(
                 request, routed, upstream, output, session, claim, received_ns, call_start_ns,
-                caller, naming if known is not None else None,
+                caller, naming if known is not None else None, coalesce,
             )  # fmt: skip
         except BaseException:
             upstream.cancel()
@@ -222,9 +224,10 @@ class Gateway:
             await run.start()
         except GatewayError as exc:
             return _with(call.response_headers, self._error(codec, exc, run.identity))
+        headers = {**call.response_headers, **answered(coalesce)}
         if not req.stream:
-            return _with(call.response_headers, await self._folded(run, codec, reply))
-        return _with(call.response_headers, run.response())
+            return _with(headers, await self._folded(run, codec, reply))
+        return _with(headers, run.response())
 
     def _output(self, codec: CallerCodec[R], req: R, route: Route, reply: Reply) -> CallerOutput:
         """What the caller receives: the stream in its dialect, or the folded answer."""
@@ -236,7 +239,7 @@ class Gateway:
     def _step_run(
         self, request: Request, route: Route, upstream: UpstreamCall, output: CallerOutput,
         session: str, claim: StepClaim, received_ns: int, call_start_ns: int, caller: Caller,
-        naming: Callable[[HeadTap | None], StepNames] | None,
+        naming: Callable[[HeadTap | None], StepNames] | None, coalesce: int,
     ) -> StepRun:  # fmt: skip
         """The planned step over its sent provider call, with its call span started (its
         trace headers go on the step's first chunk)."""
@@ -252,6 +255,7 @@ class Gateway:
             session, claim, route, upstream, received_ns, trace_headers, self._secrets,
             settings.continue_on_disconnect, caller=caller, naming=naming,
             aliased=request.scope["path"] == "/v1/responses",  # GET /v1/responses/{id}
+            coalesce_s=coalesce / 1000,
         )  # fmt: skip
         return StepRun(
             plan, output, settings.caller_buffer_bytes, self.deps, self.metrics,

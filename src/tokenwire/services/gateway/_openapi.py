@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokenwire.services.gateway._coalesce import COALESCE_HEADER, MAX_COALESCE_MS
 from tokenwire.services.gateway._dialects.translation import DROP_HEADER, DROPPED_HEADER
 
 _OBJECT = {"type": "object", "additionalProperties": True}
@@ -32,12 +33,19 @@ _IDENTITY = [
     _header("x-tokenwire-step", "explicit step (with turn)", {"type": "integer", "minimum": 0}),
     _header(DROP_HEADER, "true: drop fields that cannot be translated (listed in the answer)"),
     _header("traceparent", "W3C trace context the step's span continues"),
+    _header(
+        COALESCE_HEADER,
+        "wait in ms before each provider read past the first: later "
+        "tokens arrive up to that much later, several per write (0: none)",
+        {"type": "integer", "minimum": 0, "maximum": MAX_COALESCE_MS},
+    ),
 ]
 _ANSWER_HEADERS = {
     "x-tokenwire-session": {"schema": {"type": "string"}},
     "x-tokenwire-turn": {"schema": {"type": "integer"}},
     "x-tokenwire-step": {"schema": {"type": "integer"}},
     DROPPED_HEADER: {"schema": {"type": "string"}, "description": "fields dropped on opt-in"},
+    COALESCE_HEADER: {"schema": {"type": "integer"}, "description": "the coalescing applied"},
 }
 
 

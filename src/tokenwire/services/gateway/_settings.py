@@ -23,6 +23,7 @@ from tokenwire.services.gateway._bounds import (
     DEFAULT_MAX_STEP_SECONDS,
     StepBounds,
 )
+from tokenwire.services.gateway._coalesce import MAX_COALESCE_MS
 from tokenwire.services.gateway._edge import EdgeLimits
 from tokenwire.services.gateway._framing import DEFAULT_LINGER_MS, MAX_LINGER_MS, FramePolicy
 from tokenwire.services.gateway._keys import (
@@ -77,6 +78,9 @@ class GatewaySettings:
     - ``framing``: chunks in frames (``TOKENWIRE_FRAMES``, default on) and how long a frame
       may linger for more chunks (``TOKENWIRE_FRAME_LINGER_MS``, 0 to 1000, default 200;
       ``_framing.py``, ADR 0024).
+    - ``coalesce_ms``: the default wait between a step's provider reads past the first
+      (``TOKENWIRE_GATEWAY_COALESCE_MS``, 0 to 1000, default 0: none); a request's
+      ``x-tokenwire-coalesce-ms`` overrides it (``_coalesce.py``, ADR 0032).
     - ``step_retries``, ``step_retry_s``: the bound of the step registry's retries while its
       KV bucket elects a leader (count, total seconds of one assignment); past it 503.
     - ``max_resumers``: how many callers may resume one step at once on this gateway (a
@@ -111,10 +115,16 @@ class GatewaySettings:
     step_retries: int = 16  # tokenwire.broker.StepRegistry's defaults
     step_retry_s: float = 30.0
     framing: FramePolicy = field(default_factory=FramePolicy)
+    coalesce_ms: int = 0
     max_resumers: int = 8
     idempotency_ttl_s: float = 24 * 3600.0
     max_readers: int = DEFAULT_MAX_READERS
     topology: Topology | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.coalesce_ms <= MAX_COALESCE_MS:
+            why = f"must be 0 to {MAX_COALESCE_MS} ms"
+            raise ConfigError("TOKENWIRE_GATEWAY_COALESCE_MS", str(self.coalesce_ms), why)
 
     @property
     def authenticated(self) -> bool:
@@ -187,6 +197,9 @@ class GatewaySettings:
                                    env.get("TOKENWIRE_GATEWAY_STEP_RETRIES", "16"), 0),
             step_retry_s=_seconds(env, "TOKENWIRE_GATEWAY_STEP_RETRY_S", 30.0),
             framing=framing_from_env(env),
+            coalesce_ms=parse_int("TOKENWIRE_GATEWAY_COALESCE_MS",
+                                  env.get("TOKENWIRE_GATEWAY_COALESCE_MS", "0"), 0,
+                                  MAX_COALESCE_MS),
             max_resumers=parse_int("TOKENWIRE_GATEWAY_MAX_RESUMERS",
                                    env.get("TOKENWIRE_GATEWAY_MAX_RESUMERS", "8"), 1),
             idempotency_ttl_s=_seconds(env, "TOKENWIRE_GATEWAY_IDEMPOTENCY_TTL_S", 86400.0),

@@ -134,6 +134,8 @@ class StepPlan:
     with the claim once the first chunk is published. None: not resumable, nothing kept."""
     aliased: bool = False
     """A Responses answer: its id is mapped to the step too (``GET /v1/responses/{id}``)."""
+    coalesce_s: float = 0.0
+    """The wait before each provider read past the first (``_coalesce.py``); 0: none."""
 
 
 def _or_unset(value: str | None) -> str | msgspec.UnsetType:
@@ -232,7 +234,7 @@ class StepRun:
         self._metrics.in_flight.inc()
         route = self.plan.route
         normaliser = self._head_read(self.output.normaliser(route.normaliser()))
-        self._chunks = self.plan.call.batches(normaliser)
+        self._chunks = self.plan.call.batches(normaliser, self.plan.coalesce_s)
         try:
             await self._take(await self._bounded_first_batch(self._chunks))
         except asyncio.CancelledError:
