@@ -12,6 +12,9 @@ always goes first):
 - **proxy**: a bare forwarding proxy on the libraries a Python proxy is made of (uvicorn with
   httptools in front, aiohttp behind; bench_gateway's time-to-first-chunk floor). It passes
   the provider's body to the caller and does nothing else;
+- **coalesced**: the same gateway, asked by each request to coalesce its provider reads
+  (``x-tokenwire-coalesce-ms:`` :data:`COALESCE_MS`, ADR 0032): what a fleet that acts on
+  whole messages can choose;
 - **relay**: a TCP relay on uvloop protocols. It sends the request's bytes to the provider and
   each read of the response to the caller, and parses nothing. Its CPU per token is the floor
   for a Python process that relays every token on arrival: one wake-up, one read and one
@@ -45,7 +48,8 @@ from bench._procs import cpu_s
 from tokenwire.broker import EmbeddedServer, free_port
 
 SESSIONS, STEPS, TOKENS, RATE, ROUNDS = 150, 3, 100, 50, 4
-SIDES = ("gateway", "proxy", "relay")
+COALESCE_MS = 100
+SIDES = ("gateway", "coalesced", "proxy", "relay")
 FIGURES: dict[str, float] = {}
 """``<side>_us_per_token`` (median of the rounds) and ``<side>_over_gateway``."""
 
@@ -95,6 +99,7 @@ class Side:
     name: str
     port: int
     proc: subprocess.Popen[bytes]
+    headers: str = ""
     us: list[float] = field(default_factory=list)
 
 
@@ -115,7 +120,8 @@ async def _round(side: Side, tag: str) -> float:
         try:
             for k in range(STEPS):
                 path, session = "/v1/chat/completions", f"{tag}-{i}-{k}"
-                await caller.stream(gw.streaming_request(side.port, path, session, options))
+                request = gw.streaming_request(side.port, path, session, options, side.headers)
+                await caller.stream(request)
         finally:
             caller.close()
 
@@ -134,10 +140,12 @@ def _start(nats_url: str, sp_port: int) -> list[Side]:
     codes = {"gateway": (gw._GATEWAY, nats_url, f"http://127.0.0.1:{sp_port}"),
              "proxy": (gw._PROXY, upstream), "relay": (_RELAY, upstream)}  # fmt: skip
     sides = []
-    for name in SIDES:
+    for name, (code, *args) in codes.items():
         port = free_port()
-        code, *args = codes[name]
         sides.append(Side(name, port, gw._spawn(code, str(port), *args)))
+    gateway = sides[0]
+    coalescing = f"x-tokenwire-coalesce-ms: {COALESCE_MS}\r\n"
+    sides.insert(1, Side("coalesced", gateway.port, gateway.proc, coalescing))
     return sides
 
 
@@ -158,7 +166,7 @@ async def _run() -> list[Side]:
         procs = [gw._spawn(gw._SCRIPTED, str(sp_port), str(TOKENS))]
         try:
             sides = _start(server.url, sp_port)
-            procs += [side.proc for side in sides]
+            procs += [side.proc for side in sides if side.name != "coalesced"]
             for port in (sp_port, *(side.port for side in sides)):
                 await gw._wait_up(port)
             await _rounds(sides)

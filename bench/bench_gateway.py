@@ -179,15 +179,16 @@ class Caller:
         self.writer.close()
 
 
-def streaming_request(port: int, path: str, session: str, options: str) -> bytes:
-    """A pre-encoded chat completion request for ``scripted/text?<options>``."""
+def streaming_request(port: int, path: str, session: str, options: str, extra: str = "") -> bytes:
+    """A pre-encoded chat completion request for ``scripted/text?<options>``; ``extra``: more
+    header lines (each ending ``\r\n``)."""
     body = msgspec.json.encode(
         {"model": f"scripted/text?{options}", "stream": True,
          "messages": [{"role": "user", "content": "hi"}]}
     )  # fmt: skip
     head = (
         f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
-        f"x-tokenwire-session: {session}\r\ncontent-length: {len(body)}\r\n\r\n"
+        f"x-tokenwire-session: {session}\r\n{extra}content-length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
 

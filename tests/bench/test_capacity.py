@@ -139,7 +139,9 @@ def test_the_frames_off_broker_takes_the_v1_consumers_cost_when_measured() -> No
 
 def test_the_floors_scale_the_gateways_cores_by_their_same_run_ratio() -> None:
     fig = _figures({100: 1.0})
-    for name, us, ratio in (("gateway", 80.0, 1.0), ("proxy", 40.0, 0.5), ("relay", 16.0, 0.2)):
+    sides = (("gateway", 80.0, 1.0), ("coalesced", 24.0, 0.3), ("proxy", 40.0, 0.5),
+             ("relay", 16.0, 0.2))  # fmt: skip
+    for name, us, ratio in sides:
         fig.put("floor", f"{name}_us_per_token", us)
         fig.put("floor", f"{name}_over_gateway", ratio)
     fig.put("floor", "sessions", 150.0)
@@ -152,6 +154,10 @@ def test_the_floors_scale_the_gateways_cores_by_their_same_run_ratio() -> None:
     assert "| a bare proxy (uvicorn + aiohttp) | 40.0 | 0.50x | 250 | 535 | 0.72x |" in text
     assert "| a TCP relay (uvloop protocols, parses nothing) | 16.0 | 0.20x | 100 | 385 |" in text
     assert "the model's total would be 385 cores, still above the issue's 371" in text
+    # callers coalescing: 0.3 x 500 = 150 gateway cores, 435 in all
+    assert "| the gateway, callers coalescing reads to 100 ms | 24.0 | 0.30x | 150 | 435 |" in text
+    assert "coalesce its provider reads to 100 ms (ADR 0032; each later token up to 100 ms" in text
+    assert "several per write) needs 435." in text
 
 
 def test_without_the_floor_phase_the_document_says_so() -> None:
