@@ -31,7 +31,6 @@ by each floor's same-run ratio. Run: ``python -m bench floor`` (~3 min).
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 import subprocess
 import sys
@@ -112,21 +111,9 @@ def scale(sessions: int, steps: int, rounds: int) -> None:
 async def _round(side: Side, tag: str) -> float:
     """One paced round on ``side``: its process's CPU us per token streamed."""
     proc = psutil.Process(side.proc.pid)
-    options = f"fragments={TOKENS}&rate={RATE}"
-
-    async def one(i: int) -> None:
-        await asyncio.sleep(i / SESSIONS)  # starts spread over a second
-        caller = await gw.Caller.open(side.port)
-        try:
-            for k in range(STEPS):
-                path, session = "/v1/chat/completions", f"{tag}-{i}-{k}"
-                request = gw.streaming_request(side.port, path, session, options, side.headers)
-                await caller.stream(request)
-        finally:
-            caller.close()
-
     before = cpu_s(proc)
-    await asyncio.gather(*(one(i) for i in range(SESSIONS)))
+    await gw.paced_sessions(side.port, SESSIONS, tag, steps=STEPS, tokens=TOKENS, rate=RATE,
+                            extra=side.headers)  # fmt: skip
     return (cpu_s(proc) - before) / (SESSIONS * STEPS * TOKENS) * 1e6
 
 

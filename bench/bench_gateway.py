@@ -193,6 +193,27 @@ def streaming_request(port: int, path: str, session: str, options: str, extra: s
     return head.encode() + body
 
 
+async def paced_sessions(
+    port: int, sessions: int, tag: str, *, steps: int, tokens: int, rate: int, extra: str = ""
+) -> None:
+    """``sessions`` keep-alive callers, each streaming ``steps`` steps of ``tokens`` tokens at
+    ``rate`` tokens/s one after another (the scripted provider paces them), the starts spread
+    over a second: the capacity model's load. ``extra``: more request header lines."""
+    options = f"fragments={tokens}&rate={rate}"
+
+    async def one(i: int) -> None:
+        await asyncio.sleep(i / sessions)
+        caller = await Caller.open(port)
+        try:
+            for k in range(steps):
+                path, session = "/v1/chat/completions", f"{tag}-{i}-{k}"
+                await caller.stream(streaming_request(port, path, session, options, extra))
+        finally:
+            caller.close()
+
+    await asyncio.gather(*(one(i) for i in range(sessions)))
+
+
 Counter = Callable[[], Awaitable[int]]
 
 

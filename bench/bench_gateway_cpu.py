@@ -106,20 +106,9 @@ async def _paced_round(side: Side, tag: str, sessions: int) -> float:
     """``sessions`` paced callers on ``side``; its gateway's CPU us per token streamed."""
     assert side.proc is not None
     proc = psutil.Process(side.proc.pid)
-    options = f"fragments={PACED_TOKENS}&rate={PACED_RATE}"
-
-    async def one(i: int) -> None:
-        await asyncio.sleep(i / sessions)  # starts spread over a second
-        caller = await gw.Caller.open(side.port)
-        try:
-            for k in range(PACED_STEPS):
-                path, session = "/v1/chat/completions", f"{tag}-{i}-{k}"
-                await caller.stream(gw.streaming_request(side.port, path, session, options))
-        finally:
-            caller.close()
-
     before = cpu_s(proc)
-    await asyncio.gather(*(one(i) for i in range(sessions)))
+    await gw.paced_sessions(side.port, sessions, tag, steps=PACED_STEPS, tokens=PACED_TOKENS,
+                            rate=PACED_RATE)  # fmt: skip
     return (cpu_s(proc) - before) / (sessions * PACED_STEPS * PACED_TOKENS) * 1e6
 
 

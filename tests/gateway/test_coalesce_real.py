@@ -8,6 +8,7 @@ one chunk of the chunked body)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -38,14 +39,16 @@ class Rig:
     topology: Topology
 
 
-@pytest.fixture
-async def rig(nc: Client, topology: Topology) -> AsyncIterator[Rig]:
+@contextlib.asynccontextmanager
+async def _rig(nc: Client, topology: Topology, coalesce_ms: int = 0) -> AsyncIterator[Rig]:
+    """The scripted provider at 50 tokens/s and a gateway in front of it (``coalesce_ms``:
+    the deployment's default)."""
     async with ScriptedServer(PACED) as scripted:
         real = await broker_deps(nc, topology)
         settings = GatewaySettings(
             port=0, keys=frozenset({GATEWAY_KEY}),
             provider_env=provider_env(TOKENWIRE_SCRIPTED_BASE_URL=scripted.url),
-            partitions=topology.partitions, ack_timeout_s=10.0,
+            partitions=topology.partitions, ack_timeout_s=10.0, coalesce_ms=coalesce_ms,
         )  # fmt: skip
         try:
             async with GatewayServer(settings, real.deps) as server:
@@ -53,6 +56,12 @@ async def rig(nc: Client, topology: Topology) -> AsyncIterator[Rig]:
                 yield Rig(server.url, port, nc, topology)
         finally:
             await real.aclose()
+
+
+@pytest.fixture
+async def rig(nc: Client, topology: Topology) -> AsyncIterator[Rig]:
+    async with _rig(nc, topology) as rig:
+        yield rig
 
 
 @dataclass
@@ -143,20 +152,9 @@ async def test_a_coalescing_caller_gets_the_same_stream_in_fewer_writes_and_the_
 
 
 async def test_the_deployments_default_applies_and_a_request_can_turn_it_off(nc, topology):
-    async with ScriptedServer(PACED) as scripted:
-        real = await broker_deps(nc, topology)
-        settings = GatewaySettings(
-            port=0, keys=frozenset({GATEWAY_KEY}),
-            provider_env=provider_env(TOKENWIRE_SCRIPTED_BASE_URL=scripted.url),
-            partitions=topology.partitions, ack_timeout_s=10.0, coalesce_ms=200,
-        )  # fmt: skip
-        try:
-            async with GatewayServer(settings, real.deps) as server:
-                port = int(server.url.rsplit(":", 1)[1])
-                default = await _post(port, "by-default", {})
-                off = await _post(port, "turned-off", {"x-tokenwire-coalesce-ms": "0"})
-        finally:
-            await real.aclose()
+    async with _rig(nc, topology, coalesce_ms=200) as rig:
+        default = await _post(rig.port, "by-default", {})
+        off = await _post(rig.port, "turned-off", {"x-tokenwire-coalesce-ms": "0"})
     assert default.headers["x-tokenwire-coalesce-ms"] == "200"
     assert "x-tokenwire-coalesce-ms" not in off.headers
     assert default.text == _expected_text("by-default")
