@@ -3,8 +3,8 @@
 At the capacity model's pace (50 tokens/s per session, docs/capacity.md) nearly every provider
 read brings one token, and the gateway's CPU per token decides the fleet's cores. This part
 measures how much of it is the gateway's own work and how much any Python process pays that
-passes each token on as it arrives. Three sides stand in front of one paced scripted provider,
-each its own process, and run the same paced load in alternating rounds (rotated, so no side
+passes each token on as it arrives. Four sides stand in front of one paced scripted provider,
+three processes, and run the same paced load in alternating rounds (rotated, so no side
 always goes first):
 
 - **gateway**: tokenwire's gateway with its embedded nats-server, as shipped (frames with the
@@ -122,7 +122,8 @@ def _progress(what: str) -> None:
 
 
 def _start(nats_url: str, sp_port: int) -> list[Side]:
-    """The three sides, each its own process, in front of the scripted provider."""
+    """The four sides, three processes (the coalescing callers use the gateway's), in front of
+    the scripted provider."""
     upstream = str(sp_port)
     codes = {"gateway": (gw._GATEWAY, nats_url, f"http://127.0.0.1:{sp_port}"),
              "proxy": (gw._PROXY, upstream), "relay": (_RELAY, upstream)}  # fmt: skip
@@ -153,7 +154,7 @@ async def _run() -> list[Side]:
         procs = [gw._spawn(gw._SCRIPTED, str(sp_port), str(TOKENS))]
         try:
             sides = _start(server.url, sp_port)
-            procs += [side.proc for side in sides if side.name != "coalesced"]
+            procs += list({side.proc.pid: side.proc for side in sides}.values())
             for port in (sp_port, *(side.port for side in sides)):
                 await gw._wait_up(port)
             await _rounds(sides)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench._suite import REPO, Figures, load
+from bench.bench_floor import COALESCE_MS
 
 SESSIONS = 100_000
 TOKENS_PER_S = 50.0
@@ -471,7 +472,7 @@ def _frames_off_section(fig: Figures, paced: Plan, full: Plan) -> list[str]:
 
 _FLOOR_SIDES = (
     ("gateway", "the gateway, as shipped"),
-    ("coalesced", "the gateway, callers coalescing reads to 100 ms"),
+    ("coalesced", f"the gateway, callers coalescing reads to {COALESCE_MS} ms"),
     ("proxy", "a bare proxy (uvicorn + aiohttp)"),
     ("relay", "a TCP relay (uvloop protocols, parses nothing)"),
 )
@@ -486,22 +487,22 @@ def _floor_section(fig: Figures, p: Plan) -> list[str]:
     rest = p.total - p.cores["gateway"]
     rows = ["| side | CPU us per token | ratio to the gateway | gateway cores | total cores "
             f"| against {TODAY_CORES} |", "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
-    for name, label in _FLOOR_SIDES:
-        if f"{name}_over_gateway" not in floor:
-            continue  # a run before that side was measured
-        cores = math.ceil(p.cores["gateway"] * floor[f"{name}_over_gateway"])
-        rows.append(f"| {label} | {floor[f'{name}_us_per_token']:.1f} | "
-                    f"{floor[f'{name}_over_gateway']:.2f}x | {cores:,} | {rest + cores:,} | "
-                    f"{(rest + cores) / TODAY_CORES:.2f}x |")  # fmt: skip
 
     def total(name: str) -> int:
         return rest + math.ceil(p.cores["gateway"] * floor[f"{name}_over_gateway"])
 
+    for name, label in _FLOOR_SIDES:
+        if f"{name}_over_gateway" not in floor:
+            continue  # a run before that side was measured
+        rows.append(f"| {label} | {floor[f'{name}_us_per_token']:.1f} | "
+                    f"{floor[f'{name}_over_gateway']:.2f}x | {total(name) - rest:,} | "
+                    f"{total(name):,} | {total(name) / TODAY_CORES:.2f}x |")  # fmt: skip
+
     relay_total = total("relay")
     verdict = "still above" if relay_total > TODAY_CORES // 2 else "at or below"
     coalescing = (
-        f" A fleet whose callers let the gateway coalesce its provider reads to 100 ms "
-        f"(ADR 0032; each later token up to 100 ms later, several per write) needs "
+        f" A fleet whose callers let the gateway coalesce its provider reads to {COALESCE_MS} "
+        f"ms (ADR 0032; each later token up to {COALESCE_MS} ms later, several per write) needs "
         f"{total('coalesced'):,}."
         if "coalesced_over_gateway" in floor
         else ""

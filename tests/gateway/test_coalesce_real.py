@@ -12,6 +12,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import pytest
@@ -72,14 +73,14 @@ class Answer:
     """The body's chunks as the chunked encoding framed them: one per write to the caller."""
 
     @property
-    def events(self) -> list[dict[str, object]]:
+    def events(self) -> list[dict[str, Any]]:
         body = b"".join(self.writes).decode()
         datas = [line[6:] for line in body.split("\n") if line.startswith("data: ")]
         return [json.loads(d) for d in datas if d != "[DONE]"]
 
     @property
     def text(self) -> str:
-        deltas = (c["delta"] for e in self.events for c in e["choices"])  # type: ignore[attr-defined]
+        deltas = (c["delta"] for e in self.events for c in e["choices"])
         return "".join(d.get("content") or "" for d in deltas)
 
 

@@ -10,6 +10,7 @@ import fcntl
 import socket
 import struct
 import termios
+from collections.abc import Callable
 
 from tests.providers.test_http import STREAM_HEAD, Server, client_for, read_request
 from tokenwire.providers import OpenAIChatNormaliser, ProviderRequest, ProviderSession
@@ -26,10 +27,10 @@ def _unread(sock: socket.socket) -> int:
     return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0])
 
 
-async def _until(condition: object, what: str, timeout_s: float = 10.0) -> None:
+async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
     """Wait (bounded) for ``condition()``, a state another side of the socket changes."""
     for _ in range(int(timeout_s / 0.01)):
-        if condition():  # type: ignore[operator]
+        if condition():
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"not within {timeout_s} s: {what}")
@@ -54,7 +55,9 @@ async def test_a_held_socket_is_not_read_and_the_next_read_takes_all_that_came()
         assert await response.read() == EVENTS[0]
         response.hold()
         sent.set()
-        sock = response._conn.transport.get_extra_info("socket")  # type: ignore[union-attr]
+        transport = response._conn.transport
+        assert transport is not None  # connected: the first piece was read
+        sock = transport.get_extra_info("socket")
         await _until(lambda: _unread(sock) > 0, "the provider's later bytes in the kernel")
         await _until(lambda: _unread(sock) >= 2 * len(_piece(EVENTS[1])), "both pieces")
         assert response._conn._buffer == []  # held: nothing was read from the socket
