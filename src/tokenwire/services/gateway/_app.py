@@ -51,6 +51,7 @@ from tokenwire.services.gateway._dialects import (
     Reply,
     provider_reply,
 )
+from tokenwire.services.gateway._edge import header_map
 from tokenwire.services.gateway._errors import (
     AuthenticationError,
     BodyTooLargeError,
@@ -183,20 +184,20 @@ class Gateway:
 
     async def _serve(self, request: Request, codec: CallerCodec[R], received_ns: int) -> Response:
         """Check the request, plan the step, start it, and return its answer."""
-        caller = request.state.caller = self.authenticate(request.headers)
+        headers = header_map(request.scope)
+        caller = request.state.caller = self.authenticate(headers)
         raw = decode_object(await self._read_body(request))
         req = codec.parse(raw)
-        wanted = read_identity(request.headers)
-        coalesce = coalesce_ms(request.headers, self.settings.coalesce_ms)
+        wanted = read_identity(headers)
+        coalesce = coalesce_ms(headers, self.settings.coalesce_ms)
         route = resolve(req.model, codec.dialect, self.settings.provider_env)
-        sent = CallerInput(
-            raw, request.headers, self.settings.provider_env, self.settings.default_max_tokens
-        )
+        settings = self.settings
+        sent = CallerInput(raw, headers, settings.provider_env, settings.default_max_tokens)
         call = provider_call(codec, req, route, sent)
         session = wanted.session or self.deps.new_id()
         await self.guard.admit(caller, session, named=wanted.session is not None)
         fp = fingerprint(request.scope["path"], raw)
-        claim = await self._claim(wanted, session, req, fp, request.headers)
+        claim = await self._claim(wanted, session, req, fp, headers)
         if isinstance(claim, ResumeTarget):
             return _with(call.response_headers, await self._resume(codec, req, claim))
         # The provider is called before the step is set up (span, output, run): it works
@@ -213,8 +214,8 @@ class Gateway:
             output = self._output(codec, req, routed, reply)
             naming = _naming(reply, req.stream, routed.dialect == codec.dialect)
             run = self._step_run(
-                request, routed, upstream, output, session, claim, received_ns, call_start_ns,
-                caller, naming if known is not None else None, coalesce,
+                request, headers, routed, upstream, output, session, claim, received_ns,
+                call_start_ns, caller, naming if known is not None else None, coalesce,
             )  # fmt: skip
         except BaseException:
             upstream.cancel()
@@ -237,7 +238,8 @@ class Gateway:
         return scrubbed(stream_output(codec, req, same_dialect, reply), self._secrets)
 
     def _step_run(
-        self, request: Request, route: Route, upstream: UpstreamCall, output: CallerOutput,
+        self, request: Request, headers: Mapping[str, str], route: Route, upstream: UpstreamCall,
+        output: CallerOutput,
         session: str, claim: StepClaim, received_ns: int, call_start_ns: int, caller: Caller,
         naming: Callable[[HeadTap | None], StepNames] | None, coalesce: int,
     ) -> StepRun:  # fmt: skip
@@ -245,7 +247,7 @@ class Gateway:
         trace headers go on the step's first chunk)."""
         settings = self.settings
         span, trace_headers = start_step_span(
-            request.headers, self._rng, self.calls.tracer, self.calls.recording,
+            headers, self._rng, self.calls.tracer, self.calls.recording,
             f"chat {route.model}",
             call_span_attributes(route, session) if self.calls.recording else {},
             call_start_ns,

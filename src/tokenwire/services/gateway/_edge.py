@@ -16,7 +16,8 @@ OpenAI's elsewhere), then the connection is closed. Nothing here answers 500.
 It also writes a response's status line and headers together with its first body bytes
 (:class:`HeadWithBody`): uvicorn writes each ASGI message at once, so every response cost two
 socket writes before its first body byte, and on loopback each write to a sleeping process
-is a wake-up of its own (docs/benchmarks.md, "Where a lone caller's time to first byte goes").
+is a wake-up of its own (docs/benchmarks.md, "Where a lone caller's time to first byte goes"),
+and reads a request's headers once into a dict (:func:`header_map`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httptools
+from starlette.types import Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from tokenwire.services.gateway._dialects.anthropic_messages import anthropic_error_body
@@ -35,6 +37,17 @@ KEEP_ALIVE_S = 75
 """How long an idle keep-alive connection stays open (uvicorn's default is 5 s). Longer than
 the SDKs' pool expiry (httpx's ``keepalive_expiry``, 5 s): a server closing at the same moment
 a client reuses the connection makes the client's request fail before any response byte."""
+
+
+def header_map(scope: Scope) -> dict[str, str]:
+    """The request's headers as a plain dict, the first of a repeated name winning (as
+    Starlette's ``Headers`` reads them). A model call reads a dozen names, most of them absent;
+    ``Headers`` decodes and scans every header and raises ``KeyError`` for each absent one."""
+    return {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in reversed(scope["headers"])
+    }
+
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large",
             503: b"Service Unavailable"}  # fmt: skip
