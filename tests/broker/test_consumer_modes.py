@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+from collections import Counter
 
 import pytest
 from nats.aio.client import Client
@@ -166,6 +167,53 @@ async def test_batch_outcomes_apply_to_the_messages_the_handler_left_unsettled(
         async with asyncio.timeout(10):
             while not await all_settled():  # noqa: ASYNC110 - polling the server
                 await asyncio.sleep(0.05)
+    finally:
+        await consumer.stop()
+
+
+async def test_concurrent_calls_overlap_and_each_message_meets_its_own_outcome(
+    nc: Client, topology: Topology
+) -> None:
+    """``concurrent``: the calls for a delivery overlap (the first call waits while deliveries
+    pile up; the calls of the next batch are all in flight at once, where one call at a time
+    never has two); every third seq meets Retry on its first delivery and every fifth Reject;
+    the rest are acked once each."""
+    total = await fill_partition(nc, topology, 30)
+    settings = dataclasses.replace(SMALL, concurrent=True)
+    seen: list[tuple[int, int]] = []  # (stream seq, delivery count)
+    in_flight, most = 0, 0
+
+    async def handle(cm: ConsumedMessage) -> None:
+        nonlocal in_flight, most
+        seen.append((cm.stream_seq, cm.num_delivered))
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            await asyncio.sleep(0.2 if len(seen) == 1 else 0.01)
+        finally:
+            in_flight -= 1
+        if cm.stream_seq % 5 == 0:
+            raise Reject("fifth")
+        if cm.stream_seq % 3 == 0 and cm.num_delivered == 1:
+            raise Retry(delay_s=0.05)
+
+    consumer = await partition_consumer(nc, topology, 0, handle, settings).start()
+    try:
+        await eventually(lambda: len({seq for seq, _ in seen}) == total)
+        seqs = sorted({seq for seq, _ in seen})
+        fifth = [seq for seq in seqs if seq % 5 == 0]
+        retried = [seq for seq in seqs if seq % 3 == 0 and seq % 5]
+        await eventually(lambda: consumer.stats.rejected == len(fifth))
+        await eventually(lambda: {seq for seq, n in seen if n > 1} == set(retried))
+        assert most >= 3
+        assert sorted(seq for seq, n in seen if n == 1) == seqs  # each delivered once first
+        async with asyncio.timeout(10):
+            while await unsettled(nc, topology, 0) != (0, 0):  # noqa: ASYNC110 - polling the server
+                await asyncio.sleep(0.05)
+        assert consumer.stats.handled == total - len(fifth)
+        assert sorted(Counter(seq for seq, _ in seen).items()) == sorted(
+            (seq, 2 if seq in retried else 1) for seq in seqs
+        )
     finally:
         await consumer.stop()
 

@@ -11,7 +11,11 @@ charged to the oldest open pull, the order the server serves them), like nats.go
 Flow control: messages requested but not yet handled never exceed ``batch``; a top-up is sent
 when they fall to half. One worker task per consumer calls the handler in delivery order, one
 message at a time (``handler``) or with every message delivered since the last call
-(``batch_handler``), so a partition is never processed concurrently with itself.
+(``batch_handler``), so a partition is never processed concurrently with itself. With
+``PullSettings.concurrent`` the handler is called for every message delivered since the last
+call at once, side by side (for work whose order does not matter, such as the telemetry
+consumer's: each call's wait on the broker overlaps the others', and their writes share the
+flusher's socket writes); each message is still settled by its own call's outcome.
 
 Acks: by default a message is acked when its handler returns; with ``auto_ack=False`` the
 consumer never acks and the owner settles messages itself (the assembler acks after its store
@@ -301,6 +305,9 @@ class PullSettings:
       the consumer never acks; the handler (or whoever it hands the message to) settles it
       later with the message's verbs or :func:`ack_many`. Exceptions are handled the same in
       both modes (Retry, Reject, other), for the messages not settled yet.
+    - ``concurrent``: a per-message ``handler`` is called for every message delivered since its
+      last calls at once (at most ``batch``), their order not kept; each settled by its own
+      outcome. Ignored with a ``batch_handler``.
     - ``pin_keepalive_s``: a pinned client that sent no pull for this long sends a
       one-message pull anyway (at most ``batch`` beyond the bound), whether it is busy in a
       handler call or merely waiting on open pulls: the server unpins a client that sends no
@@ -315,6 +322,7 @@ class PullSettings:
     retry_backoff_s: float = 1.0
     auto_ack: bool = True
     pin_keepalive_s: float = 1.0
+    concurrent: bool = False
 
 
 @dataclass
@@ -688,7 +696,7 @@ class PullConsumer:
                     self._wake.set()  # time for a top-up pull
 
     def _next_batch(self) -> list[ConsumedMessage]:
-        if self.batch_handler is None:
+        if self.batch_handler is None and not self.settings.concurrent:
             return [self._inbox.popleft()]
         batch = list(self._inbox)
         self._inbox.clear()
@@ -703,6 +711,13 @@ class PullConsumer:
             await self.handler(batch[0])
 
     async def _dispatch(self, batch: list[ConsumedMessage]) -> None:
+        if self.batch_handler is None and len(batch) > 1:  # concurrent handler calls
+            await asyncio.gather(*(self._settle([cm]) for cm in batch))
+        else:
+            await self._settle(batch)
+
+    async def _settle(self, batch: list[ConsumedMessage]) -> None:
+        """Call the handler and settle the messages by its outcome."""
         try:
             await self._call(batch)
         except Retry as retry:

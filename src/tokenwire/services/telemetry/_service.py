@@ -63,7 +63,9 @@ class TelemetryConsumer:
     """Turns first chunks into signals; one instance per process.
 
     ``publish_timeout_s`` bounds each wait on the broker; the pull loop's ``batch`` bounds how
-    many first chunks are held at once.
+    many first chunks are held at once. The first chunks delivered together are handled side
+    by side (``PullSettings.concurrent``: steps' signals need no order among themselves), so
+    their publishes and acks overlap instead of paying a broker round trip each in turn.
     """
 
     nc: Connection
@@ -72,7 +74,7 @@ class TelemetryConsumer:
     otel: OtelSignals | None = None
     live: Callable[[str, bytes], Awaitable[None]] | None = None
     publish_timeout_s: float = PUBLISH_TIMEOUT_S
-    pull: PullSettings = field(default_factory=PullSettings)
+    pull: PullSettings = field(default_factory=lambda: PullSettings(concurrent=True))
     after_publish: Callable[[ConsumedMessage], Awaitable[None]] | None = None
 
     async def handle(self, msg: ConsumedMessage) -> None:
