@@ -47,7 +47,7 @@ def _scale(profile: Profile) -> None:
                                                    (200_000, 1_000, 50_000),
                                                    (1_000_000, 1_000, 200_000))  # fmt: skip
     t = bench_telemetry
-    t.STEPS, t.CHUNKS_BIG = sizes(profile, (20, 50), (200, 500), (1_000, 1_000))
+    t.STEPS, t.CHUNKS_BIG = sizes(profile, (20, 50), (1_000, 200), (1_000, 1_000))
     from bench import bench_floor, bench_paced, bench_shards
 
     bench_floor.scale(*sizes(profile, (5, 1, 1), (150, 3, 4), (150, 3, 8)))
