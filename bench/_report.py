@@ -331,7 +331,9 @@ def generated(fig: Figures, images: list[str], preliminary: bool) -> str:
         "",
         "The full stack, the same build with frames off and the peer stand side by side; each "
         "round runs the 50 callers at full speed against each in turn (rotated), so each "
-        "round's ratios come from adjacent windows. CPU ms per 1,000 events, all processes:",
+        "round's ratios come from adjacent windows (tokenwire's two with three times the "
+        "peer's requests per caller: their windows would otherwise last 2-3 s). CPU ms "
+        "per 1,000 events, all processes:",
         "",
         fig.tables.get("interleaved", "(not run)"),
         "",

@@ -11,6 +11,11 @@ proxy in front of its own scripted provider, all started before the first window
 round runs the same 50 callers x ``each`` requests x 200 fragments against each in turn,
 rotating which goes first; each round's ratios come from adjacent windows. The figures are
 the medians over the rounds; the per-round ratios are kept too.
+
+The two tokenwire variants send :data:`OURS_FACTOR` times as many requests per caller as the
+peer in each round: CPU per event does not depend on the window's length, and their windows
+would otherwise last 2-3 s (the peer's 1-2 minutes), short enough for one busy moment of a
+shared machine to move a round's figure by a third (session 20: 42.9 to 79.1 in one run).
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from bench.bench_stack import CALLERS, FRAMES_OFF, load
 
 PHASE = "interleaved"
 FRAGMENTS = 200
+OURS_FACTOR = 3
+"""How many times the peer's requests per caller the tokenwire variants send in a round."""
 VARIANTS = ("full", "v1", "peer")
 """The full stack, the same build with frames off, the peer (when installed)."""
 
@@ -81,7 +88,8 @@ async def _run(fig: Figures, profile: Profile, with_peer: bool) -> None:
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
             for v in order:
                 _progress(f"round {r + 1}/{rounds}: {v.name}")
-                _, cpu, events = await load(v.port, callers, each, FRAGMENTS, v.procs)
+                n = each if v.name == "peer" else each * OURS_FACTOR
+                _, cpu, events = await load(v.port, callers, n, FRAGMENTS, v.procs)
                 v.totals.append(sum(cpu.values()) / events * 1e6)
                 for name, seconds in cpu.items():
                     fig.put(PHASE, f"{v.name}_r{r}_cpu_ms_per_1k_{name}", seconds / events * 1e6)
