@@ -184,14 +184,13 @@ class Gateway:
 
     async def _serve(self, request: Request, codec: CallerCodec[R], received_ns: int) -> Response:
         """Check the request, plan the step, start it, and return its answer."""
-        headers = header_map(request.scope)
+        settings, headers = self.settings, header_map(request.scope)
         caller = request.state.caller = self.authenticate(headers)
         raw = decode_object(await self._read_body(request))
         req = codec.parse(raw)
         wanted = read_identity(headers)
-        coalesce = coalesce_ms(headers, self.settings.coalesce_ms)
-        route = resolve(req.model, codec.dialect, self.settings.provider_env)
-        settings = self.settings
+        coalesce = coalesce_ms(headers, settings.coalesce_ms)
+        route = resolve(req.model, codec.dialect, settings.provider_env)
         sent = CallerInput(raw, headers, settings.provider_env, settings.default_max_tokens)
         call = provider_call(codec, req, route, sent)
         session = wanted.session or self.deps.new_id()
@@ -238,9 +237,9 @@ class Gateway:
         return scrubbed(stream_output(codec, req, same_dialect, reply), self._secrets)
 
     def _step_run(
-        self, request: Request, headers: Mapping[str, str], route: Route, upstream: UpstreamCall,
-        output: CallerOutput,
-        session: str, claim: StepClaim, received_ns: int, call_start_ns: int, caller: Caller,
+        self, request: Request, headers: Mapping[str, str], route: Route,
+        upstream: UpstreamCall, output: CallerOutput, session: str, claim: StepClaim,
+        received_ns: int, call_start_ns: int, caller: Caller,
         naming: Callable[[HeadTap | None], StepNames] | None, coalesce: int,
     ) -> StepRun:  # fmt: skip
         """The planned step over its sent provider call, with its call span started (its
