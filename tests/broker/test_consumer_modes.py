@@ -207,9 +207,7 @@ async def test_concurrent_calls_overlap_and_each_message_meets_its_own_outcome(
         await eventually(lambda: {seq for seq, n in seen if n > 1} == set(retried))
         assert most >= 3
         assert sorted(seq for seq, n in seen if n == 1) == seqs  # each delivered once first
-        async with asyncio.timeout(10):
-            while await unsettled(nc, topology, 0) != (0, 0):  # noqa: ASYNC110 - polling the server
-                await asyncio.sleep(0.05)
+        await settles_to(nc, topology, 0, (0, 0))
         assert consumer.stats.handled == total - len(fifth)
         assert sorted(Counter(seq for seq, _ in seen).items()) == sorted(
             (seq, 2 if seq in retried else 1) for seq in seqs
