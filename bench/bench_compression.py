@@ -33,7 +33,12 @@ from tokenwire.broker import ChunkPublisher, EmbeddedServer, Topology, connect, 
 from tokenwire.providers import normalise_body
 from tokenwire.schemas import ChunkEnvelope, StreamChunk, json_encoder
 
-RECORDINGS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "provider-recordings"
+RECORDINGS = Path(
+    os.environ.get(
+        "TOKENWIRE_RECORDINGS",
+        Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "provider-recordings",
+    )
+)  # the tests' default and override (tests/fixtures/recordings.py)
 PROVIDERS = {"openai": "openai", "azure-openai": "azure", "openai-responses": "openai-responses",
              "anthropic": "anthropic", "deepseek": "deepseek", "google": "gemini",
              "groq": "groq", "openrouter": "openrouter", "vllm": "vllm"}  # fmt: skip
@@ -50,6 +55,8 @@ def recorded_steps() -> list[tuple[str, list[StreamChunk]]]:
                 continue
             if chunks:
                 steps.append((provider, chunks))
+    if not steps:
+        raise FileNotFoundError(f"no provider recordings under {RECORDINGS} (TOKENWIRE_RECORDINGS)")
     return steps
 
 
