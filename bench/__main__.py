@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import importlib
 import os
 import sys
@@ -170,6 +171,10 @@ def main(argv: list[str]) -> int:
         wanted = list(PARTS)
     fig = Figures(profile, machine=machine())
     args.out.mkdir(parents=True, exist_ok=True)
+    results = args.out / "results.json"
+    previous = load(results)
+    if previous is None or not args.parts or previous.profile != profile:
+        previous = None
     for name in wanted:
         print(f"\n## {name} ({profile})\n", flush=True)
         started = time.perf_counter()
@@ -180,15 +185,23 @@ def main(argv: list[str]) -> int:
         print(table, flush=True)
         print(f"\n({fig.seconds[name]:.1f} s)", flush=True)
         (args.out / f"bench_{name}.md").write_text(table + "\n")
-    results = args.out / "results.json"
-    previous = load(results)
-    if previous is not None and args.parts and previous.profile == profile:
+        _save_so_far(fig, previous, results)
+    if previous is not None:
         fig.merge(previous)
     save(fig, results)
     if not args.no_docs:
         _docs(fig, args.docs, preliminary=not args.final)
     print(f"\nfigures: {results}; total {sum(fig.seconds.values()):.0f} s", flush=True)
     return 0
+
+
+def _save_so_far(fig: Figures, previous: Figures | None, results: Path) -> None:
+    """Write the figures measured so far after every part (with the previous run's other
+    phases when parts were named), so that a later part's failure loses none of them."""
+    so_far = copy.deepcopy(fig)
+    if previous is not None:
+        so_far.merge(previous)
+    save(so_far, results)
 
 
 def _docs(fig: Figures, docs: Path, preliminary: bool) -> None:
