@@ -122,7 +122,8 @@ async def _settled(nc: Client, t: Topology, steps: int) -> int:
     deadline = time.monotonic() + SETTLE_S
     while True:
         info = await js.consumer_info(t.stream, t.telemetry_consumer)
-        done = info.ack_floor.consumer_seq >= steps and info.num_ack_pending == 0
+        acked = info.ack_floor.consumer_seq >= steps
+        done = acked and info.num_pending == 0 and info.num_ack_pending == 0
         if done or time.monotonic() > deadline:
             if not done:
                 raise TimeoutError(f"telemetry acked {info.ack_floor.consumer_seq} of {steps}")
