@@ -14,7 +14,7 @@ Two ways to meet the steps, both measured:
 - **backlog drain**: the steps are published first and the consumer drains them
   (``burst``), as after an outage. It handles the first chunks a read brings side by side
   (``PullSettings.concurrent``), so its CPU per step falls with the size of those groups; in
-  the big case the server skips every other chunk of a step to find the next first chunk,
+  the big case the server skips each step's other chunks to find the next first chunk,
   deliveries come in smaller groups, and the ratio reads above 1 (docs/benchmarks.md,
   session 20). A small warm-up drain comes first, so that neither case pays for the
   consumer's first run.
@@ -123,11 +123,10 @@ async def _settled(nc: Client, t: Topology, steps: int) -> int:
     while True:
         info = await js.consumer_info(t.stream, t.telemetry_consumer)
         acked = info.ack_floor.consumer_seq >= steps
-        done = acked and info.num_pending == 0 and info.num_ack_pending == 0
-        if done or time.monotonic() > deadline:
-            if not done:
-                raise TimeoutError(f"telemetry acked {info.ack_floor.consumer_seq} of {steps}")
+        if acked and info.num_pending == 0 and info.num_ack_pending == 0:
             return int(info.delivered.consumer_seq)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"telemetry acked {info.ack_floor.consumer_seq} of {steps}")
         await asyncio.sleep(0.05)
 
 
