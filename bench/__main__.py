@@ -172,8 +172,8 @@ def main(argv: list[str]) -> int:
     fig = Figures(profile, machine=machine())
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "results.json"
-    previous = load(results)
-    if previous is None or not args.parts or previous.profile != profile:
+    previous = load(results) if args.parts else None  # a named part's run keeps the others
+    if previous is not None and previous.profile != profile:
         previous = None
     for name in wanted:
         print(f"\n## {name} ({profile})\n", flush=True)
@@ -188,7 +188,6 @@ def main(argv: list[str]) -> int:
         _save_so_far(fig, previous, results)
     if previous is not None:
         fig.merge(previous)
-    save(fig, results)
     if not args.no_docs:
         _docs(fig, args.docs, preliminary=not args.final)
     print(f"\nfigures: {results}; total {sum(fig.seconds.values()):.0f} s", flush=True)
