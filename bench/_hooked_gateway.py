@@ -19,8 +19,8 @@ import aiohttp
 
 from tokenwire.broker import ChunkPublisher, StepRegistry
 from tokenwire.providers import _http, _stream
-from tokenwire.services.gateway._app import GatewayApp
-from tokenwire.services.gateway._identity import StepClaim
+from tokenwire.services.gateway._access.identity import StepClaim
+from tokenwire.services.gateway._api.app import GatewayApp
 
 
 class _AiohttpResponse:

@@ -103,7 +103,7 @@ def test_imports_point_one_way(module: str, path: Path) -> None:
 def test_the_checker_catches_a_back_arrow() -> None:
     assert _violations("tokenwire.schemas._chunks", {"tokenwire.fold"}) == ["tokenwire.fold"]
     assert _violations("tokenwire.schemas._chunks", {"httpx"}) == ["httpx"]
-    assert _violations("tokenwire.services.gateway._app", {"tokenwire.services.assembler"}) == [
+    assert _violations("tokenwire.services.gateway._api.app", {"tokenwire.services.assembler"}) == [
         "tokenwire.services.assembler"
     ]
     assert _violations("tokenwire.cli._app", {"tokenwire.services.gateway"}) == []
@@ -117,6 +117,106 @@ def test_the_checker_keeps_nats_behind_the_broker() -> None:
     assert _violations("tokenwire.cli._status", {"nats.errors"}) == ["nats.errors"]
     assert _violations("tokenwire.replay._source", {"nats.js"}) == ["nats.js"]
     assert _violations("tokenwire.broker._consumer", {"nats.aio.client"}) == []
+
+
+# The gateway's rooms, top to bottom (services/gateway/__init__.py): a room imports its own
+# modules and the rooms below it, never one above; every room may import the exception tree.
+GATEWAY = "tokenwire.services.gateway"
+GATEWAY_ROOMS = (
+    "_api",
+    "_steps",
+    "_resume",
+    "_access",
+    "_observe",
+    "_output",
+    "_routing",
+    "_dialects",
+)
+GATEWAY_FLOOR = "_errors"
+
+
+def _room(module: str) -> str | None:
+    """The gateway room of ``module`` (``_errors`` for the floor), None outside the gateway or
+    for the package itself."""
+    if not module.startswith(GATEWAY + "."):
+        return None
+    return module[len(GATEWAY) + 1 :].split(".", maxsplit=1)[0]
+
+
+def _room_violations(module: str, imports: set[str]) -> list[str]:
+    """The imports of gateway modules that point at ``module``'s room's superiors (or at the
+    package's own ``__init__``, which sits above every room)."""
+    room = _room(module)
+    if room is None:
+        return []
+    below = set(GATEWAY_ROOMS[GATEWAY_ROOMS.index(room) :]) if room in GATEWAY_ROOMS else set()
+    return sorted(
+        name
+        for name in imports
+        if (name == GATEWAY or name.startswith(GATEWAY + "."))
+        and _room(name) not in below | {GATEWAY_FLOOR}
+    )
+
+
+def test_the_gateway_lives_in_its_rooms() -> None:
+    """Every gateway module is in a room, or is the package or its exception tree: a new
+    module is placed, not dropped beside thirty others."""
+    loose = [m for m, _ in _modules() if _room(m) not in {*GATEWAY_ROOMS, GATEWAY_FLOOR, None}]
+    assert loose == []
+
+
+@pytest.mark.parametrize(
+    ("module", "path"), [(m, p) for m, p in _modules() if _room(m) is not None], ids=str
+)
+def test_gateway_rooms_point_down(module: str, path: Path) -> None:
+    assert _room_violations(module, _imports(path)) == [], f"{module} imports a room above it"
+
+
+def test_the_room_checker_catches_an_arrow_up() -> None:
+    step, app = f"{GATEWAY}._steps.step", f"{GATEWAY}._api.app"
+    assert _room_violations(step, {app}) == [app]
+    assert _room_violations(step, {GATEWAY}) == [GATEWAY]
+    assert _room_violations(f"{GATEWAY}._errors", {step}) == [step]
+    assert _room_violations(app, {step, f"{GATEWAY}._errors", f"{GATEWAY}._dialects"}) == []
+
+
+def _graph(prefix: str) -> dict[str, set[str]]:
+    """Module -> the modules it imports, among the modules whose name starts with ``prefix``."""
+    known = {m for m, _ in _modules()}
+    return {
+        m: {name for name in _imports(p) if name in known and name.startswith(prefix)} - {m}
+        for m, p in _modules()
+        if m.startswith(prefix)
+    }
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each import circle of ``graph`` once, as the path that closes it (depth-first)."""
+    found: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                found.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+def test_the_gateway_has_no_import_circles() -> None:
+    assert _cycles(_graph(GATEWAY)) == []
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
 def _packages_with_all() -> list[str]:

@@ -48,7 +48,7 @@ from tokenwire.cli._fleet import (
     run_fleet,
 )
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
-from tokenwire.services.gateway._edge import EdgeLimits, edge_error
+from tokenwire.services.gateway._api.edge import EdgeLimits, edge_error
 from tokenwire.services.scripted_provider import ScriptedServer
 from tokenwire.store import open_store
 

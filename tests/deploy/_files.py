@@ -91,7 +91,7 @@ def exposed_metric_names() -> frozenset[str]:
     Built from the real metric classes (not from grepping), so a renamed metric fails here.
     """
     from tokenwire.services.assembler import AssemblerMetrics
-    from tokenwire.services.gateway._metrics import GatewayMetrics
+    from tokenwire.services.gateway._observe.metrics import GatewayMetrics
     from tokenwire.services.telemetry import TelemetryMetrics
 
     registries = [
@@ -117,7 +117,7 @@ def exposed_metric_labels() -> dict[str, frozenset[str]]:
     real metric objects (a labelled metric with no series yet has no samples to read them from).
     """
     from tokenwire.services.assembler import AssemblerMetrics
-    from tokenwire.services.gateway._metrics import GatewayMetrics
+    from tokenwire.services.gateway._observe.metrics import GatewayMetrics
     from tokenwire.services.telemetry import TelemetryMetrics
 
     suffixes = {

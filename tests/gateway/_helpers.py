@@ -28,8 +28,8 @@ from tokenwire.services.gateway import (
     MemoryStepSource,
     create_app,
 )
-from tokenwire.services.gateway._canned import CannedAnswer
-from tokenwire.services.gateway._routing import Route
+from tokenwire.services.gateway._routing.canned import CannedAnswer
+from tokenwire.services.gateway._routing.routing import Route
 
 GATEWAY_KEY = "gw-key-SENTINEL-7f3a9c"
 OPENAI_KEY = "sk-openai-SENTINEL-1b2c3d4e"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from tokenwire.services.gateway._caller import Outbox
+from tokenwire.services.gateway._output.caller import Outbox
 
 
 async def drain(outbox: Outbox) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from tests.gateway._helpers import GATEWAY_KEY, OPENAI_KEY
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
-from tokenwire.services.gateway._catalog import ModelCatalog
+from tokenwire.services.gateway._api.catalog import ModelCatalog
 from tokenwire.services.scripted_provider import ScriptedServer, ScriptedSettings
 from tokenwire.services.scripted_provider._script import SCENARIOS
 

@@ -1,4 +1,4 @@
-"""Coalesced reads (``_coalesce.py``, ADR 0032) on the real gateway: a real socket in front of
+"""Coalesced reads (``_steps/coalesce.py``, ADR 0032) on the real gateway: a real socket in front of
 the scripted provider streaming at 50 tokens/s, publishing to a real nats-server.
 
 Ground truth: the scripted provider's ``expected_outcome`` for the content, and the HTTP

@@ -1,4 +1,4 @@
-"""Coalesced reads' pieces (``_coalesce.py``): the header and the setting (the held socket:
+"""Coalesced reads' pieces (``_steps/coalesce.py``): the header and the setting (the held socket:
 tests/providers/test_http_hold.py; the gateway: test_coalesce_real.py)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 
 from tokenwire.config import ConfigError
 from tokenwire.services.gateway import GatewaySettings
-from tokenwire.services.gateway._coalesce import COALESCE_HEADER, answered, coalesce_ms
 from tokenwire.services.gateway._errors import InvalidRequestError
+from tokenwire.services.gateway._steps.coalesce import COALESCE_HEADER, answered, coalesce_ms
 
 
 @pytest.mark.parametrize(

@@ -15,10 +15,10 @@ from tokenwire.services.gateway._dialects import (
     OPENAI_CHAT,
     OPENAI_RESPONSES,
     CallerDialect,
-    translated,
 )
 from tokenwire.services.gateway._dialects.neutral import NeutralMessage, NeutralRequest
-from tokenwire.services.gateway._routing import resolve
+from tokenwire.services.gateway._routing.provider_call import translated
+from tokenwire.services.gateway._routing.routing import resolve
 
 HELLO = NeutralRequest(messages=[NeutralMessage("user", [TextBlock(text="hi")])], max_tokens=7)
 

@@ -21,7 +21,7 @@ from tokenwire.config import ConfigError
 from tokenwire.providers import OpenAIChatNormaliser
 from tokenwire.schemas import Finish, TextDelta, chunk_envelopes, frame_head
 from tokenwire.services.gateway import FramePolicy, GatewayServer, GatewaySettings
-from tokenwire.services.gateway._framing import Framer
+from tokenwire.services.gateway._steps.framing import Framer
 from tokenwire.sse import SseParser
 
 AUTH = {"authorization": f"Bearer {GATEWAY_KEY}"}

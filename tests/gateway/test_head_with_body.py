@@ -1,11 +1,11 @@
-"""HeadWithBody (``_edge.py``): a response's head goes out in the same socket write as its
+"""HeadWithBody (``_api/edge.py``): a response's head goes out in the same socket write as its
 first body bytes, or alone at the event loop's next turn when no body follows at once."""
 
 from __future__ import annotations
 
 import asyncio
 
-from tokenwire.services.gateway._edge import HeadWithBody
+from tokenwire.services.gateway._api.edge import HeadWithBody
 
 
 class Recorder(asyncio.Transport):

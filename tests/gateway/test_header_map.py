@@ -1,11 +1,11 @@
-"""header_map (``_edge.py``): a request's headers read once, as Starlette's ``Headers`` reads
+"""header_map (``_api/edge.py``): a request's headers read once, as Starlette's ``Headers`` reads
 them (the oracle here), for the names a model call looks up."""
 
 from __future__ import annotations
 
 from starlette.datastructures import Headers
 
-from tokenwire.services.gateway._edge import header_map
+from tokenwire.services.gateway._api.edge import header_map
 
 RAW = [
     (b"host", b"127.0.0.1:8080"),

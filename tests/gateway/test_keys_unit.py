@@ -26,8 +26,8 @@ from tokenwire.services.gateway import (
     parse_keys,
     visible_tenant,
 )
-from tokenwire.services.gateway._keys import KeyRing, flat_keys, key_ring, load_keys_file
-from tokenwire.services.gateway._owners import SessionGuard
+from tokenwire.services.gateway._access.keys import KeyRing, flat_keys, key_ring, load_keys_file
+from tokenwire.services.gateway._access.owners import SessionGuard
 
 KEY_A, KEY_B, KEY_OPS = "key-a-" + "a" * 40, "key-b-" + "b" * 40, "key-ops-" + "c" * 40
 

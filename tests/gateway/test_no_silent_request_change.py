@@ -18,7 +18,7 @@ import pytest
 
 from tests.gateway._helpers import GATEWAY_KEY, Rig, make_rig, provider_env, recording
 from tokenwire.providers import Dialect
-from tokenwire.services.gateway._routing import Route
+from tokenwire.services.gateway._routing.routing import Route
 
 DROP = {"x-tokenwire-drop-params": "true"}
 DROPPED = "x-tokenwire-dropped-params"

@@ -6,7 +6,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tokenwire.replay import SseStats
-from tokenwire.services.gateway._metrics import GatewayMetrics
+from tokenwire.services.gateway._observe.metrics import GatewayMetrics
 
 
 def _samples(metrics: GatewayMetrics) -> dict[str, float]:

@@ -6,7 +6,7 @@ import msgspec
 
 from tests.gateway._helpers import GATEWAY_KEY, make_rig, recording
 from tests.gateway.test_errors_unit import AUTH, OPENAI_OK, assert_dialect_error
-from tokenwire.services.gateway._resume import fingerprint
+from tokenwire.services.gateway._resume.resume import fingerprint
 
 IDS = {"x-tokenwire-session": "unit-1", "x-tokenwire-turn": "0", "x-tokenwire-step": "0"}
 

@@ -42,7 +42,7 @@ from tests.gateway._helpers import GATEWAY_KEY
 from tokenwire.broker import connect, ensure_topology
 from tokenwire.replay import events_router
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
-from tokenwire.services.gateway._openapi import openapi_document
+from tokenwire.services.gateway._api.openapi import openapi_document
 from tokenwire.services.scripted_provider import ScriptedServer, ScriptedSettings
 from tokenwire.store import open_store
 

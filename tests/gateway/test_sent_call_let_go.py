@@ -39,10 +39,10 @@ from tokenwire.services.gateway import (
     GatewayServer,
     GatewaySettings,
     HttpUpstream,
-    _app,
     broker_deps,
     create_app,
 )
+from tokenwire.services.gateway._api import app as gateway_app
 
 AUTH = {"authorization": f"Bearer {GATEWAY_KEY}"}
 BODY = {"model": "openai/gpt-4o", "stream": True, "messages": [{"role": "user", "content": "x"}]}
@@ -172,7 +172,7 @@ class Local:
 
     client: httpx.AsyncClient
     sink: MemoryPublisher
-    gateway: _app.Gateway
+    gateway: gateway_app.Gateway
 
     def in_flight(self) -> float | None:
         """The steps-reading-a-provider gauge (0 once every step ended)."""
@@ -319,7 +319,7 @@ async def test_a_set_up_failing_after_the_send_closes_the_pooled_connection(
     async with loopback_provider(lambda n: FULL) as provider, local_gateway(provider) as local:
         await pool_a_connection(local, provider)
         with monkeypatch.context() as patch:
-            patch.setattr(_app, "start_step_span", broken)
+            patch.setattr(gateway_app, "start_step_span", broken)
             with pytest.raises(RuntimeError, match="set-up failed"):
                 await local.client.post(PATH, json=BODY, headers=AUTH)
         await provider.until(lambda: provider.ended == 1)

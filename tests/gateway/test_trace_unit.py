@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from tokenwire.services.gateway._trace import start_step_span as _start
+from tokenwire.services.gateway._observe.trace import start_step_span as _start
 
 PROPAGATOR = TraceContextTextMapPropagator()
 NO_TRACER = trace.NoOpTracerProvider().get_tracer("test")

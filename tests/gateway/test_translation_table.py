@@ -42,8 +42,8 @@ from tokenwire.services.gateway._dialects.translation import (
     replace_section,
 )
 from tokenwire.services.gateway._errors import InvalidRequestError
-from tokenwire.services.gateway._provider_call import CallerInput, provider_call
-from tokenwire.services.gateway._routing import resolve
+from tokenwire.services.gateway._routing.provider_call import CallerInput, provider_call
+from tokenwire.services.gateway._routing.routing import resolve
 from tokenwire.services.scripted_provider import ScriptedServer, ScriptedSettings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "providers.md"

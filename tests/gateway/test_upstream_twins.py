@@ -28,7 +28,7 @@ from tokenwire.providers import (
 )
 from tokenwire.schemas import StreamChunk
 from tokenwire.services.gateway import CannedUpstream, HttpUpstream, Route, Upstream
-from tokenwire.services.gateway._canned import CannedAnswer
+from tokenwire.services.gateway._routing.canned import CannedAnswer
 
 CASES = [
     ("openai/chat-text-include-usage.sse", Dialect.OPENAI_CHAT, OpenAIChatNormaliser),
@@ -120,12 +120,12 @@ async def test_a_step_whose_set_up_fails_after_the_provider_call_was_sent_cancel
     """The provider is called before the step is set up; a set-up that raises lets the sent
     call go (its connection closed) instead of leaving it unread."""
     from tests.gateway._helpers import GATEWAY_KEY, make_rig
-    from tokenwire.services.gateway import _app
+    from tokenwire.services.gateway._api import app
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("set-up failed")
 
-    monkeypatch.setattr(_app, "start_step_span", broken)
+    monkeypatch.setattr(app, "start_step_span", broken)
     rig = make_rig(recording("openai/chat-text-include-usage.sse"))
     message = {"role": "user", "content": "x"}
     body = {"model": "openai/gpt-4o", "stream": True, "messages": [message]}

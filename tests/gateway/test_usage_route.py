@@ -27,8 +27,8 @@ from tokenwire.services.gateway import (
     GatewaySettings,
     create_app,
 )
-from tokenwire.services.gateway._keys import Caller, NamedKey, key_digest
-from tokenwire.services.gateway._usage import usage_scope
+from tokenwire.services.gateway._access.keys import Caller, NamedKey, key_digest
+from tokenwire.services.gateway._api.usage import usage_scope
 from tokenwire.store import Store, open_store
 
 AUTH = {"Authorization": f"Bearer {GATEWAY_KEY}"}

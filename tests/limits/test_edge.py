@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.limits.rig import AUTH, limit_rig
-from tokenwire.services.gateway._edge import KEEP_ALIVE_S, EdgeLimits
+from tokenwire.services.gateway._api.edge import KEEP_ALIVE_S, EdgeLimits
 
 pytestmark = pytest.mark.slow
 EDGE = EdgeLimits(header_timeout_s=0.5, body_timeout_s=0.5, max_connections=8)

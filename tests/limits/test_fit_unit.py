@@ -19,7 +19,7 @@ from tokenwire.schemas import (
     ToolCallDelta,
     json_encoder,
 )
-from tokenwire.services.gateway._fit import ChunkTooLarge, DeltaLedger, fitted
+from tokenwire.services.gateway._steps.fit import ChunkTooLarge, DeltaLedger, fitted
 
 
 def under(limit: int):

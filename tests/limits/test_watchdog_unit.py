@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tokenwire.services.gateway._watchdog import Watchdog
+from tokenwire.services.gateway._steps.watchdog import Watchdog
 
 
 async def test_expiry_while_publishing_is_noted_not_cancelled() -> None:

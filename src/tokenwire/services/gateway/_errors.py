@@ -73,7 +73,7 @@ class UnknownModelError(RequestError):
 class SessionNotFoundError(RequestError):
     """The request names a session (``X-Tokenwire-Session``) of another tenant than its key's:
     answered as the session routes answer an unknown session, before anything is claimed,
-    published or sent to a provider (``_owners.py``)."""
+    published or sent to a provider (``_access/owners.py``)."""
 
     status = 404
     code = "not_found_error"

@@ -1,9 +1,9 @@
 """OpenTelemetry: the consumer's spans join the step's trace.
 
 The gateway emits the model call's CLIENT span and the GenAI metrics (it is the provider's
-client; ``tokenwire.services.gateway._genai``). The consumer adds, per step, one INTERNAL span
-parented on the trace context the gateway carried in the broker headers (so, on the call's
-span): ``tokenwire.stream_started`` from the request to the first chunk, or
+client; ``tokenwire.services.gateway._observe.genai``). The consumer adds, per step, one
+INTERNAL span parented on the trace context the gateway carried in the broker headers (so, on
+the call's span): ``tokenwire.stream_started`` from the request to the first chunk, or
 ``tokenwire.call_failed`` (status ERROR, ``error.type``) when the first chunk is an error. The
 attributes are those of the pinned conventions (``tokenwire.observability.conventions``) plus
 tokenwire's ids; never any content.

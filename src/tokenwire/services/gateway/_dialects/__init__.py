@@ -8,22 +8,18 @@
   forwarder, the non-streaming body and the error body, and the :class:`CallerCodec`;
 - ``gemini.py``: a provider dialect only (the neutral request to a Gemini body);
 - ``neutral.py``: the neutral request every translation goes through;
-- ``translation.py``: the table of each (caller, provider) pair's field fates.
+- ``translation.py``: the table of each (caller, provider) pair's field fates;
+- ``validate.py``: a request body decoded once, into a typed request or a 400.
 
 Adding a dialect is one module here plus one :class:`~tokenwire.providers.Dialect` member;
-mypy then names each ``match`` below (and in ``_routing.py``, ``_catalog.py``,
-``translation.py``) that must handle it, since each ends in ``assert_never``.
+mypy then names each ``match`` that must handle it (in ``translation.py``,
+``_routing/routing.py``, ``_routing/provider_call.py``, ``_api/catalog.py``), since each ends
+in ``assert_never``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, assert_never
-
-import msgspec
-
-from tokenwire.providers import Dialect
 from tokenwire.services.gateway._dialects.anthropic_messages import (
-    STRUCTURED_OUTPUTS_BETA,
     AnthropicMessages,
     neutral_to_anthropic,
 )
@@ -46,42 +42,9 @@ from tokenwire.services.gateway._dialects.openai_responses import (
     neutral_to_responses,
 )
 
-if TYPE_CHECKING:  # _routing imports this package (for CallerDialect): no cycle at run time
-    from tokenwire.services.gateway._routing import Route
-
 OPENAI_CHAT = OpenAIChat()
 ANTHROPIC_MESSAGES = AnthropicMessages()
 OPENAI_RESPONSES = OpenAIResponses()
-
-_encode = msgspec.json.encode
-
-
-def translated(
-    neutral: NeutralRequest, route: Route, default_max_tokens: int
-) -> tuple[bytes, dict[str, str]]:
-    """The provider body for a request from another dialect, and the headers the provider's
-    dialect needs for it (Anthropic's structured-outputs beta)."""
-    body: dict[str, Any]
-    needs: dict[str, str] = {}
-    match route.dialect:
-        case Dialect.OPENAI_CHAT:
-            body = neutral_to_openai(
-                without_signatures(neutral), route.model, legacy_max_tokens=route.legacy_max_tokens
-            )
-        case Dialect.ANTHROPIC_MESSAGES:
-            body = neutral_to_anthropic(
-                without_signatures(neutral), route.model, default_max_tokens=default_max_tokens
-            )
-            if neutral.output_format is not None:
-                needs["anthropic-beta"] = STRUCTURED_OUTPUTS_BETA
-        case Dialect.OPENAI_RESPONSES:
-            body = neutral_to_responses(without_signatures(neutral), route.model)
-        case Dialect.GEMINI:
-            body = neutral_to_gemini(neutral)  # Gemini's own thought signatures go back to it
-        case _:
-            assert_never(route.dialect)
-    return _encode(body), needs
-
 
 __all__ = [
     "ANTHROPIC_MESSAGES",
@@ -104,6 +67,5 @@ __all__ = [
     "neutral_to_openai",
     "neutral_to_responses",
     "provider_reply",
-    "translated",
     "without_signatures",
 ]

@@ -58,8 +58,8 @@ from tokenwire.services.gateway._dialects.neutral import (
     arguments_object,
     plain_call_id,
 )
+from tokenwire.services.gateway._dialects.validate import convert
 from tokenwire.services.gateway._errors import GatewayError, InvalidRequestError
-from tokenwire.services.gateway._validate import convert
 from tokenwire.sse import SseEvent
 
 

@@ -87,8 +87,8 @@ from tokenwire.services.gateway._dialects.neutral import (
     ToolChoice,
 )
 from tokenwire.services.gateway._dialects.openai_chat import openai_error_body
+from tokenwire.services.gateway._dialects.validate import convert
 from tokenwire.services.gateway._errors import GatewayError, InvalidRequestError
-from tokenwire.services.gateway._validate import convert
 from tokenwire.sse import SseEvent
 
 

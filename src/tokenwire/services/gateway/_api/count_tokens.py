@@ -19,10 +19,10 @@ from starlette.responses import Response
 
 from tokenwire.providers import Dialect, relayed_headers
 from tokenwire.services.gateway._dialects.anthropic_messages import anthropic_error_body
+from tokenwire.services.gateway._dialects.validate import decode_object
 from tokenwire.services.gateway._errors import GatewayError, InvalidRequestError, UpstreamError
-from tokenwire.services.gateway._forward import forwarded_headers
-from tokenwire.services.gateway._routing import resolve
-from tokenwire.services.gateway._validate import decode_object
+from tokenwire.services.gateway._routing.forward import forwarded_headers
+from tokenwire.services.gateway._routing.routing import resolve
 
 TIMEOUT_S = 30.0
 _JSON = "application/json"

@@ -22,7 +22,7 @@ from typing import Any, assert_never
 import httpx
 
 from tokenwire.providers import Dialect, ProviderConfigError, get_provider, provider_names
-from tokenwire.services.gateway._routing import SCRIPTED
+from tokenwire.services.gateway._routing.routing import SCRIPTED
 
 log = logging.getLogger("tokenwire.gateway")
 TTL_S = 300.0

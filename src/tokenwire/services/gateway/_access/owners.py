@@ -27,9 +27,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from tokenwire.broker import BrokerError, Owner, SessionOwnership
+from tokenwire.services.gateway._access.identity import SESSION_HEADER
+from tokenwire.services.gateway._access.keys import Caller
 from tokenwire.services.gateway._errors import BrokerUnavailableError, SessionNotFoundError
-from tokenwire.services.gateway._identity import SESSION_HEADER
-from tokenwire.services.gateway._keys import Caller
 
 REMEMBERED = 65536
 FRESH_S = 3600.0

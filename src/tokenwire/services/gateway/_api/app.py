@@ -2,7 +2,7 @@
 
 Order of checks (each failure is a 4xx in the endpoint's dialect; nothing is claimed or
 published before the last one passed): gateway key, body size, JSON, field types, tokenwire
-headers, model routing, translation, the named session's tenant (``_owners.py``); then the
+headers, model routing, translation, the named session's tenant (``_access/owners.py``); then the
 step is claimed (409 / 503) and run.
 
 Every authenticated request carries its :class:`~._keys.Caller` as ``request.state.caller``
@@ -31,38 +31,7 @@ from tokenwire.config import ConfigError
 from tokenwire.providers import Dialect
 from tokenwire.schemas import RecordedError
 from tokenwire.scrub import register, scrub
-from tokenwire.services.gateway._caller import (
-    CallerOutput,
-    FoldingOutput,
-    HeadTap,
-    stream_output,
-)
-from tokenwire.services.gateway._catalog import ModelCatalog
-from tokenwire.services.gateway._coalesce import answered, coalesce_ms
-from tokenwire.services.gateway._count_tokens import CountTokens
-from tokenwire.services.gateway._deps import GatewayDeps, UpstreamCall
-from tokenwire.services.gateway._dialects import (
-    ANTHROPIC_MESSAGES,
-    OPENAI_CHAT,
-    OPENAI_RESPONSES,
-    CallerCodec,
-    CallerRequest,
-    R,
-    Reply,
-    provider_reply,
-)
-from tokenwire.services.gateway._edge import header_map
-from tokenwire.services.gateway._errors import (
-    AuthenticationError,
-    BodyTooLargeError,
-    BrokerUnavailableError,
-    GatewayError,
-    InvalidRequestError,
-    TooManyResumersError,
-    UpstreamError,
-)
-from tokenwire.services.gateway._genai import GenAICalls, call_span_attributes
-from tokenwire.services.gateway._identity import (
+from tokenwire.services.gateway._access.identity import (
     IDEMPOTENCY_HEADER,
     SESSION_HEADER,
     KeyedRequest,
@@ -75,12 +44,50 @@ from tokenwire.services.gateway._identity import (
     claim_explicit,
     read_identity,
 )
-from tokenwire.services.gateway._keys import ANONYMOUS, KEYS_FILE_VAR, Caller, offered_key
-from tokenwire.services.gateway._metrics import GatewayMetrics
-from tokenwire.services.gateway._openapi import openapi_document
-from tokenwire.services.gateway._owners import SessionGuard
-from tokenwire.services.gateway._provider_call import CallerInput, provider_call
-from tokenwire.services.gateway._resume import (
+from tokenwire.services.gateway._access.keys import ANONYMOUS, KEYS_FILE_VAR, Caller, offered_key
+from tokenwire.services.gateway._access.owners import SessionGuard
+from tokenwire.services.gateway._api.catalog import ModelCatalog
+from tokenwire.services.gateway._api.count_tokens import CountTokens
+from tokenwire.services.gateway._api.edge import header_map
+from tokenwire.services.gateway._api.openapi import openapi_document
+from tokenwire.services.gateway._api.retrieve import (
+    NoSuchResponseError,
+    retrieve_request,
+    retrieve_target,
+)
+from tokenwire.services.gateway._api.settings import GatewaySettings, check_provider_env
+from tokenwire.services.gateway._api.usage import usage_route
+from tokenwire.services.gateway._dialects import (
+    ANTHROPIC_MESSAGES,
+    OPENAI_CHAT,
+    OPENAI_RESPONSES,
+    CallerCodec,
+    CallerRequest,
+    R,
+    Reply,
+    provider_reply,
+)
+from tokenwire.services.gateway._dialects.validate import decode_object
+from tokenwire.services.gateway._errors import (
+    AuthenticationError,
+    BodyTooLargeError,
+    BrokerUnavailableError,
+    GatewayError,
+    InvalidRequestError,
+    TooManyResumersError,
+    UpstreamError,
+)
+from tokenwire.services.gateway._observe.genai import GenAICalls, call_span_attributes
+from tokenwire.services.gateway._observe.metrics import GatewayMetrics
+from tokenwire.services.gateway._observe.trace import start_step_span
+from tokenwire.services.gateway._output.caller import (
+    CallerOutput,
+    FoldingOutput,
+    HeadTap,
+    stream_output,
+)
+from tokenwire.services.gateway._output.scrubbed import scrubbed
+from tokenwire.services.gateway._resume.resume import (
     RESUME_RETRY_AFTER_S,
     ResumeBounds,
     Resumer,
@@ -88,18 +95,12 @@ from tokenwire.services.gateway._resume import (
     key_hash,
     step_ref,
 )
-from tokenwire.services.gateway._retrieve import (
-    NoSuchResponseError,
-    retrieve_request,
-    retrieve_target,
-)
-from tokenwire.services.gateway._routing import Route, resolve, with_identity
-from tokenwire.services.gateway._scrubbed import scrubbed
-from tokenwire.services.gateway._settings import GatewaySettings, check_provider_env
-from tokenwire.services.gateway._step import StepPlan, StepRun
-from tokenwire.services.gateway._trace import start_step_span
-from tokenwire.services.gateway._usage import usage_route
-from tokenwire.services.gateway._validate import decode_object
+from tokenwire.services.gateway._routing.provider_call import CallerInput, provider_call
+from tokenwire.services.gateway._routing.routing import Route, resolve, with_identity
+from tokenwire.services.gateway._routing.upstream import UpstreamCall
+from tokenwire.services.gateway._steps.coalesce import answered, coalesce_ms
+from tokenwire.services.gateway._steps.deps import GatewayDeps
+from tokenwire.services.gateway._steps.step import StepPlan, StepRun
 
 log = logging.getLogger("tokenwire.gateway")
 _READY_TIMEOUT_S = 2.0
@@ -139,7 +140,7 @@ class Gateway:
         return await self._handle(request, OPENAI_RESPONSES)
 
     async def retrieve(self, request: Request) -> Response:
-        """``GET /v1/responses/{response_id}`` (``_retrieve.py``)."""
+        """``GET /v1/responses/{response_id}`` (``_api/retrieve.py``)."""
         try:
             req, after = retrieve_request(request)
             response_id = request.path_params["response_id"]
@@ -317,7 +318,7 @@ class Gateway:
     async def _resume(
         self, codec: CallerCodec[R], req: R, target: ResumeTarget, after: int | None = None
     ) -> Response:
-        """A resumed step's answer (``_resume.py``); its errors in the dialect, never retried
+        """A resumed step's answer (``_resume/resume.py``); its errors in the dialect, never retried
         by the SDKs but past the resumer cap."""
         try:
             if self.resumer is None:

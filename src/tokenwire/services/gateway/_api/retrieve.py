@@ -20,14 +20,14 @@ import re
 from starlette.requests import Request
 
 from tokenwire.broker import BrokerError, StepAllocator
+from tokenwire.services.gateway._access.identity import ResumeTarget, StepIdentity
 from tokenwire.services.gateway._dialects.openai_responses import ResponsesRequest
 from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     InvalidRequestError,
     UnknownModelError,
 )
-from tokenwire.services.gateway._identity import ResumeTarget, StepIdentity
-from tokenwire.services.gateway._resume import response_alias
+from tokenwire.services.gateway._resume.resume import response_alias
 
 _DERIVED = re.compile(r"resp_tw-([0-9]{1,15})-([0-9]{1,15})-([A-Za-z0-9_-]{1,128})")
 _ALIAS_READS = 5

@@ -16,23 +16,23 @@ from tokenwire.broker import Topology, topology_from
 from tokenwire.config import ConfigError, parse_addr, parse_int, parse_urls, without_userinfo
 from tokenwire.providers import check_header, check_proxy, check_url, get_provider, provider_names
 from tokenwire.replay import DEFAULT_MAX_READERS
-from tokenwire.services.gateway._bounds import (
-    DEFAULT_MAX_STEP_BYTES,
-    DEFAULT_MAX_STEP_CHUNKS,
-    DEFAULT_MAX_STEP_IDLE_SECONDS,
-    DEFAULT_MAX_STEP_SECONDS,
-    StepBounds,
-)
-from tokenwire.services.gateway._coalesce import MAX_COALESCE_MS
-from tokenwire.services.gateway._edge import EdgeLimits
-from tokenwire.services.gateway._framing import DEFAULT_LINGER_MS, MAX_LINGER_MS, FramePolicy
-from tokenwire.services.gateway._keys import (
+from tokenwire.services.gateway._access.keys import (
     KEYS_FILE_VAR,
     KeyRing,
     NamedKey,
     key_ring,
     load_keys_file,
 )
+from tokenwire.services.gateway._api.edge import EdgeLimits
+from tokenwire.services.gateway._steps.bounds import (
+    DEFAULT_MAX_STEP_BYTES,
+    DEFAULT_MAX_STEP_CHUNKS,
+    DEFAULT_MAX_STEP_IDLE_SECONDS,
+    DEFAULT_MAX_STEP_SECONDS,
+    StepBounds,
+)
+from tokenwire.services.gateway._steps.coalesce import MAX_COALESCE_MS
+from tokenwire.services.gateway._steps.framing import DEFAULT_LINGER_MS, MAX_LINGER_MS, FramePolicy
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 _PROVIDER_VAR = re.compile(
@@ -51,7 +51,7 @@ class GatewaySettings:
     """How the gateway listens, whom it accepts, where providers are, and its bounds.
 
     - ``keys``: accepted gateway keys (``Authorization: Bearer`` or ``x-api-key``), the flat
-      list: operators without a tenant (``_keys.py``); ``named_keys``: the named keys of the
+      list: operators without a tenant (``_access/keys.py``); ``named_keys``: the named keys of the
       keys file (hashes, names, tenants, scopes). Both empty means no authentication, and
       then :func:`run` refuses any non-loopback ``host``.
     - ``provider_env``: the provider base URLs (``TOKENWIRE_<PROVIDER>_BASE_URL``),
@@ -62,11 +62,11 @@ class GatewaySettings:
     - ``continue_on_disconnect``: keep reading the provider to the end after the caller left,
       so the durable log is complete (else the step ends ``finish {aborted}``).
     - ``caller_buffer_bytes``: output held for a slow caller before the provider read waits
-      (at most; see ``_caller.py``).
+      (at most; see ``_output/caller.py``).
     - ``default_max_tokens``: sent to Anthropic when a translated request named none.
     - ``ack_timeout_s``: how long the end of a step waits for the broker's acks.
     - ``edge``: the HTTP edge's bounds (header size and count, header and body read
-      timeouts, connections and requests at once; ``_edge.py``).
+      timeouts, connections and requests at once; ``_api/edge.py``).
     - ``max_step_bytes``, ``max_step_chunks``, ``max_step_seconds``: the bounds of one step
       (content bytes, published chunks, seconds); past one the step ends as a recorded
       ``limit`` error, whether or not its caller is still there (docs/configuration.md).
@@ -77,10 +77,10 @@ class GatewaySettings:
     - ``store_url``: the store the session and message routes read (``TOKENWIRE_STORE``).
     - ``framing``: chunks in frames (``TOKENWIRE_FRAMES``, default on) and how long a frame
       may linger for more chunks (``TOKENWIRE_FRAME_LINGER_MS``, 0 to 1000, default 200;
-      ``_framing.py``, ADR 0024).
+      ``_steps/framing.py``, ADR 0024).
     - ``coalesce_ms``: the default wait between a step's provider reads past the first
       (``TOKENWIRE_GATEWAY_COALESCE_MS``, 0 to 1000, default 0: none); a request's
-      ``x-tokenwire-coalesce-ms`` overrides it (``_coalesce.py``, ADR 0032).
+      ``x-tokenwire-coalesce-ms`` overrides it (``_steps/coalesce.py``, ADR 0032).
     - ``step_retries``, ``step_retry_s``: the bound of the step registry's retries while its
       KV bucket elects a leader (count, total seconds of one assignment); past it 503.
     - ``max_resumers``: how many callers may resume one step at once on this gateway (a
@@ -266,7 +266,7 @@ def framing_from_env(env: Mapping[str, str]) -> FramePolicy:
 
 
 def _step_bounds(env: Mapping[str, str]) -> StepBounds:
-    """``TOKENWIRE_GATEWAY_MAX_STEP_*``; defaults in ``_bounds.py``."""
+    """``TOKENWIRE_GATEWAY_MAX_STEP_*``; defaults in ``_steps/bounds.py``."""
     return StepBounds(
         _int(env, "TOKENWIRE_GATEWAY_MAX_STEP_BYTES", DEFAULT_MAX_STEP_BYTES),
         _int(env, "TOKENWIRE_GATEWAY_MAX_STEP_CHUNKS", DEFAULT_MAX_STEP_CHUNKS),

@@ -3,7 +3,7 @@ caller.
 
 Semantics (docs/gateway.md, "Publishing"):
 
-- every chunk is published in order, in frames of consecutive chunks (``_framing.py``; or
+- every chunk is published in order, in frames of consecutive chunks (``_steps/framing.py``; or
   each as its own :class:`ChunkEnvelope` with frames off): ordinals from 0, ordinal 0 alone
   and at once with ``first``, ``request_time_ns``, the caller's key name and tenant and the
   step's trace headers; publishing waits only when the publisher's bounded window is full;
@@ -17,7 +17,7 @@ Semantics (docs/gateway.md, "Publishing"):
   ``continue_on_disconnect=False``, publishes ``finish {aborted}`` and stops.
 
 :class:`StepRun` owns the step's whole lifecycle: the claim (:meth:`StepRun._claimed`), the
-provider call, publishing, the caller's output (its outbox and response, ``_caller.py``), the
+provider call, publishing, the caller's output (its outbox and response, ``_output/caller.py``), the
 caller leaving (:meth:`StepRun.caller_left`) and cancellation. The app plans the step
 (:class:`StepPlan`), calls :meth:`StepRun.start`, and returns :meth:`StepRun.response` (a
 streaming caller) or, after :meth:`StepRun.settled`, the folded answer.
@@ -61,16 +61,8 @@ from tokenwire.schemas import (
     json_encoder,
 )
 from tokenwire.scrub import scrub as scrub_text
-from tokenwire.services.gateway._bounds import StepBounds, StepMeter
-from tokenwire.services.gateway._caller import (
-    CallerOutput,
-    FoldingOutput,
-    HeadTap,
-    Outbox,
-    StepStream,
-)
-from tokenwire.services.gateway._contract import ContractCheck
-from tokenwire.services.gateway._deps import GatewayDeps, UpstreamCall
+from tokenwire.services.gateway._access.identity import StepClaim, StepIdentity
+from tokenwire.services.gateway._access.keys import ANONYMOUS, Caller
 from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     GatewayError,
@@ -78,15 +70,24 @@ from tokenwire.services.gateway._errors import (
     StepLimitError,
     UpstreamError,
 )
-from tokenwire.services.gateway._fit import ChunkTooLarge, DeltaLedger, fitted
-from tokenwire.services.gateway._framing import ChunkTooLargeForFrame, FramePolicy, Framer
-from tokenwire.services.gateway._genai import CallObserver
-from tokenwire.services.gateway._identity import StepClaim, StepIdentity
-from tokenwire.services.gateway._keys import ANONYMOUS, Caller
-from tokenwire.services.gateway._metrics import GatewayMetrics
-from tokenwire.services.gateway._resume import response_alias
-from tokenwire.services.gateway._routing import Route
-from tokenwire.services.gateway._watchdog import Watchdog
+from tokenwire.services.gateway._observe.genai import CallObserver
+from tokenwire.services.gateway._observe.metrics import GatewayMetrics
+from tokenwire.services.gateway._output.caller import (
+    CallerOutput,
+    FoldingOutput,
+    HeadTap,
+    Outbox,
+    StepStream,
+)
+from tokenwire.services.gateway._resume.resume import response_alias
+from tokenwire.services.gateway._routing.routing import Route
+from tokenwire.services.gateway._routing.upstream import UpstreamCall
+from tokenwire.services.gateway._steps.bounds import StepBounds, StepMeter
+from tokenwire.services.gateway._steps.contract import ContractCheck
+from tokenwire.services.gateway._steps.deps import GatewayDeps
+from tokenwire.services.gateway._steps.fit import ChunkTooLarge, DeltaLedger, fitted
+from tokenwire.services.gateway._steps.framing import ChunkTooLargeForFrame, FramePolicy, Framer
+from tokenwire.services.gateway._steps.watchdog import Watchdog
 
 log = logging.getLogger("tokenwire.gateway")
 DEFAULT_BOUNDS = StepBounds()
@@ -127,15 +128,15 @@ class StepPlan:
     continue_on_disconnect: bool = True
     """Whether the step reads the provider to the end when its caller leaves."""
     caller: Caller = ANONYMOUS
-    """Whose step it is: its key's name and tenant go on the first chunk (``_keys.py``)."""
+    """Whose step it is: its key's name and tenant go on the first chunk (``_access/keys.py``)."""
     naming: Callable[[HeadTap | None], StepNames] | None = None
-    """A resumable step's names (``_resume.py``): how its caller saw the answer named, from
+    """A resumable step's names (``_resume/resume.py``): how its caller saw the answer named, from
     the provider's first events (read by a :class:`HeadTap`) or the gateway's reply; kept
     with the claim once the first chunk is published. None: not resumable, nothing kept."""
     aliased: bool = False
     """A Responses answer: its id is mapped to the step too (``GET /v1/responses/{id}``)."""
     coalesce_s: float = 0.0
-    """The wait before each provider read past the first (``_coalesce.py``); 0: none."""
+    """The wait before each provider read past the first (``_steps/coalesce.py``); 0: none."""
 
 
 def _or_unset(value: str | None) -> str | msgspec.UnsetType:
@@ -179,7 +180,7 @@ class StepRun:
         self._key = (plan.session, 0, 0)  # the claimed (session, turn, step), once claimed
         self._chunk_counter = metrics.chunks.labels(plan.route.provider)
         self._chunks: AsyncGenerator[list[StreamChunk], None] | None = None
-        self._call = call  # the model call's span and figures (_genai.py)
+        self._call = call  # the model call's span and figures (_observe/genai.py)
         self._last_ns = 0  # the time on the last envelope published
         self._ledger = DeltaLedger()
         self._bounds = bounds
@@ -197,7 +198,7 @@ class StepRun:
         """Call the provider and take the first chunk in this task (no task switch before the
         first chunk: :meth:`begin`), then go on with the step in a task of its own
         (:meth:`finish_rest`, kept in the app's set of running steps until it ends; the call's
-        span ends with the step, see ``_genai.py``)."""
+        span ends with the step, see ``_observe/genai.py``)."""
         await self.begin()
         task = asyncio.create_task(self.finish_rest(), name=f"step of session {self.plan.session}")
         self._running.add(task)
@@ -618,7 +619,7 @@ class StepRun:
         raise StepLimitError(message)
 
     async def _stop_broken(self, message: str) -> NoReturn:
-        """The fold calls the step broken (see ``_contract.py``): it is recorded so (a finish
+        """The fold calls the step broken (see ``_steps/contract.py``): it is recorded so (a finish
         with an error after the chunk that broke it, unless the finish itself revealed it),
         and the caller is told the fold's message in its dialect, never a normal end."""
         if self.finish is None:

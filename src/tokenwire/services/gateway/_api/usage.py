@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from tokenwire.ledger import InvalidUsageQuery, parse_since, usage_by, usage_report
 from tokenwire.scrub import scrub
-from tokenwire.services.gateway._keys import ANONYMOUS, Caller, visible_tenant
+from tokenwire.services.gateway._access.keys import ANONYMOUS, Caller, visible_tenant
 from tokenwire.store import Store, StoreError
 
 StoreProvider = Callable[[], Store]

@@ -38,8 +38,8 @@ from tokenwire.observability import (
 )
 from tokenwire.schemas import Finish, TokenUsage
 from tokenwire.services.gateway._errors import BrokerUnavailableError, GatewayError
-from tokenwire.services.gateway._metrics import GatewayMetrics
-from tokenwire.services.gateway._routing import Route
+from tokenwire.services.gateway._observe.metrics import GatewayMetrics
+from tokenwire.services.gateway._routing.routing import Route
 
 Outcome = Literal["ok", "error", "aborted"]
 _TOKEN_TYPES = ("input", "output", "cache_read", "cache_write", "reasoning")

@@ -33,11 +33,12 @@ from tokenwire.broker import (
 from tokenwire.config import ConfigError
 from tokenwire.observability import OtelProviders, no_otel, otel_from_env
 from tokenwire.replay import SseStats, events_router
-from tokenwire.services.gateway._app import create_app
-from tokenwire.services.gateway._deps import GatewayDeps, HttpUpstream
-from tokenwire.services.gateway._edge import KEEP_ALIVE_S, bounded_protocol
-from tokenwire.services.gateway._settings import GatewaySettings
-from tokenwire.services.gateway._step_source import BrokerStepSource
+from tokenwire.services.gateway._api.app import create_app
+from tokenwire.services.gateway._api.edge import KEEP_ALIVE_S, bounded_protocol
+from tokenwire.services.gateway._api.settings import GatewaySettings
+from tokenwire.services.gateway._resume.step_source import BrokerStepSource
+from tokenwire.services.gateway._routing.upstream import HttpUpstream
+from tokenwire.services.gateway._steps.deps import GatewayDeps
 from tokenwire.store import Store, open_store
 
 PUBLISH_WINDOW = 4096
@@ -59,7 +60,7 @@ response write of the pure-Python h11 (bench/bench_gateway.py, docs/gateway.md "
 
 
 def _edge_options(settings: GatewaySettings) -> dict[str, Any]:
-    """uvicorn options of the HTTP edge: httptools with the edge's bounds (``_edge.py``), and
+    """uvicorn options of the HTTP edge: httptools with the edge's bounds (``_api/edge.py``), and
     keep-alive connections kept longer than the SDKs' pools keep them."""
     return {"http": bounded_protocol(settings.edge), "timeout_keep_alive": KEEP_ALIVE_S}
 

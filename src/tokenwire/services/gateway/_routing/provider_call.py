@@ -7,7 +7,7 @@ stream, the fields the folded answer cannot carry (``translation.FOLDED``: logpr
 refused first, or dropped and listed with the opt-in. Another dialect: every field is
 screened against the translation table first (a 400 naming the field and the route, or
 dropped and listed with the opt-in), then the request goes through the neutral request to the
-provider's dialect (``_dialects.translated``). Non-streaming callers are served from a
+provider's dialect (:func:`translated`). Non-streaming callers are served from a
 streamed provider call.
 """
 
@@ -15,9 +15,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, assert_never
 
-from tokenwire.services.gateway._dialects import CallerCodec, R, translated
+import msgspec
+
+from tokenwire.providers import Dialect
+from tokenwire.services.gateway._dialects import (
+    CallerCodec,
+    NeutralRequest,
+    R,
+    neutral_to_anthropic,
+    neutral_to_gemini,
+    neutral_to_openai,
+    neutral_to_responses,
+    without_signatures,
+)
+from tokenwire.services.gateway._dialects.anthropic_messages import STRUCTURED_OUTPUTS_BETA
 from tokenwire.services.gateway._dialects.translation import (
     DROPPED_HEADER,
     Screened,
@@ -25,8 +38,8 @@ from tokenwire.services.gateway._dialects.translation import (
     screen_folded,
     wants_drop,
 )
-from tokenwire.services.gateway._forward import forwarded_headers, merged
-from tokenwire.services.gateway._routing import Route
+from tokenwire.services.gateway._routing.forward import forwarded_headers, merged
+from tokenwire.services.gateway._routing.routing import Route
 
 
 @dataclass(frozen=True)
@@ -73,3 +86,33 @@ def provider_call(codec: CallerCodec[R], req: R, route: Route, sent: CallerInput
 def _dropped(screened: Screened) -> dict[str, str]:
     """The answer's header listing the dropped fields, if any were."""
     return {DROPPED_HEADER: ",".join(screened.dropped)} if screened.dropped else {}
+
+
+_encode = msgspec.json.encode
+
+
+def translated(
+    neutral: NeutralRequest, route: Route, default_max_tokens: int
+) -> tuple[bytes, dict[str, str]]:
+    """The provider body for a request from another dialect, and the headers the provider's
+    dialect needs for it (Anthropic's structured-outputs beta)."""
+    body: dict[str, Any]
+    needs: dict[str, str] = {}
+    match route.dialect:
+        case Dialect.OPENAI_CHAT:
+            body = neutral_to_openai(
+                without_signatures(neutral), route.model, legacy_max_tokens=route.legacy_max_tokens
+            )
+        case Dialect.ANTHROPIC_MESSAGES:
+            body = neutral_to_anthropic(
+                without_signatures(neutral), route.model, default_max_tokens=default_max_tokens
+            )
+            if neutral.output_format is not None:
+                needs["anthropic-beta"] = STRUCTURED_OUTPUTS_BETA
+        case Dialect.OPENAI_RESPONSES:
+            body = neutral_to_responses(without_signatures(neutral), route.model)
+        case Dialect.GEMINI:
+            body = neutral_to_gemini(neutral)  # Gemini's own thought signatures go back to it
+        case _:
+            assert_never(route.dialect)
+    return _encode(body), needs

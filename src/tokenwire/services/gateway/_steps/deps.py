@@ -1,6 +1,5 @@
 """What the gateway runs on (:class:`GatewayDeps`): its own seam, calling a provider
-(:class:`Upstream` and its :class:`UpstreamCall`; the real :class:`HttpUpstream` here, the
-canned twin in ``_canned.py``),
+(:class:`Upstream`, in ``_routing/upstream.py`` with its real and canned implementations),
 and the broker's (``broker.ChunkSink`` and ``broker.StepAllocator``, whose real and in-memory
 implementations live in the broker package), with readiness, the clock and the id source.
 """
@@ -9,71 +8,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from starlette.routing import BaseRoute
 
 from tokenwire.broker import ChunkSink, SessionOwnership, StepAllocator
 from tokenwire.observability import OtelProviders, no_otel
-from tokenwire.providers import Normaliser, ProviderRequest, ProviderSession, SentRequest
-from tokenwire.schemas import StreamChunk
-from tokenwire.services.gateway._routing import Route
-from tokenwire.services.gateway._step_source import StepSource
+from tokenwire.services.gateway._resume.step_source import StepSource
+from tokenwire.services.gateway._routing.upstream import Upstream
 from tokenwire.store import Store
-
-
-class UpstreamCall(Protocol):
-    """One provider call, already on its way (:meth:`Upstream.send`)."""
-
-    def batches(
-        self, normaliser: Normaliser, every_s: float = 0.0
-    ) -> AsyncGenerator[list[StreamChunk], None]:
-        """The call's normalised chunks in lists (those of one network read together, maybe
-        none), ending with exactly one ``finish``. A non-2xx answer raises
-        :class:`tokenwire.providers.ProviderHTTPError` before any chunk; a transport failure
-        ends the stream with ``finish {error}`` (the contract of
-        :func:`tokenwire.providers.stream_batches`). ``every_s``: once a read brought a
-        chunk, each later read waits that long after the last (coalesced reads, ADR 0032).
-        Called at most once."""
-        ...
-
-    def cancel(self) -> None:
-        """The answer is not wanted (the step ended before reading it): whatever the call
-        holds is let go. Nothing once :meth:`batches` began reading."""
-        ...
-
-
-class Upstream(Protocol):
-    """Calls providers."""
-
-    def send(self, route: Route, body: bytes) -> UpstreamCall:
-        """Send ``body`` to the route, now where the transport can (so that the provider
-        works while the step is set up), and return the call to read or cancel."""
-        ...
-
-
-class HttpUpstream:
-    """The real :class:`Upstream`: one pooled :class:`tokenwire.providers.ProviderSession`
-    for every provider call.
-
-    Build it inside the running event loop (``broker_deps`` does); close it with
-    :meth:`aclose`.
-    """
-
-    def __init__(self) -> None:
-        self._session = ProviderSession()
-
-    def send(self, route: Route, body: bytes) -> SentRequest:
-        """Send ``body`` to the route: written at once on a pooled connection (else once the
-        answer is first read, after connecting)."""
-        headers = {**route.headers, "content-type": "application/json"}
-        return self._session.send(ProviderRequest(route.url, body, headers))
-
-    async def aclose(self) -> None:
-        """Close the pooled connections."""
-        await self._session.close()
 
 
 def _new_session() -> str:
@@ -104,12 +48,12 @@ class GatewayDeps:
     - ``otel``: the OpenTelemetry providers the model calls' spans and metrics go to (the
       API's no-op ones unless an OTLP endpoint is configured, docs/telemetry.md);
     - ``owners``: whose a session is (``broker.SessionOwners``, or its memory twin), for a
-      gateway whose keys have tenants (``_owners.py``); ``create_app`` refuses such keys
+      gateway whose keys have tenants (``_access/owners.py``); ``create_app`` refuses such keys
       without it.
     - ``store``: returns the store the gateway's read routes use (``GET /v1/usage``); None:
       the gateway has none, and those routes answer 503.
     - ``history``: reads a claimed step back from the broker, for a caller that resumes it
-      (``_step_source.py``); None: a retried step cannot be resumed (it answers 503);
+      (``_resume/step_source.py``); None: a retried step cannot be resumed (it answers 503);
       ``broker_clock_ns``: the clock a claim's age is read against (the broker's time of
       the claim's record; Unix ns, as the broker's servers keep it).
     """

@@ -135,7 +135,7 @@ class StepClaim:
 @dataclass(frozen=True, slots=True)
 class ResumeTarget:
     """A claimed step that a request resumes (the same request again), with its claim's
-    record (``_resume.py``)."""
+    record (``_resume/resume.py``)."""
 
     identity: StepIdentity
     record: StepRecord

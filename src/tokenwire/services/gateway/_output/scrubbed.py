@@ -11,7 +11,7 @@ from __future__ import annotations
 from tokenwire.providers import Normaliser
 from tokenwire.schemas import StreamChunk
 from tokenwire.scrub import scrub_bytes
-from tokenwire.services.gateway._caller import CallerOutput
+from tokenwire.services.gateway._output.caller import CallerOutput
 
 
 class ScrubbedOutput:

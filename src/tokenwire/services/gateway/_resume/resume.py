@@ -34,7 +34,7 @@ from starlette.responses import Response
 from tokenwire.broker import StepNames
 from tokenwire.fold import FoldError, StepFold
 from tokenwire.schemas import ChunkEnvelope, Finish, RecordedError, StreamChunk
-from tokenwire.services.gateway._caller import EncodingOutput, Outbox, StepStream
+from tokenwire.services.gateway._access.identity import ResumeTarget, StepIdentity
 from tokenwire.services.gateway._dialects import CallerCodec, R, Reply
 from tokenwire.services.gateway._errors import (
     GatewayError,
@@ -42,8 +42,8 @@ from tokenwire.services.gateway._errors import (
     StepAbandonedError,
     TooManyResumersError,
 )
-from tokenwire.services.gateway._identity import ResumeTarget, StepIdentity
-from tokenwire.services.gateway._step_source import StepSource
+from tokenwire.services.gateway._output.caller import EncodingOutput, Outbox, StepStream
+from tokenwire.services.gateway._resume.step_source import StepSource
 
 RESUMED_HEADER = "x-tokenwire-resumed"
 RESUME_RETRY_AFTER_S = 1

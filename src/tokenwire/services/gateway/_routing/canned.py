@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from tokenwire.providers import Normaliser, ProviderHTTPError
 from tokenwire.schemas import StreamChunk
-from tokenwire.services.gateway._routing import Route
+from tokenwire.services.gateway._routing.routing import Route
 from tokenwire.sse import SseParser
 
 CannedAnswer = bytes | ProviderHTTPError

@@ -53,7 +53,7 @@ class FramePolicy:
 
 
 class ChunkTooLargeForFrame(Exception):  # noqa: N818 - a condition, like PayloadTooLarge
-    """The chunk does not fit in a frame of its own: the step fits it (``_fit.py``) first."""
+    """The chunk does not fit in a frame of its own: the step fits it (``_steps/fit.py``) first."""
 
 
 class _Frame:

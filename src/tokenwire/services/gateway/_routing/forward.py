@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 from tokenwire.providers import check_header
 from tokenwire.services.gateway._errors import InvalidRequestError
-from tokenwire.services.gateway._routing import Route
+from tokenwire.services.gateway._routing.routing import Route
 
 
 def forwarded_headers(caller: Mapping[str, str], route: Route) -> dict[str, str]:
