@@ -25,18 +25,20 @@ LIBRARIES = {
     "config",
     "telemetry_names",
     "scrub",
+    "variables",
 }
 ALLOWED: dict[str, set[str]] = {
     "schemas": set(),
     "fold": {"schemas"},
     "sse": set(),
-    "config": set(),
+    "variables": set(),
+    "config": {"variables"},
     "scrub": set(),
     "providers": {"schemas", "sse", "scrub"},
-    "broker": {"schemas", "config", "scrub"},
+    "broker": {"schemas", "config", "scrub", "variables"},
     "ledger": {"schemas"},
     "store": {"schemas", "ledger", "scrub"},
-    "replay": {"schemas", "fold", "broker", "store", "ledger", "config", "scrub"},
+    "replay": {"schemas", "fold", "broker", "store", "ledger", "config", "scrub", "variables"},
     "observability": {"schemas"},
 }
 # Third-party packages a layer may import; the wire contract stays importable from anywhere.

@@ -1,24 +1,9 @@
 """Settings shared by every command, from the environment (each also a flag of the CLI).
 
-| variable | default |
-| --- | --- |
-| ``TOKENWIRE_NATS_URL`` | absent: ``demo``/``up`` start the embedded server |
-| ``TOKENWIRE_STORE`` | ``sqlite:///<data dir>/store.db`` |
-| ``TOKENWIRE_DATA_DIR`` | ``./.tokenwire`` |
-| ``TOKENWIRE_GATEWAY_KEYS`` | absent: the gateway listens on loopback only |
-| ``TOKENWIRE_GATEWAY_ADDR`` | ``127.0.0.1:8080`` |
-| ``TOKENWIRE_PARTITIONS`` | ``16`` |
-| ``TOKENWIRE_SHARDS`` | ``1``: chunk streams, each owning a contiguous range of partitions |
-| ``TOKENWIRE_SHARD_TAGS`` | absent: JetStream places the shards; else tag ``k mod n`` per shard |
-| ``TOKENWIRE_REGISTRY_SHARDS`` | ``1``: step-registry KV buckets, by session; fixed once deployed |
-| ``TOKENWIRE_REPLICAS`` | ``1`` (3 in a three-node cluster) |
-| ``TOKENWIRE_RETENTION_BYTES`` | ``4GiB``: the chunk streams' byte budget, split over the shards |
-| ``TOKENWIRE_RETENTION_AGE_S`` | ``604800`` (7 days): the oldest chunk kept |
-| ``TOKENWIRE_COMPRESSION`` | ``s2``: the chunk streams' compression (``s2`` or ``none``) |
-| ``TOKENWIRE_PROVISION`` | ``1``: services create/update the topology at start; ``0``: they don't |
-| ``TOKENWIRE_CONNECT_TIMEOUT_S`` | ``5``: bound of the first connect to broker and store |
-
-The table of every variable, its flag and its commands is :mod:`tokenwire.variables`.
+:func:`load` reads the shared rows of the catalogue (:mod:`tokenwire.variables`: each
+variable's parser and default, stated once) into :class:`Settings`; a service reads them
+through it once and its own rows beside it. The parsers and :class:`ConfigError` live in the
+catalogue and are re-exported here.
 """
 
 from __future__ import annotations
@@ -29,34 +14,36 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_DATA_DIR = "./.tokenwire"
-DEFAULT_GATEWAY_ADDR = "127.0.0.1:8080"
+from tokenwire.variables import (
+    COMPRESSION,
+    COMPRESSIONS,
+    CONNECT_TIMEOUT_S,
+    DATA_DIR,
+    GATEWAY_ADDR,
+    GATEWAY_KEYS,
+    MAX_REGISTRY_SHARDS,
+    NATS_URL,
+    PARTITIONS,
+    PROVISION,
+    REGISTRY_SHARDS,
+    REPLICAS,
+    RETENTION_AGE_S,
+    RETENTION_BYTES,
+    SHARD_TAGS,
+    SHARDS,
+    STORE,
+    ConfigError,
+    parse_addr,
+    parse_bytes,
+    parse_flag,
+    parse_int,
+    parse_seconds,
+)
+
 NATS_URL_FILE = "nats.url"
-DEFAULT_CONNECT_TIMEOUT_S = 5.0
+DEFAULT_CONNECT_TIMEOUT_S = CONNECT_TIMEOUT_S.value
 """How long a command's (or a service's) first connect to the broker or the store may take."""
-
-DEFAULT_RETENTION_BYTES = 4 * 1024**3
-DEFAULT_RETENTION_AGE_S = 7 * 24 * 3600.0
-DEFAULT_COMPRESSION = "s2"
-"""Chosen by measurement (docs/adr/0023-shards-compression-retention-budget.md)."""
-COMPRESSIONS = ("s2", "none")
-MAX_REGISTRY_SHARDS = 64
-"""The most step-registry buckets (``TOKENWIRE_REGISTRY_SHARDS``): 64 buckets at half a core
-each carry ~2.4M registry writes/s (docs/capacity.md), far past any fleet measured here."""
-_BYTE_UNITS = {"": 1, "B": 1, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB": 1024**4,
-               "KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4}  # fmt: skip
-_BYTES = re.compile(r"\s*(\d+)\s*([A-Za-z]*)\s*")
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s,]*@")
-
-
-class ConfigError(ValueError):
-    """A setting is malformed. ``name`` is the variable or flag, ``value`` what was given."""
-
-    def __init__(self, name: str, value: str, why: str) -> None:
-        super().__init__(f"{name}={value!r}: {why}")
-        self.name = name
-        self.value = value
-        self.why = why
 
 
 @dataclass(frozen=True)
@@ -70,15 +57,15 @@ class Settings:
     gateway_port: int
     gateway_keys: frozenset[str]
     partitions: int
-    replicas: int = 1
-    provision: bool = True
-    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
-    shards: int = 1
-    shard_tags: tuple[str, ...] = ()
-    retention_bytes: int = DEFAULT_RETENTION_BYTES
-    retention_age_s: float = DEFAULT_RETENTION_AGE_S
-    compression: str = DEFAULT_COMPRESSION
-    registry_shards: int = 1
+    replicas: int = REPLICAS.value
+    provision: bool = PROVISION.value
+    connect_timeout_s: float = CONNECT_TIMEOUT_S.value
+    shards: int = SHARDS.value
+    shard_tags: tuple[str, ...] = SHARD_TAGS.value
+    retention_bytes: int = RETENTION_BYTES.value
+    retention_age_s: float = RETENTION_AGE_S.value
+    compression: str = COMPRESSION.value
+    registry_shards: int = REGISTRY_SHARDS.value
 
     @property
     def nats_url(self) -> str | None:
@@ -92,71 +79,37 @@ class Settings:
 
 
 def load(env: Mapping[str, str] | None = None) -> Settings:
-    """Read the settings from ``env`` (default: the process environment)."""
+    """Read the shared settings from ``env`` (default: the process environment)."""
     env = os.environ if env is None else env
-    data_dir = Path(env.get("TOKENWIRE_DATA_DIR", DEFAULT_DATA_DIR))
-    partitions = parse_int("TOKENWIRE_PARTITIONS", env.get("TOKENWIRE_PARTITIONS", "16"), 1)
-    host, port = parse_addr(env.get("TOKENWIRE_GATEWAY_ADDR", DEFAULT_GATEWAY_ADDR))
+    data_dir = Path(DATA_DIR.read(env))
+    partitions = PARTITIONS.read(env)
+    shards = SHARDS.read(env)
+    if shards > partitions:
+        raise ConfigError(SHARDS.env, str(shards), f"expected 1..{partitions}")
+    host, port = GATEWAY_ADDR.read(env)
     return Settings(
         data_dir=data_dir,
-        nats_urls=parse_urls(env.get("TOKENWIRE_NATS_URL", "")),
-        store_url=env.get("TOKENWIRE_STORE") or f"sqlite:///{data_dir / 'store.db'}",
+        nats_urls=NATS_URL.read(env),
+        store_url=STORE.read(env) or f"sqlite:///{data_dir / 'store.db'}",
         gateway_host=host,
         gateway_port=port,
-        gateway_keys=frozenset(k for k in env.get("TOKENWIRE_GATEWAY_KEYS", "").split(",") if k),
+        gateway_keys=GATEWAY_KEYS.read(env),
         partitions=partitions,
-        replicas=parse_int("TOKENWIRE_REPLICAS", env.get("TOKENWIRE_REPLICAS", "1"), 1, 5),
-        provision=parse_flag("TOKENWIRE_PROVISION", env.get("TOKENWIRE_PROVISION", "1")),
-        connect_timeout_s=connect_timeout(env),
-        shards=parse_int("TOKENWIRE_SHARDS", env.get("TOKENWIRE_SHARDS", "1"), 1, partitions),
-        shard_tags=tuple(t.strip() for t in env.get("TOKENWIRE_SHARD_TAGS", "").split(",")
-                         if t.strip()),
-        retention_bytes=parse_bytes("TOKENWIRE_RETENTION_BYTES",
-                                    env.get("TOKENWIRE_RETENTION_BYTES", "4GiB")),
-        retention_age_s=parse_seconds("TOKENWIRE_RETENTION_AGE_S",
-                                      env.get("TOKENWIRE_RETENTION_AGE_S", "604800")),
-        compression=parse_choice("TOKENWIRE_COMPRESSION", env.get("TOKENWIRE_COMPRESSION",
-                                 DEFAULT_COMPRESSION), COMPRESSIONS),
-        registry_shards=parse_int("TOKENWIRE_REGISTRY_SHARDS",
-                                  env.get("TOKENWIRE_REGISTRY_SHARDS", "1"), 1,
-                                  MAX_REGISTRY_SHARDS),
-    )  # fmt: skip
-
-
-def parse_bytes(name: str, value: str) -> int:
-    """A positive byte count: ``4294967296``, ``4GiB``, ``512MiB``, ``10GB`` (binary and
-    decimal units, case-insensitive)."""
-    match = _BYTES.fullmatch(value)
-    unit = _BYTE_UNITS.get(match.group(2).upper()) if match else None
-    if match is None or unit is None or int(match.group(1)) <= 0:
-        raise ConfigError(name, value, "expected a positive size such as 4GiB or 512MiB")
-    return int(match.group(1)) * unit
-
-
-def parse_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
-    """One of ``choices`` (case-insensitive)."""
-    lowered = value.strip().lower()
-    if lowered not in choices:
-        raise ConfigError(name, value, f"expected one of {', '.join(choices)}")
-    return lowered
+        replicas=REPLICAS.read(env),
+        provision=PROVISION.read(env),
+        connect_timeout_s=CONNECT_TIMEOUT_S.read(env),
+        shards=shards,
+        shard_tags=SHARD_TAGS.read(env),
+        retention_bytes=RETENTION_BYTES.read(env),
+        retention_age_s=RETENTION_AGE_S.read(env),
+        compression=COMPRESSION.read(env),
+        registry_shards=REGISTRY_SHARDS.read(env),
+    )
 
 
 def connect_timeout(env: Mapping[str, str] | None = None) -> float:
-    """``TOKENWIRE_CONNECT_TIMEOUT_S`` (default :data:`DEFAULT_CONNECT_TIMEOUT_S`)."""
-    env = os.environ if env is None else env
-    raw = env.get("TOKENWIRE_CONNECT_TIMEOUT_S", str(DEFAULT_CONNECT_TIMEOUT_S))
-    return parse_seconds("TOKENWIRE_CONNECT_TIMEOUT_S", raw)
-
-
-def parse_seconds(name: str, value: str) -> float:
-    """A positive, finite number of seconds."""
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ConfigError(name, value, "expected seconds") from None
-    if not 0 < seconds < float("inf"):
-        raise ConfigError(name, value, "expected a positive number of seconds")
-    return seconds
+    """``TOKENWIRE_CONNECT_TIMEOUT_S`` alone (default: the process environment)."""
+    return CONNECT_TIMEOUT_S.read(os.environ if env is None else env)
 
 
 def without_userinfo(text: str) -> str:
@@ -165,39 +118,19 @@ def without_userinfo(text: str) -> str:
     return _USERINFO.sub(r"\g<scheme>", text)
 
 
-def parse_urls(value: str) -> tuple[str, ...]:
-    """Comma-separated NATS URLs; each must be ``nats://``, ``tls://``, ``ws://`` or ``wss://``."""
-    urls = tuple(u.strip() for u in value.split(",") if u.strip())
-    for url in urls:
-        if not url.startswith(("nats://", "tls://", "ws://", "wss://")):
-            raise ConfigError("TOKENWIRE_NATS_URL", url, "expected nats://HOST:PORT")
-    return urls
-
-
-def parse_addr(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6)."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host:
-        raise ConfigError("TOKENWIRE_GATEWAY_ADDR", value, "expected HOST:PORT")
-    return host.strip("[]"), parse_int("TOKENWIRE_GATEWAY_ADDR", port, 0, 65535)
-
-
-def parse_flag(name: str, value: str) -> bool:
-    """``1/true/yes/on`` or ``0/false/no/off``."""
-    lowered = value.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(name, value, "expected 1 or 0")
-
-
-def parse_int(name: str, value: str, low: int, high: int | None = None) -> int:
-    """An integer within ``[low, high]``."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise ConfigError(name, value, "expected an integer") from None
-    if number < low or (high is not None and number > high):
-        raise ConfigError(name, value, f"expected {low}..{high if high is not None else ''}")
-    return number
+__all__ = [
+    "COMPRESSIONS",
+    "DEFAULT_CONNECT_TIMEOUT_S",
+    "MAX_REGISTRY_SHARDS",
+    "NATS_URL_FILE",
+    "ConfigError",
+    "Settings",
+    "connect_timeout",
+    "load",
+    "parse_addr",
+    "parse_bytes",
+    "parse_flag",
+    "parse_int",
+    "parse_seconds",
+    "without_userinfo",
+]

@@ -1,210 +1,776 @@
-"""The one definition of every tokenwire setting: its variable, its flag, which commands take it.
+"""The one definition of every tokenwire setting: its variable, parser, default and flag.
 
-Each row is an environment variable that some command reads; the CLI turns each row into a
-flag of every command it names (``tokenwire.cli._flags``), and docs/configuration.md carries
-:func:`reference_markdown` between its ``settings`` markers (a test fails when they differ).
-A flag given on the command line is applied as the variable for that invocation, so the
-readers (``tokenwire.config.load``, the services' ``from_env``) have one source and validate
-flags and variables with the same parser.
+Each row (a :class:`Variable`) is an environment variable some command reads. It states once
+how the variable's text is parsed (``parse``) and what it is when unset (``default``, written
+as the variable's own text and parsed by the same parser): :meth:`Variable.read` is the one
+place a value is parsed, :attr:`Variable.value` the default every settings class starts from
+(starlette's ``config("KEY", cast=int, default=...)``, stated once). The readers are
+``tokenwire.config.load`` for the shared rows and each service's ``from_env`` for its own; a
+test fails when any other module names a variable as a string.
 
-Run ``python -m tokenwire.variables`` to print the reference table.
+The CLI turns each row into a flag of every command it names (``tokenwire.cli._flags``), and
+docs/configuration.md carries :func:`reference_markdown` between its ``settings`` markers (a
+test fails when they differ). Run ``python -m tokenwire.variables`` to print the table.
 """
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
-BROKER_COMMANDS = ("replay", "tail", "status", "rebuild", "gateway", "assembler", "telemetry",
-                   "provision", "reshard")  # fmt: skip
+T = TypeVar("T")
+
+BROKER_COMMANDS = (
+    "replay", "tail", "status", "rebuild", "gateway", "assembler", "telemetry", "provision",
+    "reshard",
+)  # fmt: skip
 READ_COMMANDS = ("replay", "tail", "messages", "status", "rebuild", "usage")
 STACK_COMMANDS = ("demo", "up")
 PROVISIONING = ("gateway", "assembler", "telemetry", "provision", "reshard", *STACK_COMMANDS)
 """The commands that create or update streams (and so apply the retention and placement)."""
 
+COMPRESSIONS = ("s2", "none")
+MAX_REGISTRY_SHARDS = 64
+"""The most step-registry buckets (``TOKENWIRE_REGISTRY_SHARDS``): 64 buckets at half a core
+each carry ~2.4M registry writes/s (docs/capacity.md), far past any fleet measured here."""
+MAX_LINGER_MS = 1000
+"""The largest frame linger accepted: a frame is at most this late on the broker (tail,
+viewer, assembler), and a gateway that dies loses at most this much of a step it was
+streaming."""
+MAX_COALESCE_MS = 1000
+"""The longest coalescing wait (``TOKENWIRE_GATEWAY_COALESCE_MS``, a request's
+``x-tokenwire-coalesce-ms``): at most a second between reads, well inside a step's idle
+bound."""
 
-@dataclass(frozen=True)
-class Variable:
-    """One setting. ``flag`` is the option name without ``--``; ``switch``: a flag without a
-    value that sets the variable to ``1``; ``secret``: its value is never shown."""
+
+class ConfigError(ValueError):
+    """A setting is malformed. ``name`` is the variable or flag, ``value`` what was given."""
+
+    def __init__(self, name: str, value: str, why: str) -> None:
+        super().__init__(f"{name}={value!r}: {why}")
+        self.name = name
+        self.value = value
+        self.why = why
+
+
+# -- parsers: (variable name, text) -> value, or ConfigError naming the variable --------------
+
+_BYTE_UNITS = {
+    "": 1, "B": 1, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB": 1024**4,
+    "KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4,
+}  # fmt: skip
+_BYTES = re.compile(r"\s*(\d+)\s*([A-Za-z]*)\s*")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def parse_int(name: str, value: str, low: int, high: int | None = None) -> int:
+    """An integer within ``[low, high]``."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(name, value, "expected an integer") from None
+    if number < low or (high is not None and number > high):
+        raise ConfigError(name, value, f"expected {low}..{high if high is not None else ''}")
+    return number
+
+
+def integer(low: int, high: int | None = None) -> Callable[[str, str], int]:
+    """The parser of an integer within ``[low, high]``."""
+
+    def parse(name: str, value: str) -> int:
+        return parse_int(name, value, low, high)
+
+    return parse
+
+
+def parse_seconds(name: str, value: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ConfigError(name, value, "expected seconds") from None
+    if not 0 < seconds < math.inf:
+        raise ConfigError(name, value, "expected a positive number of seconds")
+    return seconds
+
+
+def parse_bytes(name: str, value: str) -> int:
+    """A positive byte count: ``4294967296``, ``4GiB``, ``512MiB``, ``10GB`` (binary and
+    decimal units, case-insensitive)."""
+    match = _BYTES.fullmatch(value)
+    unit = _BYTE_UNITS.get(match.group(2).upper()) if match else None
+    if match is None or unit is None or int(match.group(1)) <= 0:
+        raise ConfigError(name, value, "expected a positive size such as 4GiB or 512MiB")
+    return int(match.group(1)) * unit
+
+
+def parse_flag(name: str, value: str) -> bool:
+    """``1/true/yes/on`` or ``0/false/no/off`` (case-insensitive)."""
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ConfigError(name, value, "expected true or false (1 or 0)")
+
+
+def optional_flag(name: str, value: str) -> bool | None:
+    """A flag, or None when empty (the row says what that means)."""
+    return parse_flag(name, value) if value.strip() else None
+
+
+def choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
+    """The parser of one of ``choices`` (case-insensitive)."""
+
+    def parse(name: str, value: str) -> str:
+        lowered = value.strip().lower()
+        if lowered not in choices:
+            raise ConfigError(name, value, f"expected one of {', '.join(choices)}")
+        return lowered
+
+    return parse
+
+
+def parse_addr(name: str, value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(name, value, "expected HOST:PORT")
+    return host.strip("[]"), parse_int(name, port, 0, 65535)
+
+
+def optional_addr(name: str, value: str) -> tuple[str, int] | None:
+    """``HOST:PORT``, or None for ``off`` (``none`` and empty too)."""
+    return None if value.strip().lower() in ("off", "none", "") else parse_addr(name, value)
+
+
+def nats_urls(name: str, value: str) -> tuple[str, ...]:
+    """Comma-separated NATS URLs; each ``nats://``, ``tls://``, ``ws://`` or ``wss://``."""
+    urls = tuple(u.strip() for u in value.split(",") if u.strip())
+    for url in urls:
+        if not url.startswith(("nats://", "tls://", "ws://", "wss://")):
+            raise ConfigError(name, url, "expected nats://HOST:PORT")
+    return urls
+
+
+def names(name: str, value: str) -> tuple[str, ...]:
+    """Comma-separated names, each stripped; empty ones dropped."""
+    return tuple(n.strip() for n in value.split(",") if n.strip())
+
+
+def key_list(name: str, value: str) -> frozenset[str]:
+    """Comma-separated keys, each stripped; empty ones dropped."""
+    return frozenset(names(name, value))
+
+
+def text(name: str, value: str) -> str:
+    """The text as given."""
+    return value
+
+
+# -- the rows ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variable(Generic[T]):
+    """One setting. ``parse`` turns its text into its value; ``default`` is its text when
+    unset (empty: absent, ``shown`` says what that means where it is not plain); ``flag`` is
+    the option name without ``--``; ``switch``: a flag without a value that sets the variable
+    to ``1``; ``secret``: its value is never shown."""
 
     env: str
     flag: str
+    parse: Callable[[str, str], T]
     default: str
     meaning: str
     commands: tuple[str, ...]
+    shown: str = ""
     switch: bool = False
     secret: bool = False
 
+    def read(self, env: Mapping[str, str]) -> T:
+        """The value in ``env``, else the default; :class:`ConfigError` for a malformed one."""
+        return self.parse(self.env, env.get(self.env, self.default))
 
-VARIABLES: tuple[Variable, ...] = (
-    Variable("TOKENWIRE_NATS_URL", "nats-url", "absent",
-             "NATS server URLs, comma-separated. Absent: `demo`/`up` start the embedded server "
-             "and record its URL in the data directory, where the read commands find it; the "
-             "services refuse to start.", BROKER_COMMANDS),
-    Variable("TOKENWIRE_STORE", "store", "`sqlite:///<data dir>/store.db`",
-             "`sqlite:///PATH` or `postgresql://user:password@host:5432/db`.",
-             ("replay", "messages", "status", "rebuild", "usage", "gateway", "assembler",
-              *STACK_COMMANDS)),
-    Variable("TOKENWIRE_DATA_DIR", "data-dir", "`./.tokenwire`",
-             "Embedded broker data, the SQLite file, the recorded NATS URL (`nats.url`).",
-             (*READ_COMMANDS, *STACK_COMMANDS, "gateway", "assembler")),
-    Variable("TOKENWIRE_PARTITIONS", "partitions", "`16`",
-             "Session partitions of the chunk stream; the same in every process of a "
-             "deployment.", (*BROKER_COMMANDS, *STACK_COMMANDS)),
-    Variable("TOKENWIRE_SHARDS", "shards", "`1`",
-             "Chunk streams (K, 1 to `TOKENWIRE_PARTITIONS`), each its own raft group owning "
-             "the partitions `[k*P//K, (k+1)*P//K)`; the same in every process. Changing it on "
-             "a running deployment: `tokenwire reshard` (docs/operations.md).",
-             (*BROKER_COMMANDS, *STACK_COMMANDS)),
-    Variable("TOKENWIRE_SHARD_TAGS", "shard-tags", "absent",
-             "Comma-separated JetStream placement tags: shard k's stream is placed on servers "
-             "tagged `tags[k mod n]`. Absent: JetStream places each shard, and provisioning "
-             "spreads the leaders over the nodes.", PROVISIONING),
-    Variable("TOKENWIRE_REGISTRY_SHARDS", "registry-shards", "`1`",
-             "Step-registry KV buckets and session-events streams (R of each, 1 to 64), each "
-             "its own raft group holding the sessions that hash to it; the same in every "
-             "process. Fixed per deployment: provisioning refuses another R "
-             "(docs/operations.md).", (*PROVISIONING, "status")),
-    Variable("TOKENWIRE_REPLICAS", "replicas", "`1`",
-             "JetStream replicas of the streams and the KV buckets (1 to 5).",
-             ("gateway", "assembler", "telemetry", "provision", "reshard")),
-    Variable("TOKENWIRE_RETENTION_BYTES", "retention-bytes", "`4GiB`",
-             "Byte budget of the retained chunks, split evenly over the shards (each stream's "
-             "`max_bytes` is budget / K); the events and dead-letter streams get an eighth "
-             "each. `tokenwire status` says how many hours of replay it holds.", PROVISIONING),
-    Variable("TOKENWIRE_RETENTION_AGE_S", "retention-age-s", "`604800`",
-             "Seconds a chunk (and a claimed step) is kept at most (7 days).", PROVISIONING),
-    Variable("TOKENWIRE_COMPRESSION", "compression", "`s2`",
-             "Chunk stream compression on disk: `s2` or `none` (ADR 0023).", PROVISIONING),
-    Variable("TOKENWIRE_PROVISION", "provision", "`1`",
-             "`0`: the gateway and the telemetry consumer do not create or update the topology "
-             "at start.", ("gateway", "telemetry")),
-    Variable("TOKENWIRE_CONNECT_TIMEOUT_S", "connect-timeout-s", "`5`",
-             "Seconds the first connection to the broker and to the store may take before the "
-             "command fails with one line naming the URL (exit 1). Later reconnects keep their "
-             "own bounds.", (*BROKER_COMMANDS, "messages", "usage")),
-    Variable("TOKENWIRE_GATEWAY_ADDR", "gateway-addr", "`127.0.0.1:8080`",
-             "`HOST:PORT` the gateway listens on (`[::1]:PORT` for IPv6).",
-             ("gateway", *STACK_COMMANDS)),
-    Variable("TOKENWIRE_GATEWAY_KEYS", "gateway-keys", "absent",
-             "Comma-separated keys accepted as `Authorization: Bearer` or `x-api-key`, each an "
-             "operator (reads every session) named `key-<8 hex of its SHA-256>`. Absent (and "
-             "no keys file): loopback only. Prefer the variable: a flag is visible to other "
-             "local users.",
-             ("gateway", *STACK_COMMANDS), secret=True),
-    Variable("TOKENWIRE_GATEWAY_KEYS_FILE", "gateway-keys-file", "absent",
-             "TOML file of named keys (`[[keys]]` with `name`, `sha256`, optional `tenant`, "
-             "`scope` `tenant` or `operator`; `tokenwire keys hash` makes the hash). A tenant "
-             "key reads only its tenant's sessions. Absent (and no `TOKENWIRE_GATEWAY_KEYS`): "
-             "loopback only.", ("gateway", *STACK_COMMANDS)),
-    Variable("TOKENWIRE_GATEWAY_MAX_BODY_BYTES", "max-body-bytes", "`8388608`",
-             "Larger request bodies get 413 (at least 1024).", ("gateway",)),
-    Variable("TOKENWIRE_GATEWAY_CONTINUE_ON_DISCONNECT", "continue-on-disconnect", "`true`",
-             "Keep reading the provider after the caller left; `false`: `finish {aborted}`.",
-             ("gateway",)),
-    Variable("TOKENWIRE_GATEWAY_DROP_PARAMS", "drop-params", "`false`",
-             "`true`: request fields that cannot be translated to the route's dialect are "
-             "dropped (listed in `x-tokenwire-dropped-params`) instead of refused with 400; "
-             "`TOKENWIRE_<PROVIDER>_DROP_PARAMS` does the same for one provider's routes.",
-             ("gateway", *STACK_COMMANDS)),
-    Variable("TOKENWIRE_GATEWAY_MAX_STEP_BYTES", "max-step-bytes", "`16777216`",
-             "Content bytes of one step; any block up to this is captured, past it a recorded "
-             "`limit` error.",
-             ("gateway",)),
-    Variable("TOKENWIRE_GATEWAY_MAX_STEP_CHUNKS", "max-step-chunks", "`100000`",
-             "Published chunks of one step; past it a recorded `limit` error.", ("gateway",)),
-    Variable("TOKENWIRE_GATEWAY_MAX_STEP_SECONDS", "max-step-seconds", "`600`",
-             "Seconds one step may read its provider; past it a recorded `limit` error.",
-             ("gateway",)),
-    Variable("TOKENWIRE_GATEWAY_MAX_STEP_IDLE_SECONDS", "max-step-idle-seconds", "`60`",
-             "Seconds one step may go without a chunk; past it a recorded `limit` error.",
-             ("gateway",)),
-    Variable("TOKENWIRE_GATEWAY_STEP_RETRIES", "step-retries", "`16`",
-             "Retries of one step assignment while the step bucket has no leader (a KV leader "
-             "election); past them, or past `TOKENWIRE_GATEWAY_STEP_RETRY_S`, the step gets "
-             "503 with `retry-after` (0: no retry).", ("gateway",)),
-    Variable("TOKENWIRE_GATEWAY_STEP_RETRY_S", "step-retry-s", "`30`",
-             "Seconds one step assignment may spend on those retries (the caller waits for its "
-             "first chunk meanwhile).", ("gateway",)),
-    Variable("TOKENWIRE_FRAMES", "frames", "`true`",
-             "Publish a step's consecutive chunks in frames, several per broker message "
-             "(schema version 2); `false`: one version-1 message per chunk (for a rolling "
-             "upgrade: readers first, then frames).", ("gateway", *STACK_COMMANDS)),
-    Variable("TOKENWIRE_FRAME_LINGER_MS", "frame-linger-ms", "`200`",
-             "How long a frame may wait for more chunks of its step before it is published "
-             "(0 to 1000; 0: each provider read's chunks go at once). Never delays the "
-             "caller's stream; a step's first chunk and its end go at once.",
-             ("gateway", *STACK_COMMANDS)),
-    Variable("TOKENWIRE_GATEWAY_COALESCE_MS", "coalesce-ms", "`0`",
-             "The default wait in ms before each provider read past a step's first (0 to "
-             "1000; 0: none). For agent fleets that act on whole messages: later tokens reach "
-             "the caller up to that much later, several per write, for less CPU per token. A "
-             "request's `x-tokenwire-coalesce-ms` overrides it; the answer says what was "
-             "applied (docs/gateway.md, ADR 0032).", ("gateway",)),
-    Variable("TOKENWIRE_GATEWAY_MAX_RESUMERS", "max-resumers", "`8`",
-             "Callers resuming one step at once on a gateway (a retried step, "
-             "`GET /v1/responses/{id}`); past it 429 with `retry-after`.", ("gateway",)),
-    Variable("TOKENWIRE_GATEWAY_IDEMPOTENCY_TTL_S", "idempotency-ttl-s", "`86400`",
-             "Seconds an `Idempotency-Key` maps to its step; after it the key starts a new "
-             "step.", ("gateway",)),
-    Variable("TOKENWIRE_GATEWAY_MAX_READERS", "max-readers", "`256`",
-             "Session event streams (`GET /v1/sessions/{session}/events`, the viewer) open at "
-             "once, each a bounded broker read; past it 503 with `retry-after` (at least 1).",
-             ("gateway",)),
-    Variable("TOKENWIRE_GATEWAY_MAX_HEADER_BYTES", "max-header-bytes", "`65536`",
-             "Request line and headers of one request; past it 431.", ("gateway",)),
-    Variable("TOKENWIRE_GATEWAY_MAX_HEADERS", "max-headers", "`100`",
-             "Headers of one request; past it 431.", ("gateway",)),
-    Variable("TOKENWIRE_GATEWAY_HEADER_TIMEOUT_S", "header-timeout-s", "`10`",
-             "First byte to the end of the headers; past it 408.", ("gateway",)),
-    Variable("TOKENWIRE_GATEWAY_BODY_TIMEOUT_S", "body-timeout-s", "`30`",
-             "End of the headers to the end of the body; past it 408.", ("gateway",)),
-    Variable("TOKENWIRE_GATEWAY_MAX_CONNECTIONS", "max-connections", "`4096`",
-             "Open connections at once; past it 503 with `retry-after`.", ("gateway",)),
-    Variable("TOKENWIRE_GATEWAY_MAX_REQUESTS", "max-requests", "`2048`",
-             "Running requests at once; past it 503 with `retry-after`.", ("gateway",)),
-    Variable("TOKENWIRE_ASSEMBLER_METRICS_ADDR", "metrics-addr", "`127.0.0.1:9465`",
-             "Assembler metrics and probes; `off` disables.", ("assembler",)),
-    Variable("TOKENWIRE_ASSEMBLER_BATCH_STEPS", "batch-steps", "`256`",
-             "Commit when this many steps closed ...", ("assembler",)),
-    Variable("TOKENWIRE_ASSEMBLER_BATCH_MS", "batch-ms", "`20`",
-             "... or when the oldest closed step waited this long.", ("assembler",)),
-    Variable("TOKENWIRE_ASSEMBLER_GAP_TIMEOUT_S", "gap-timeout-s", "`30`",
-             "Finish seen, chunks missing: close the step as `gap`.", ("assembler", "rebuild")),
-    Variable("TOKENWIRE_ASSEMBLER_ABANDON_TIMEOUT_S", "abandon-timeout-s", "`120`",
-             "No finish and no chunk for this long: close as `abandoned`.",
-             ("assembler", "rebuild")),
-    Variable("TOKENWIRE_ASSEMBLER_MAX_OPEN_STEPS", "max-open-steps", "`20000`",
-             "Steps held in memory; at the bound the instance stops pulling.", ("assembler",)),
-    Variable("TOKENWIRE_ASSEMBLER_ACK_WAIT_S", "ack-wait-s", "`300`",
-             "Consumer `ack_wait`: when a dead owner's messages come back.", ("assembler",)),
-    Variable("TOKENWIRE_ASSEMBLER_PRIORITY_TIMEOUT_S", "priority-timeout-s", "`5`",
-             "A partition's pin moves to a standby after this long without pulls.",
-             ("assembler",)),
-    Variable("TOKENWIRE_ASSEMBLER_HEARTBEAT_S", "heartbeat-s", "`1`",
-             "Membership heartbeat period (ADR 0016).", ("assembler",)),
-    Variable("TOKENWIRE_ASSEMBLER_MEMBER_TTL_S", "member-ttl-s", "`6`",
-             "The broker drops a member silent this long (at least two heartbeats and the "
-             "priority timeout).", ("assembler",)),
-    Variable("TOKENWIRE_ASSEMBLER_MEMBER", "member", "`<host>-<pid>-<random>`",
-             "This instance's member name (shares are assigned in name order).",
-             ("assembler",)),
-    Variable("TOKENWIRE_ASSEMBLER_PROVISION", "provision", "`TOKENWIRE_PROVISION`",
-             "Create/update the streams and consumers at start; `0`: leave them.",
-             ("assembler",)),
-    Variable("TOKENWIRE_ASSEMBLER_BURST", "burst", "`0`",
-             "`1`: drain what the stream holds, commit, exit.", ("assembler",), switch=True),
-    Variable("TOKENWIRE_ASSEMBLER_TUNE_GC", "tune-gc", "`1`",
-             "Apply the assembler's GC policy at start; `0`: the interpreter's defaults.",
-             ("assembler",)),
-    Variable("TOKENWIRE_TELEMETRY_METRICS_ADDR", "metrics-addr", "`127.0.0.1:9466`",
-             "Where the telemetry consumer's `/metrics` listens.", ("telemetry",)),
-)  # fmt: skip
+    @property
+    def value(self) -> T:
+        """The default's value."""
+        return self.parse(self.env, self.default)
+
+    @property
+    def shown_default(self) -> str:
+        """The default as the reference table shows it."""
+        return self.shown or (f"`{self.default}`" if self.default else "absent")
+
+
+NATS_URL: Variable[tuple[str, ...]] = Variable(
+    env="TOKENWIRE_NATS_URL",
+    flag="nats-url",
+    parse=nats_urls,
+    default="",
+    meaning=(
+        "NATS server URLs, comma-separated. Absent: `demo`/`up` start the embedded server and"
+        " record its URL in the data directory, where the read commands find it; the services"
+        " refuse to start."
+    ),
+    commands=BROKER_COMMANDS,
+)
+STORE: Variable[str] = Variable(
+    env="TOKENWIRE_STORE",
+    flag="store",
+    parse=text,
+    default="",
+    shown="`sqlite:///<data dir>/store.db`",
+    meaning=("`sqlite:///PATH` or `postgresql://user:password@host:5432/db`."),
+    commands=(
+        "replay",
+        "messages",
+        "status",
+        "rebuild",
+        "usage",
+        "gateway",
+        "assembler",
+        *STACK_COMMANDS,
+    ),
+)
+DATA_DIR: Variable[str] = Variable(
+    env="TOKENWIRE_DATA_DIR",
+    flag="data-dir",
+    parse=text,
+    default="./.tokenwire",
+    meaning=("Embedded broker data, the SQLite file, the recorded NATS URL (`nats.url`)."),
+    commands=(*READ_COMMANDS, *STACK_COMMANDS, "gateway", "assembler"),
+)
+PARTITIONS: Variable[int] = Variable(
+    env="TOKENWIRE_PARTITIONS",
+    flag="partitions",
+    parse=integer(1),
+    default="16",
+    meaning=("Session partitions of the chunk stream; the same in every process of a deployment."),
+    commands=(*BROKER_COMMANDS, *STACK_COMMANDS),
+)
+SHARDS: Variable[int] = Variable(
+    env="TOKENWIRE_SHARDS",
+    flag="shards",
+    parse=integer(1),
+    default="1",
+    meaning=(
+        "Chunk streams (K, 1 to `TOKENWIRE_PARTITIONS`), each its own raft group owning the "
+        "partitions `[k*P//K, (k+1)*P//K)`; the same in every process. Changing it on a "
+        "running deployment: `tokenwire reshard` (docs/operations.md)."
+    ),
+    commands=(*BROKER_COMMANDS, *STACK_COMMANDS),
+)
+SHARD_TAGS: Variable[tuple[str, ...]] = Variable(
+    env="TOKENWIRE_SHARD_TAGS",
+    flag="shard-tags",
+    parse=names,
+    default="",
+    meaning=(
+        "Comma-separated JetStream placement tags: shard k's stream is placed on servers "
+        "tagged `tags[k mod n]`. Absent: JetStream places each shard, and provisioning "
+        "spreads the leaders over the nodes."
+    ),
+    commands=PROVISIONING,
+)
+REGISTRY_SHARDS: Variable[int] = Variable(
+    env="TOKENWIRE_REGISTRY_SHARDS",
+    flag="registry-shards",
+    parse=integer(1, MAX_REGISTRY_SHARDS),
+    default="1",
+    meaning=(
+        "Step-registry KV buckets and session-events streams (R of each, 1 to 64), each its "
+        "own raft group holding the sessions that hash to it; the same in every process. "
+        "Fixed per deployment: provisioning refuses another R (docs/operations.md)."
+    ),
+    commands=(*PROVISIONING, "status"),
+)
+REPLICAS: Variable[int] = Variable(
+    env="TOKENWIRE_REPLICAS",
+    flag="replicas",
+    parse=integer(1, 5),
+    default="1",
+    meaning=("JetStream replicas of the streams and the KV buckets (1 to 5)."),
+    commands=("gateway", "assembler", "telemetry", "provision", "reshard"),
+)
+RETENTION_BYTES: Variable[int] = Variable(
+    env="TOKENWIRE_RETENTION_BYTES",
+    flag="retention-bytes",
+    parse=parse_bytes,
+    default="4GiB",
+    meaning=(
+        "Byte budget of the retained chunks, split evenly over the shards (each stream's "
+        "`max_bytes` is budget / K); the events and dead-letter streams get an eighth each. "
+        "`tokenwire status` says how many hours of replay it holds."
+    ),
+    commands=PROVISIONING,
+)
+RETENTION_AGE_S: Variable[float] = Variable(
+    env="TOKENWIRE_RETENTION_AGE_S",
+    flag="retention-age-s",
+    parse=parse_seconds,
+    default="604800",
+    meaning=("Seconds a chunk (and a claimed step) is kept at most (7 days)."),
+    commands=PROVISIONING,
+)
+COMPRESSION: Variable[str] = Variable(
+    env="TOKENWIRE_COMPRESSION",
+    flag="compression",
+    parse=choice(COMPRESSIONS),
+    default="s2",
+    meaning=("Chunk stream compression on disk: `s2` or `none` (ADR 0023)."),
+    commands=PROVISIONING,
+)
+PROVISION: Variable[bool] = Variable(
+    env="TOKENWIRE_PROVISION",
+    flag="provision",
+    parse=parse_flag,
+    default="1",
+    meaning=(
+        "`0`: the gateway and the telemetry consumer do not create or update the topology at start."
+    ),
+    commands=("gateway", "telemetry"),
+)
+CONNECT_TIMEOUT_S: Variable[float] = Variable(
+    env="TOKENWIRE_CONNECT_TIMEOUT_S",
+    flag="connect-timeout-s",
+    parse=parse_seconds,
+    default="5",
+    meaning=(
+        "Seconds the first connection to the broker and to the store may take before the "
+        "command fails with one line naming the URL (exit 1). Later reconnects keep their own"
+        " bounds."
+    ),
+    commands=(*BROKER_COMMANDS, "messages", "usage"),
+)
+GATEWAY_ADDR: Variable[tuple[str, int]] = Variable(
+    env="TOKENWIRE_GATEWAY_ADDR",
+    flag="gateway-addr",
+    parse=parse_addr,
+    default="127.0.0.1:8080",
+    meaning=("`HOST:PORT` the gateway listens on (`[::1]:PORT` for IPv6)."),
+    commands=("gateway", *STACK_COMMANDS),
+)
+GATEWAY_KEYS: Variable[frozenset[str]] = Variable(
+    env="TOKENWIRE_GATEWAY_KEYS",
+    flag="gateway-keys",
+    parse=key_list,
+    default="",
+    meaning=(
+        "Comma-separated keys accepted as `Authorization: Bearer` or `x-api-key`, each an "
+        "operator (reads every session) named `key-<8 hex of its SHA-256>`. Absent (and no "
+        "keys file): loopback only. Prefer the variable: a flag is visible to other local "
+        "users."
+    ),
+    commands=("gateway", *STACK_COMMANDS),
+    secret=True,
+)
+GATEWAY_KEYS_FILE: Variable[str] = Variable(
+    env="TOKENWIRE_GATEWAY_KEYS_FILE",
+    flag="gateway-keys-file",
+    parse=text,
+    default="",
+    meaning=(
+        "TOML file of named keys (`[[keys]]` with `name`, `sha256`, optional `tenant`, "
+        "`scope` `tenant` or `operator`; `tokenwire keys hash` makes the hash). A tenant key "
+        "reads only its tenant's sessions. Absent (and no `TOKENWIRE_GATEWAY_KEYS`): loopback"
+        " only."
+    ),
+    commands=("gateway", *STACK_COMMANDS),
+)
+GATEWAY_MAX_BODY_BYTES: Variable[int] = Variable(
+    env="TOKENWIRE_GATEWAY_MAX_BODY_BYTES",
+    flag="max-body-bytes",
+    parse=integer(1024),
+    default="8388608",
+    meaning=("Larger request bodies get 413 (at least 1024)."),
+    commands=("gateway",),
+)
+GATEWAY_CONTINUE_ON_DISCONNECT: Variable[bool] = Variable(
+    env="TOKENWIRE_GATEWAY_CONTINUE_ON_DISCONNECT",
+    flag="continue-on-disconnect",
+    parse=parse_flag,
+    default="true",
+    meaning=("Keep reading the provider after the caller left; `false`: `finish {aborted}`."),
+    commands=("gateway",),
+)
+GATEWAY_DROP_PARAMS: Variable[bool] = Variable(
+    env="TOKENWIRE_GATEWAY_DROP_PARAMS",
+    flag="drop-params",
+    parse=parse_flag,
+    default="false",
+    meaning=(
+        "`true`: request fields that cannot be translated to the route's dialect are dropped "
+        "(listed in `x-tokenwire-dropped-params`) instead of refused with 400; "
+        "`TOKENWIRE_<PROVIDER>_DROP_PARAMS` does the same for one provider's routes."
+    ),
+    commands=("gateway", *STACK_COMMANDS),
+)
+GATEWAY_MAX_STEP_BYTES: Variable[int] = Variable(
+    env="TOKENWIRE_GATEWAY_MAX_STEP_BYTES",
+    flag="max-step-bytes",
+    parse=integer(2),
+    default="16777216",
+    meaning=(
+        "Content bytes of one step; any block up to this is captured, past it a recorded "
+        "`limit` error."
+    ),
+    commands=("gateway",),
+)
+GATEWAY_MAX_STEP_CHUNKS: Variable[int] = Variable(
+    env="TOKENWIRE_GATEWAY_MAX_STEP_CHUNKS",
+    flag="max-step-chunks",
+    parse=integer(2),
+    default="100000",
+    meaning=("Published chunks of one step; past it a recorded `limit` error."),
+    commands=("gateway",),
+)
+GATEWAY_MAX_STEP_SECONDS: Variable[float] = Variable(
+    env="TOKENWIRE_GATEWAY_MAX_STEP_SECONDS",
+    flag="max-step-seconds",
+    parse=parse_seconds,
+    default="600",
+    meaning=("Seconds one step may read its provider; past it a recorded `limit` error."),
+    commands=("gateway",),
+)
+GATEWAY_MAX_STEP_IDLE_SECONDS: Variable[float] = Variable(
+    env="TOKENWIRE_GATEWAY_MAX_STEP_IDLE_SECONDS",
+    flag="max-step-idle-seconds",
+    parse=parse_seconds,
+    default="60",
+    meaning=("Seconds one step may go without a chunk; past it a recorded `limit` error."),
+    commands=("gateway",),
+)
+GATEWAY_STEP_RETRIES: Variable[int] = Variable(
+    env="TOKENWIRE_GATEWAY_STEP_RETRIES",
+    flag="step-retries",
+    parse=integer(0),
+    default="16",
+    meaning=(
+        "Retries of one step assignment while the step bucket has no leader (a KV leader "
+        "election); past them, or past `TOKENWIRE_GATEWAY_STEP_RETRY_S`, the step gets 503 "
+        "with `retry-after` (0: no retry)."
+    ),
+    commands=("gateway",),
+)
+GATEWAY_STEP_RETRY_S: Variable[float] = Variable(
+    env="TOKENWIRE_GATEWAY_STEP_RETRY_S",
+    flag="step-retry-s",
+    parse=parse_seconds,
+    default="30",
+    meaning=(
+        "Seconds one step assignment may spend on those retries (the caller waits for its "
+        "first chunk meanwhile)."
+    ),
+    commands=("gateway",),
+)
+FRAMES: Variable[bool] = Variable(
+    env="TOKENWIRE_FRAMES",
+    flag="frames",
+    parse=parse_flag,
+    default="true",
+    meaning=(
+        "Publish a step's consecutive chunks in frames, several per broker message (schema "
+        "version 2); `false`: one version-1 message per chunk (for a rolling upgrade: readers"
+        " first, then frames)."
+    ),
+    commands=("gateway", *STACK_COMMANDS),
+)
+FRAME_LINGER_MS: Variable[int] = Variable(
+    env="TOKENWIRE_FRAME_LINGER_MS",
+    flag="frame-linger-ms",
+    parse=integer(0, MAX_LINGER_MS),
+    default="200",
+    meaning=(
+        "How long a frame may wait for more chunks of its step before it is published (0 to "
+        "1000; 0: each provider read's chunks go at once). Never delays the caller's stream; "
+        "a step's first chunk and its end go at once."
+    ),
+    commands=("gateway", *STACK_COMMANDS),
+)
+GATEWAY_COALESCE_MS: Variable[int] = Variable(
+    env="TOKENWIRE_GATEWAY_COALESCE_MS",
+    flag="coalesce-ms",
+    parse=integer(0, MAX_COALESCE_MS),
+    default="0",
+    meaning=(
+        "The default wait in ms before each provider read past a step's first (0 to 1000; 0: "
+        "none). For agent fleets that act on whole messages: later tokens reach the caller up"
+        " to that much later, several per write, for less CPU per token. A request's "
+        "`x-tokenwire-coalesce-ms` overrides it; the answer says what was applied "
+        "(docs/gateway.md, ADR 0032)."
+    ),
+    commands=("gateway",),
+)
+GATEWAY_MAX_RESUMERS: Variable[int] = Variable(
+    env="TOKENWIRE_GATEWAY_MAX_RESUMERS",
+    flag="max-resumers",
+    parse=integer(1),
+    default="8",
+    meaning=(
+        "Callers resuming one step at once on a gateway (a retried step, `GET "
+        "/v1/responses/{id}`); past it 429 with `retry-after`."
+    ),
+    commands=("gateway",),
+)
+GATEWAY_IDEMPOTENCY_TTL_S: Variable[float] = Variable(
+    env="TOKENWIRE_GATEWAY_IDEMPOTENCY_TTL_S",
+    flag="idempotency-ttl-s",
+    parse=parse_seconds,
+    default="86400",
+    meaning=("Seconds an `Idempotency-Key` maps to its step; after it the key starts a new step."),
+    commands=("gateway",),
+)
+GATEWAY_MAX_READERS: Variable[int] = Variable(
+    env="TOKENWIRE_GATEWAY_MAX_READERS",
+    flag="max-readers",
+    parse=integer(1),
+    default="256",
+    meaning=(
+        "Session event streams (`GET /v1/sessions/{session}/events`, the viewer) open at "
+        "once, each a bounded broker read; past it 503 with `retry-after` (at least 1)."
+    ),
+    commands=("gateway",),
+)
+GATEWAY_MAX_HEADER_BYTES: Variable[int] = Variable(
+    env="TOKENWIRE_GATEWAY_MAX_HEADER_BYTES",
+    flag="max-header-bytes",
+    parse=integer(2),
+    default="65536",
+    meaning=("Request line and headers of one request; past it 431."),
+    commands=("gateway",),
+)
+GATEWAY_MAX_HEADERS: Variable[int] = Variable(
+    env="TOKENWIRE_GATEWAY_MAX_HEADERS",
+    flag="max-headers",
+    parse=integer(2),
+    default="100",
+    meaning=("Headers of one request; past it 431."),
+    commands=("gateway",),
+)
+GATEWAY_HEADER_TIMEOUT_S: Variable[float] = Variable(
+    env="TOKENWIRE_GATEWAY_HEADER_TIMEOUT_S",
+    flag="header-timeout-s",
+    parse=parse_seconds,
+    default="10",
+    meaning=("First byte to the end of the headers; past it 408."),
+    commands=("gateway",),
+)
+GATEWAY_BODY_TIMEOUT_S: Variable[float] = Variable(
+    env="TOKENWIRE_GATEWAY_BODY_TIMEOUT_S",
+    flag="body-timeout-s",
+    parse=parse_seconds,
+    default="30",
+    meaning=("End of the headers to the end of the body; past it 408."),
+    commands=("gateway",),
+)
+GATEWAY_MAX_CONNECTIONS: Variable[int] = Variable(
+    env="TOKENWIRE_GATEWAY_MAX_CONNECTIONS",
+    flag="max-connections",
+    parse=integer(2),
+    default="4096",
+    meaning=("Open connections at once; past it 503 with `retry-after`."),
+    commands=("gateway",),
+)
+GATEWAY_MAX_REQUESTS: Variable[int] = Variable(
+    env="TOKENWIRE_GATEWAY_MAX_REQUESTS",
+    flag="max-requests",
+    parse=integer(2),
+    default="2048",
+    meaning=("Running requests at once; past it 503 with `retry-after`."),
+    commands=("gateway",),
+)
+ASSEMBLER_METRICS_ADDR: Variable[tuple[str, int] | None] = Variable(
+    env="TOKENWIRE_ASSEMBLER_METRICS_ADDR",
+    flag="metrics-addr",
+    parse=optional_addr,
+    default="127.0.0.1:9465",
+    meaning=("Assembler metrics and probes; `off` disables."),
+    commands=("assembler",),
+)
+ASSEMBLER_BATCH_STEPS: Variable[int] = Variable(
+    env="TOKENWIRE_ASSEMBLER_BATCH_STEPS",
+    flag="batch-steps",
+    parse=integer(1),
+    default="256",
+    meaning=("Commit when this many steps closed ..."),
+    commands=("assembler",),
+)
+ASSEMBLER_BATCH_MS: Variable[int] = Variable(
+    env="TOKENWIRE_ASSEMBLER_BATCH_MS",
+    flag="batch-ms",
+    parse=integer(1),
+    default="20",
+    meaning=("... or when the oldest closed step waited this long."),
+    commands=("assembler",),
+)
+ASSEMBLER_GAP_TIMEOUT_S: Variable[float] = Variable(
+    env="TOKENWIRE_ASSEMBLER_GAP_TIMEOUT_S",
+    flag="gap-timeout-s",
+    parse=parse_seconds,
+    default="30",
+    meaning=("Finish seen, chunks missing: close the step as `gap`."),
+    commands=("assembler", "rebuild"),
+)
+ASSEMBLER_ABANDON_TIMEOUT_S: Variable[float] = Variable(
+    env="TOKENWIRE_ASSEMBLER_ABANDON_TIMEOUT_S",
+    flag="abandon-timeout-s",
+    parse=parse_seconds,
+    default="120",
+    meaning=("No finish and no chunk for this long: close as `abandoned`."),
+    commands=("assembler", "rebuild"),
+)
+ASSEMBLER_MAX_OPEN_STEPS: Variable[int] = Variable(
+    env="TOKENWIRE_ASSEMBLER_MAX_OPEN_STEPS",
+    flag="max-open-steps",
+    parse=integer(1),
+    default="20000",
+    meaning=("Steps held in memory; at the bound the instance stops pulling."),
+    commands=("assembler",),
+)
+ASSEMBLER_ACK_WAIT_S: Variable[float] = Variable(
+    env="TOKENWIRE_ASSEMBLER_ACK_WAIT_S",
+    flag="ack-wait-s",
+    parse=parse_seconds,
+    default="300",
+    meaning=("Consumer `ack_wait`: when a dead owner's messages come back."),
+    commands=("assembler",),
+)
+ASSEMBLER_PRIORITY_TIMEOUT_S: Variable[float] = Variable(
+    env="TOKENWIRE_ASSEMBLER_PRIORITY_TIMEOUT_S",
+    flag="priority-timeout-s",
+    parse=parse_seconds,
+    default="5",
+    meaning=("A partition's pin moves to a standby after this long without pulls."),
+    commands=("assembler",),
+)
+ASSEMBLER_HEARTBEAT_S: Variable[float] = Variable(
+    env="TOKENWIRE_ASSEMBLER_HEARTBEAT_S",
+    flag="heartbeat-s",
+    parse=parse_seconds,
+    default="1",
+    meaning=("Membership heartbeat period (ADR 0016)."),
+    commands=("assembler",),
+)
+ASSEMBLER_MEMBER_TTL_S: Variable[float] = Variable(
+    env="TOKENWIRE_ASSEMBLER_MEMBER_TTL_S",
+    flag="member-ttl-s",
+    parse=parse_seconds,
+    default="6",
+    meaning=(
+        "The broker drops a member silent this long (at least two heartbeats and the priority"
+        " timeout)."
+    ),
+    commands=("assembler",),
+)
+ASSEMBLER_MEMBER: Variable[str] = Variable(
+    env="TOKENWIRE_ASSEMBLER_MEMBER",
+    flag="member",
+    parse=text,
+    default="",
+    shown="`<host>-<pid>-<random>`",
+    meaning=("This instance's member name (shares are assigned in name order)."),
+    commands=("assembler",),
+)
+ASSEMBLER_PROVISION: Variable[bool | None] = Variable(
+    env="TOKENWIRE_ASSEMBLER_PROVISION",
+    flag="provision",
+    parse=optional_flag,
+    default="",
+    shown="`TOKENWIRE_PROVISION`",
+    meaning=("Create/update the streams and consumers at start; `0`: leave them."),
+    commands=("assembler",),
+)
+ASSEMBLER_BURST: Variable[bool] = Variable(
+    env="TOKENWIRE_ASSEMBLER_BURST",
+    flag="burst",
+    parse=parse_flag,
+    default="0",
+    meaning=("`1`: drain what the stream holds, commit, exit."),
+    commands=("assembler",),
+    switch=True,
+)
+ASSEMBLER_TUNE_GC: Variable[bool] = Variable(
+    env="TOKENWIRE_ASSEMBLER_TUNE_GC",
+    flag="tune-gc",
+    parse=parse_flag,
+    default="1",
+    meaning=("Apply the assembler's GC policy at start; `0`: the interpreter's defaults."),
+    commands=("assembler",),
+)
+TELEMETRY_METRICS_ADDR: Variable[tuple[str, int]] = Variable(
+    env="TOKENWIRE_TELEMETRY_METRICS_ADDR",
+    flag="metrics-addr",
+    parse=parse_addr,
+    default="127.0.0.1:9466",
+    meaning=("Where the telemetry consumer's `/metrics` listens."),
+    commands=("telemetry",),
+)
+
+VARIABLES: tuple[Variable[Any], ...] = (
+    NATS_URL,
+    STORE,
+    DATA_DIR,
+    PARTITIONS,
+    SHARDS,
+    SHARD_TAGS,
+    REGISTRY_SHARDS,
+    REPLICAS,
+    RETENTION_BYTES,
+    RETENTION_AGE_S,
+    COMPRESSION,
+    PROVISION,
+    CONNECT_TIMEOUT_S,
+    GATEWAY_ADDR,
+    GATEWAY_KEYS,
+    GATEWAY_KEYS_FILE,
+    GATEWAY_MAX_BODY_BYTES,
+    GATEWAY_CONTINUE_ON_DISCONNECT,
+    GATEWAY_DROP_PARAMS,
+    GATEWAY_MAX_STEP_BYTES,
+    GATEWAY_MAX_STEP_CHUNKS,
+    GATEWAY_MAX_STEP_SECONDS,
+    GATEWAY_MAX_STEP_IDLE_SECONDS,
+    GATEWAY_STEP_RETRIES,
+    GATEWAY_STEP_RETRY_S,
+    FRAMES,
+    FRAME_LINGER_MS,
+    GATEWAY_COALESCE_MS,
+    GATEWAY_MAX_RESUMERS,
+    GATEWAY_IDEMPOTENCY_TTL_S,
+    GATEWAY_MAX_READERS,
+    GATEWAY_MAX_HEADER_BYTES,
+    GATEWAY_MAX_HEADERS,
+    GATEWAY_HEADER_TIMEOUT_S,
+    GATEWAY_BODY_TIMEOUT_S,
+    GATEWAY_MAX_CONNECTIONS,
+    GATEWAY_MAX_REQUESTS,
+    ASSEMBLER_METRICS_ADDR,
+    ASSEMBLER_BATCH_STEPS,
+    ASSEMBLER_BATCH_MS,
+    ASSEMBLER_GAP_TIMEOUT_S,
+    ASSEMBLER_ABANDON_TIMEOUT_S,
+    ASSEMBLER_MAX_OPEN_STEPS,
+    ASSEMBLER_ACK_WAIT_S,
+    ASSEMBLER_PRIORITY_TIMEOUT_S,
+    ASSEMBLER_HEARTBEAT_S,
+    ASSEMBLER_MEMBER_TTL_S,
+    ASSEMBLER_MEMBER,
+    ASSEMBLER_PROVISION,
+    ASSEMBLER_BURST,
+    ASSEMBLER_TUNE_GC,
+    TELEMETRY_METRICS_ADDR,
+)
+
 """Every row; provider base URLs (``TOKENWIRE_<PROVIDER>_BASE_URL``) and keys
 (``<PROVIDER>_API_KEY``) are a family documented with the providers, not flags."""
 
 
-def for_command(command: str) -> tuple[Variable, ...]:
+def for_command(command: str) -> tuple[Variable[Any], ...]:
     """The rows ``command`` takes as flags, in table order."""
     return tuple(v for v in VARIABLES if command in v.commands)
 
@@ -218,7 +784,7 @@ def reference_markdown() -> str:
     for v in VARIABLES:
         flag = f"`--{v.flag}`"
         commands = ", ".join(f"`{c}`" for c in v.commands)
-        lines.append(f"| `{v.env}` | {flag} | {v.default} | {commands} | {v.meaning} |")
+        lines.append(f"| `{v.env}` | {flag} | {v.shown_default} | {commands} | {v.meaning} |")
     return "\n".join(lines) + "\n"
 
 

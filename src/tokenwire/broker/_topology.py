@@ -10,6 +10,16 @@ import re
 from dataclasses import dataclass
 
 from tokenwire.config import COMPRESSIONS, MAX_REGISTRY_SHARDS, Settings
+from tokenwire.variables import (
+    COMPRESSION,
+    PARTITIONS,
+    REGISTRY_SHARDS,
+    REPLICAS,
+    RETENTION_AGE_S,
+    RETENTION_BYTES,
+    SHARD_TAGS,
+    SHARDS,
+)
 
 _FNV_OFFSET = 0x811C9DC5
 _FNV_PRIME = 0x01000193
@@ -57,17 +67,17 @@ class Topology:
     events_stream: str = "TOKENWIRE_EVENTS"
     dlq_stream: str = "TOKENWIRE_DLQ"
     steps_bucket: str = "tokenwire-steps"
-    partitions: int = 16
-    shards: int = 1
-    replicas: int = 1
-    max_age_s: float = 7 * 24 * 3600.0
-    max_bytes: int = 4 * 1024**3
+    partitions: int = PARTITIONS.value
+    shards: int = SHARDS.value
+    replicas: int = REPLICAS.value
+    max_age_s: float = RETENTION_AGE_S.value
+    max_bytes: int = RETENTION_BYTES.value
     duplicate_window_s: float = 120.0
     assembler_group: str = "assemblers"
     telemetry_consumer: str = "telemetry"
-    shard_tags: tuple[str, ...] = ()
-    compression: str = "s2"
-    registry_shards: int = 1
+    shard_tags: tuple[str, ...] = SHARD_TAGS.value
+    compression: str = COMPRESSION.value
+    registry_shards: int = REGISTRY_SHARDS.value
 
     def __post_init__(self) -> None:
         if not 1 <= self.shards <= self.partitions:

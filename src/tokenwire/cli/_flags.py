@@ -38,19 +38,19 @@ def variable_flags(command: str) -> Callable[[F], F]:
     return decorate
 
 
-def _param(v: Variable) -> str:
+def _param(v: Variable[Any]) -> str:
     return "var_" + v.env.lower()
 
 
-def _value(v: Variable, given: object) -> str | None:
+def _value(v: Variable[Any], given: object) -> str | None:
     if given is None or given is False:
         return None
     return "1" if v.switch else str(given)
 
 
-def _option(v: Variable) -> Callable[[F], F]:
+def _option(v: Variable[Any]) -> Callable[[F], F]:
     text = v.meaning.replace("`", "")
-    shown = v.default.replace("`", "")
+    shown = v.shown_default.replace("`", "")
     help_text = f"{text} [env {v.env}; default {shown}]"
     if v.switch:
         return click.option(f"--{v.flag}", _param(v), is_flag=True, default=False, help=help_text)

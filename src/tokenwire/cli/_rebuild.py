@@ -42,6 +42,7 @@ from tokenwire.replay import stored_chunks
 from tokenwire.schemas import chunk_envelopes
 from tokenwire.services.assembler import AssemblerSettings, Assembly, AssemblyConfig, ClosedStep
 from tokenwire.store import StepRecord, Store
+from tokenwire.variables import NATS_URL
 
 COMMIT_BATCH = 256
 
@@ -113,7 +114,7 @@ def rebuild(ctx: click.Context, sessions: tuple[str, ...], as_json: bool) -> Non
 
 def _assembly_config(url: str) -> AssemblyConfig:
     """The assembler's own bounds and timeouts, from the same variables it reads."""
-    return AssemblerSettings.from_env({**os.environ, "TOKENWIRE_NATS_URL": url}).assembly
+    return AssemblerSettings.from_env({**os.environ, NATS_URL.env: url}).assembly
 
 
 async def rebuild_store(

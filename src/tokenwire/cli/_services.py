@@ -19,9 +19,7 @@ from tokenwire.cli._common import (
     unless_stopped,
 )
 from tokenwire.cli._flags import variable_flags
-from tokenwire.config import ConfigError, parse_addr
-
-DEFAULT_TELEMETRY_METRICS = "127.0.0.1:9466"
+from tokenwire.variables import TELEMETRY_METRICS_ADDR
 
 
 @click.command()
@@ -33,11 +31,7 @@ def telemetry(ctx: click.Context, burst: bool) -> None:
     from tokenwire.services import telemetry as service
 
     s = settings(ctx)
-    metrics_addr = os.environ.get("TOKENWIRE_TELEMETRY_METRICS_ADDR", DEFAULT_TELEMETRY_METRICS)
-    try:
-        host, port = parse_addr(metrics_addr)
-    except ConfigError as exc:
-        raise ConfigError("TOKENWIRE_TELEMETRY_METRICS_ADDR", metrics_addr, exc.why) from None
+    host, port = TELEMETRY_METRICS_ADDR.read(os.environ)
     config = service.TelemetrySettings(
         nats_url=nats_url(s, service=True),
         topology=topology(s),

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from tokenwire import variables as v
 from tokenwire.broker import EmbeddedServer, Topology, connect, ensure_topology, free_port
 from tokenwire.cli._errors import CliError
 from tokenwire.config import Settings
@@ -109,11 +110,11 @@ class Stack:
         scripted, gateway = free_port(), self.gateway_port or self.settings.gateway_port
         assembler_metrics, telemetry_metrics = free_port(), free_port()
         common = {
-            "TOKENWIRE_NATS_URL": self.server.url if self.server else "",
-            "TOKENWIRE_STORE": self.settings.store_url,
-            "TOKENWIRE_DATA_DIR": str(data),
-            "TOKENWIRE_PARTITIONS": str(self.topology.partitions),
-            "TOKENWIRE_SHARDS": str(self.topology.shards),
+            v.NATS_URL.env: self.server.url if self.server else "",
+            v.STORE.env: self.settings.store_url,
+            v.DATA_DIR.env: str(data),
+            v.PARTITIONS.env: str(self.topology.partitions),
+            v.SHARDS.env: str(self.topology.shards),
         }
         self.addresses.update(
             {
@@ -132,13 +133,13 @@ class Stack:
             Child("scripted-provider", scripted_argv, common,
                   f"{local}:{scripted}/healthz", logs / "scripted-provider.log"),
             Child("assembler", ["assembler"],
-                  {**common, "TOKENWIRE_ASSEMBLER_METRICS_ADDR": f"127.0.0.1:{assembler_metrics}"},
+                  {**common, v.ASSEMBLER_METRICS_ADDR.env: f"127.0.0.1:{assembler_metrics}"},
                   f"{local}:{assembler_metrics}/metrics", logs / "assembler.log"),
             Child("telemetry", ["telemetry"],
-                  {**common, "TOKENWIRE_TELEMETRY_METRICS_ADDR": f"127.0.0.1:{telemetry_metrics}"},
+                  {**common, v.TELEMETRY_METRICS_ADDR.env: f"127.0.0.1:{telemetry_metrics}"},
                   f"{local}:{telemetry_metrics}/metrics", logs / "telemetry.log"),
             Child("gateway", ["gateway"],
-                  {**common, "TOKENWIRE_GATEWAY_ADDR": f"127.0.0.1:{gateway}",
+                  {**common, v.GATEWAY_ADDR.env: f"127.0.0.1:{gateway}",
                    "TOKENWIRE_SCRIPTED_BASE_URL": f"{local}:{scripted}/v1"},
                   f"{local}:{gateway}/readyz", logs / "gateway.log"),
         ]  # fmt: skip

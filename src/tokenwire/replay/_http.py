@@ -44,6 +44,7 @@ from tokenwire.replay._sse import NcProvider, SlowReaderPolicy, SseStats, stream
 from tokenwire.schemas import json_encoder
 from tokenwire.scrub import scrub
 from tokenwire.store import Store, StoreError
+from tokenwire.variables import GATEWAY_MAX_READERS
 
 StoreProvider = Callable[[], Store]
 """Returns the store the routes read (raise if there is none yet)."""
@@ -59,7 +60,7 @@ MAX_INDEX = 2**32 - 1
 """The largest chunk index a resume position may name inside one message (a frame holds far
 fewer: its payload is bounded by the broker's message size)."""
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-DEFAULT_MAX_READERS = 256
+DEFAULT_MAX_READERS = GATEWAY_MAX_READERS.value
 """Event responses open at once per app (each one broker read): see docs/gateway.md."""
 READERS_RETRY_AFTER_S = 1
 

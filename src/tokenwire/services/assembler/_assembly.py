@@ -27,6 +27,11 @@ from tokenwire.fold import (
 from tokenwire.schemas import ChunkEnvelope, Finish
 from tokenwire.services.assembler._errors import AssemblyFullError
 from tokenwire.store import StepRecord
+from tokenwire.variables import (
+    ASSEMBLER_ABANDON_TIMEOUT_S,
+    ASSEMBLER_GAP_TIMEOUT_S,
+    ASSEMBLER_MAX_OPEN_STEPS,
+)
 
 T = TypeVar("T", bound=Hashable)
 
@@ -64,9 +69,9 @@ class AssemblyConfig:
       and late chunks without asking the store (least recently closed forgotten first).
     """
 
-    max_open_steps: int = 20_000
-    gap_timeout_s: float = 30.0
-    abandon_timeout_s: float = 120.0
+    max_open_steps: int = ASSEMBLER_MAX_OPEN_STEPS.value
+    gap_timeout_s: float = ASSEMBLER_GAP_TIMEOUT_S.value
+    abandon_timeout_s: float = ASSEMBLER_ABANDON_TIMEOUT_S.value
     closed_memory: int = 100_000
     fold_limits: FoldLimits = DEFAULT_LIMITS
 

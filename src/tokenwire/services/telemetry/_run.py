@@ -13,6 +13,7 @@ from tokenwire.observability import otel_from_env
 from tokenwire.services.telemetry._otel import OtelSignals
 from tokenwire.services.telemetry._prometheus import TelemetryMetrics
 from tokenwire.services.telemetry._service import TelemetryConsumer
+from tokenwire.variables import PROVISION, TELEMETRY_METRICS_ADDR
 
 log = logging.getLogger(__name__)
 
@@ -23,9 +24,9 @@ class TelemetrySettings:
 
     nats_url: str
     topology: Topology = field(default_factory=Topology)
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int = 9466
-    provision: bool = True
+    metrics_host: str = TELEMETRY_METRICS_ADDR.value[0]
+    metrics_port: int = TELEMETRY_METRICS_ADDR.value[1]
+    provision: bool = PROVISION.value
 
 
 async def run(

@@ -40,8 +40,9 @@ from typing import Annotated, Literal
 import msgspec
 
 from tokenwire.config import ConfigError
+from tokenwire.variables import GATEWAY_KEYS, GATEWAY_KEYS_FILE
 
-KEYS_FILE_VAR = "TOKENWIRE_GATEWAY_KEYS_FILE"
+KEYS_FILE_VAR = GATEWAY_KEYS_FILE.env
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _MAX_FILE_BYTES = 1024 * 1024
 Name = Annotated[str, msgspec.Meta(pattern=_NAME_PATTERN)]
@@ -204,9 +205,9 @@ def key_ring(flat: Iterable[str], named: Iterable[NamedKey]) -> KeyRing:
     names = {k.caller.name for k in named}
     for key in flat_named:
         if key.digest in digests:
-            raise ConfigError("TOKENWIRE_GATEWAY_KEYS", "[redacted]",
-                              f"a key is also in {KEYS_FILE_VAR}")  # fmt: skip
+            why = f"a key is also in {KEYS_FILE_VAR}"
+            raise ConfigError(GATEWAY_KEYS.env, "[redacted]", why)
         if key.caller.name in names:
-            why = f"the name {key.caller.name} is a TOKENWIRE_GATEWAY_KEYS key's"
+            why = f"the name {key.caller.name} is a {GATEWAY_KEYS.env} key's"
             raise ConfigError(KEYS_FILE_VAR, "[redacted]", why)
     return KeyRing((*flat_named, *named))

@@ -30,6 +30,7 @@ import httptools
 from starlette.types import Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from tokenwire import variables as v
 from tokenwire.services.gateway._dialects.anthropic_messages import anthropic_error_body
 from tokenwire.services.gateway._dialects.openai_chat import openai_error_body
 
@@ -58,12 +59,12 @@ _ANTHROPIC_TYPES = {408: "timeout_error", 431: "request_too_large", 503: "overlo
 class EdgeLimits:
     """Bounds of the HTTP edge (docs/configuration.md, ``TOKENWIRE_GATEWAY_*``)."""
 
-    max_header_bytes: int = 64 * 1024
-    max_headers: int = 100
-    header_timeout_s: float = 10.0
-    body_timeout_s: float = 30.0
-    max_connections: int = 4096
-    max_requests: int = 2048
+    max_header_bytes: int = v.GATEWAY_MAX_HEADER_BYTES.value
+    max_headers: int = v.GATEWAY_MAX_HEADERS.value
+    header_timeout_s: float = v.GATEWAY_HEADER_TIMEOUT_S.value
+    body_timeout_s: float = v.GATEWAY_BODY_TIMEOUT_S.value
+    max_connections: int = v.GATEWAY_MAX_CONNECTIONS.value
+    max_requests: int = v.GATEWAY_MAX_REQUESTS.value
     retry_after_s: int = 1
 
 

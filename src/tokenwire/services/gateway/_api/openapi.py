@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from tokenwire.services.gateway._dialects.translation import DROP_HEADER, DROPPED_HEADER
-from tokenwire.services.gateway._steps.coalesce import COALESCE_HEADER, MAX_COALESCE_MS
+from tokenwire.services.gateway._steps.coalesce import COALESCE_HEADER
+from tokenwire.variables import MAX_COALESCE_MS
 
 _OBJECT = {"type": "object", "additionalProperties": True}
 

@@ -40,6 +40,7 @@ from tokenwire.services.gateway._resume.step_source import BrokerStepSource
 from tokenwire.services.gateway._routing.upstream import HttpUpstream
 from tokenwire.services.gateway._steps.deps import GatewayDeps
 from tokenwire.store import Store, open_store
+from tokenwire.variables import GATEWAY_ADDR, NATS_URL
 
 PUBLISH_WINDOW = 4096
 """Chunks in flight (published, not yet acknowledged) before publishing waits. Under load the
@@ -69,7 +70,7 @@ def check_bind(settings: GatewaySettings) -> None:
     """Without gateway keys the gateway must not listen beyond loopback."""
     if not settings.authenticated and not settings.loopback_only:
         raise ConfigError(
-            "TOKENWIRE_GATEWAY_ADDR",
+            GATEWAY_ADDR.env,
             f"{settings.host}:{settings.port}",
             "without TOKENWIRE_GATEWAY_KEYS or TOKENWIRE_GATEWAY_KEYS_FILE the gateway listens "
             "on loopback only",
@@ -201,7 +202,7 @@ async def _connected(
     settings: GatewaySettings, stop: asyncio.Event | None
 ) -> AsyncIterator[tuple[Connection, Topology]]:
     if not settings.nats_url:
-        raise ConfigError("TOKENWIRE_NATS_URL", "", "the gateway needs a NATS server URL")
+        raise ConfigError(NATS_URL.env, "", "the gateway needs a NATS server URL")
     nc = await connect(settings.nats_url, name="tokenwire-gateway", stop=stop)
     try:
         topology = settings.broker_topology

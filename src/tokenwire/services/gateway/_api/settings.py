@@ -12,29 +12,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tokenwire import config
+from tokenwire import variables as v
 from tokenwire.broker import Topology, topology_from
-from tokenwire.config import ConfigError, parse_addr, parse_int, parse_urls, without_userinfo
+from tokenwire.config import ConfigError, without_userinfo
 from tokenwire.providers import check_header, check_proxy, check_url, get_provider, provider_names
-from tokenwire.replay import DEFAULT_MAX_READERS
-from tokenwire.services.gateway._access.keys import (
-    KEYS_FILE_VAR,
-    KeyRing,
-    NamedKey,
-    key_ring,
-    load_keys_file,
-)
+from tokenwire.services.gateway._access.keys import KeyRing, NamedKey, key_ring, load_keys_file
 from tokenwire.services.gateway._api.edge import EdgeLimits
-from tokenwire.services.gateway._steps.bounds import (
-    DEFAULT_MAX_STEP_BYTES,
-    DEFAULT_MAX_STEP_CHUNKS,
-    DEFAULT_MAX_STEP_IDLE_SECONDS,
-    DEFAULT_MAX_STEP_SECONDS,
-    StepBounds,
-)
-from tokenwire.services.gateway._steps.coalesce import MAX_COALESCE_MS
-from tokenwire.services.gateway._steps.framing import DEFAULT_LINGER_MS, MAX_LINGER_MS, FramePolicy
+from tokenwire.services.gateway._steps.bounds import StepBounds
+from tokenwire.services.gateway._steps.framing import FramePolicy
+from tokenwire.variables import MAX_COALESCE_MS
 
-DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_BODY_BYTES = v.GATEWAY_MAX_BODY_BYTES.value
 _PROVIDER_VAR = re.compile(
     r"^(TOKENWIRE_[A-Z0-9_]+_BASE_URL|TOKENWIRE_[A-Z0-9_]+_DROP_PARAMS|[A-Z0-9_]+_API_KEY)$"
 )
@@ -75,11 +63,10 @@ class GatewaySettings:
       variables; None: the defaults with ``partitions`` and ``replicas``.
       ``provision``: create/update it at start (off when a provisioner owns it).
     - ``store_url``: the store the session and message routes read (``TOKENWIRE_STORE``).
-    - ``framing``: chunks in frames (``TOKENWIRE_FRAMES``, default on) and how long a frame
-      may linger for more chunks (``TOKENWIRE_FRAME_LINGER_MS``, 0 to 1000, default 200;
-      ``_steps/framing.py``, ADR 0024).
+    - ``framing``: chunks in frames (``TOKENWIRE_FRAMES``) and how long a frame may linger
+      for more chunks (``TOKENWIRE_FRAME_LINGER_MS``; ``_steps/framing.py``, ADR 0024).
     - ``coalesce_ms``: the default wait between a step's provider reads past the first
-      (``TOKENWIRE_GATEWAY_COALESCE_MS``, 0 to 1000, default 0: none); a request's
+      (``TOKENWIRE_GATEWAY_COALESCE_MS``; 0: none); a request's
       ``x-tokenwire-coalesce-ms`` overrides it (``_steps/coalesce.py``, ADR 0032).
     - ``step_retries``, ``step_retry_s``: the bound of the step registry's retries while its
       KV bucket elects a leader (count, total seconds of one assignment); past it 503.
@@ -92,39 +79,39 @@ class GatewaySettings:
     Secrets (``keys``, ``provider_env``) are left out of ``repr``.
     """
 
-    host: str = "127.0.0.1"
-    port: int = 8080
+    host: str = v.GATEWAY_ADDR.value[0]
+    port: int = v.GATEWAY_ADDR.value[1]
     nats_url: str | None = None
     keys: frozenset[str] = field(default=frozenset(), repr=False)
     named_keys: tuple[NamedKey, ...] = field(default=(), repr=False)
     provider_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    continue_on_disconnect: bool = True
+    continue_on_disconnect: bool = v.GATEWAY_CONTINUE_ON_DISCONNECT.value
     caller_buffer_bytes: int = 1024 * 1024
     default_max_tokens: int = 4096
     ack_timeout_s: float = 35.0
-    max_step_bytes: int = DEFAULT_MAX_STEP_BYTES
-    max_step_chunks: int = DEFAULT_MAX_STEP_CHUNKS
-    max_step_seconds: float = DEFAULT_MAX_STEP_SECONDS
-    max_step_idle_seconds: float = DEFAULT_MAX_STEP_IDLE_SECONDS
+    max_step_bytes: int = v.GATEWAY_MAX_STEP_BYTES.value
+    max_step_chunks: int = v.GATEWAY_MAX_STEP_CHUNKS.value
+    max_step_seconds: float = v.GATEWAY_MAX_STEP_SECONDS.value
+    max_step_idle_seconds: float = v.GATEWAY_MAX_STEP_IDLE_SECONDS.value
     edge: EdgeLimits = field(default_factory=EdgeLimits)
-    partitions: int = 16
-    replicas: int = 1
-    provision: bool = True
+    partitions: int = v.PARTITIONS.value
+    replicas: int = v.REPLICAS.value
+    provision: bool = v.PROVISION.value
     store_url: str | None = None
-    step_retries: int = 16  # tokenwire.broker.StepRegistry's defaults
-    step_retry_s: float = 30.0
+    step_retries: int = v.GATEWAY_STEP_RETRIES.value
+    step_retry_s: float = v.GATEWAY_STEP_RETRY_S.value
     framing: FramePolicy = field(default_factory=FramePolicy)
-    coalesce_ms: int = 0
-    max_resumers: int = 8
-    idempotency_ttl_s: float = 24 * 3600.0
-    max_readers: int = DEFAULT_MAX_READERS
+    coalesce_ms: int = v.GATEWAY_COALESCE_MS.value
+    max_resumers: int = v.GATEWAY_MAX_RESUMERS.value
+    idempotency_ttl_s: float = v.GATEWAY_IDEMPOTENCY_TTL_S.value
+    max_readers: int = v.GATEWAY_MAX_READERS.value
     topology: Topology | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.coalesce_ms <= MAX_COALESCE_MS:
             why = f"must be 0 to {MAX_COALESCE_MS} ms"
-            raise ConfigError("TOKENWIRE_GATEWAY_COALESCE_MS", str(self.coalesce_ms), why)
+            raise ConfigError(v.GATEWAY_COALESCE_MS.env, str(self.coalesce_ms), why)
 
     @property
     def authenticated(self) -> bool:
@@ -162,52 +149,44 @@ class GatewaySettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> GatewaySettings:
-        """Read ``TOKENWIRE_GATEWAY_*``, ``TOKENWIRE_NATS_URL`` and the provider variables.
+        """The shared settings (:func:`tokenwire.config.load`, read once), the gateway's own
+        rows of :mod:`tokenwire.variables` and the provider variables.
 
         Raises :class:`tokenwire.config.ConfigError` on a malformed value.
         """
         env = os.environ if env is None else env
-        provider_env = {k: v for k, v in env.items() if _PROVIDER_VAR.match(k)}
+        provider_env = {k: value for k, value in env.items() if _PROVIDER_VAR.match(k)}
         check_provider_env(provider_env)
         check_proxy_env(env)
-        host, port = parse_addr(env.get("TOKENWIRE_GATEWAY_ADDR", "127.0.0.1:8080"))
-        keys = frozenset(k.strip() for k in env.get("TOKENWIRE_GATEWAY_KEYS", "").split(","))
-        keys_file = env.get(KEYS_FILE_VAR, "")
-        bounds = _step_bounds(env)
-        max_body = env.get("TOKENWIRE_GATEWAY_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES))
+        shared = config.load(env)
+        keys_file = v.GATEWAY_KEYS_FILE.read(env)
         settings = cls(
-            host=host,
-            port=port,
-            nats_url=",".join(parse_urls(env.get("TOKENWIRE_NATS_URL", ""))) or None,
-            keys=keys - {""},
+            host=shared.gateway_host,
+            port=shared.gateway_port,
+            nats_url=shared.nats_url,
+            keys=shared.gateway_keys,
             named_keys=load_keys_file(keys_file) if keys_file else (),
             provider_env=provider_env,
-            max_body_bytes=parse_int("TOKENWIRE_GATEWAY_MAX_BODY_BYTES", max_body, 1024),
-            continue_on_disconnect=_flag(env, "TOKENWIRE_GATEWAY_CONTINUE_ON_DISCONNECT", True),
-            max_step_bytes=bounds.max_bytes,
-            max_step_chunks=bounds.max_chunks,
-            max_step_seconds=bounds.max_seconds,
-            max_step_idle_seconds=bounds.max_idle_seconds,
+            max_body_bytes=v.GATEWAY_MAX_BODY_BYTES.read(env),
+            continue_on_disconnect=v.GATEWAY_CONTINUE_ON_DISCONNECT.read(env),
+            max_step_bytes=v.GATEWAY_MAX_STEP_BYTES.read(env),
+            max_step_chunks=v.GATEWAY_MAX_STEP_CHUNKS.read(env),
+            max_step_seconds=v.GATEWAY_MAX_STEP_SECONDS.read(env),
+            max_step_idle_seconds=v.GATEWAY_MAX_STEP_IDLE_SECONDS.read(env),
             edge=_edge(env),
-            partitions=parse_int("TOKENWIRE_PARTITIONS", env.get("TOKENWIRE_PARTITIONS", "16"), 1),
-            replicas=parse_int("TOKENWIRE_REPLICAS", env.get("TOKENWIRE_REPLICAS", "1"), 1, 5),
-            provision=_flag(env, "TOKENWIRE_PROVISION", True),
-            store_url=config.load(env).store_url,
-            step_retries=parse_int("TOKENWIRE_GATEWAY_STEP_RETRIES",
-                                   env.get("TOKENWIRE_GATEWAY_STEP_RETRIES", "16"), 0),
-            step_retry_s=_seconds(env, "TOKENWIRE_GATEWAY_STEP_RETRY_S", 30.0),
+            partitions=shared.partitions,
+            replicas=shared.replicas,
+            provision=shared.provision,
+            store_url=shared.store_url,
+            step_retries=v.GATEWAY_STEP_RETRIES.read(env),
+            step_retry_s=v.GATEWAY_STEP_RETRY_S.read(env),
             framing=framing_from_env(env),
-            coalesce_ms=parse_int("TOKENWIRE_GATEWAY_COALESCE_MS",
-                                  env.get("TOKENWIRE_GATEWAY_COALESCE_MS", "0"), 0,
-                                  MAX_COALESCE_MS),
-            max_resumers=parse_int("TOKENWIRE_GATEWAY_MAX_RESUMERS",
-                                   env.get("TOKENWIRE_GATEWAY_MAX_RESUMERS", "8"), 1),
-            idempotency_ttl_s=_seconds(env, "TOKENWIRE_GATEWAY_IDEMPOTENCY_TTL_S", 86400.0),
-            max_readers=parse_int("TOKENWIRE_GATEWAY_MAX_READERS",
-                                  env.get("TOKENWIRE_GATEWAY_MAX_READERS",
-                                          str(DEFAULT_MAX_READERS)), 1),
-            topology=topology_from(config.load(env)),
-        )  # fmt: skip
+            coalesce_ms=v.GATEWAY_COALESCE_MS.read(env),
+            max_resumers=v.GATEWAY_MAX_RESUMERS.read(env),
+            idempotency_ttl_s=v.GATEWAY_IDEMPOTENCY_TTL_S.read(env),
+            max_readers=v.GATEWAY_MAX_READERS.read(env),
+            topology=topology_from(shared),
+        )
         settings.key_ring()  # a key or a name in both sources stops the start
         return settings
 
@@ -258,58 +237,16 @@ def _without_credentials(url: str) -> str:
 
 def framing_from_env(env: Mapping[str, str]) -> FramePolicy:
     """``TOKENWIRE_FRAMES`` (true/false) and ``TOKENWIRE_FRAME_LINGER_MS`` (0 to 1000)."""
-    linger = env.get("TOKENWIRE_FRAME_LINGER_MS", str(DEFAULT_LINGER_MS))
-    return FramePolicy(
-        frames=_flag(env, "TOKENWIRE_FRAMES", True),
-        linger_ms=parse_int("TOKENWIRE_FRAME_LINGER_MS", linger, 0, MAX_LINGER_MS),
-    )
-
-
-def _step_bounds(env: Mapping[str, str]) -> StepBounds:
-    """``TOKENWIRE_GATEWAY_MAX_STEP_*``; defaults in ``_steps/bounds.py``."""
-    return StepBounds(
-        _int(env, "TOKENWIRE_GATEWAY_MAX_STEP_BYTES", DEFAULT_MAX_STEP_BYTES),
-        _int(env, "TOKENWIRE_GATEWAY_MAX_STEP_CHUNKS", DEFAULT_MAX_STEP_CHUNKS),
-        _seconds(env, "TOKENWIRE_GATEWAY_MAX_STEP_SECONDS", DEFAULT_MAX_STEP_SECONDS),
-        _seconds(env, "TOKENWIRE_GATEWAY_MAX_STEP_IDLE_SECONDS", DEFAULT_MAX_STEP_IDLE_SECONDS),
-    )
+    return FramePolicy(frames=v.FRAMES.read(env), linger_ms=v.FRAME_LINGER_MS.read(env))
 
 
 def _edge(env: Mapping[str, str]) -> EdgeLimits:
-    """``TOKENWIRE_GATEWAY_MAX_HEADER_BYTES`` and the other edge bounds; defaults in
-    ``EdgeLimits``."""
-    d = EdgeLimits()
+    """``TOKENWIRE_GATEWAY_MAX_HEADER_BYTES`` and the other edge bounds."""
     return EdgeLimits(
-        max_header_bytes=_int(env, "TOKENWIRE_GATEWAY_MAX_HEADER_BYTES", d.max_header_bytes),
-        max_headers=_int(env, "TOKENWIRE_GATEWAY_MAX_HEADERS", d.max_headers),
-        header_timeout_s=_seconds(env, "TOKENWIRE_GATEWAY_HEADER_TIMEOUT_S", d.header_timeout_s),
-        body_timeout_s=_seconds(env, "TOKENWIRE_GATEWAY_BODY_TIMEOUT_S", d.body_timeout_s),
-        max_connections=_int(env, "TOKENWIRE_GATEWAY_MAX_CONNECTIONS", d.max_connections),
-        max_requests=_int(env, "TOKENWIRE_GATEWAY_MAX_REQUESTS", d.max_requests),
+        max_header_bytes=v.GATEWAY_MAX_HEADER_BYTES.read(env),
+        max_headers=v.GATEWAY_MAX_HEADERS.read(env),
+        header_timeout_s=v.GATEWAY_HEADER_TIMEOUT_S.read(env),
+        body_timeout_s=v.GATEWAY_BODY_TIMEOUT_S.read(env),
+        max_connections=v.GATEWAY_MAX_CONNECTIONS.read(env),
+        max_requests=v.GATEWAY_MAX_REQUESTS.read(env),
     )
-
-
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    text = env.get(name, str(default))
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise ConfigError(name, text, "expected a number of seconds") from None
-    if not seconds > 0:
-        raise ConfigError(name, text, "expected a positive number of seconds")
-    return seconds
-
-
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    return parse_int(name, env.get(name, str(default)), 2)
-
-
-def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
-    value = env.get(name)
-    if value is None:
-        return default
-    if value.lower() in ("1", "true", "yes", "on"):
-        return True
-    if value.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(name, value, "expected true or false")

@@ -33,6 +33,7 @@ from typing import Any, Literal, assert_never
 from tokenwire.providers import Dialect
 from tokenwire.services.gateway._dialects.base import CallerDialect
 from tokenwire.services.gateway._errors import InvalidRequestError
+from tokenwire.variables import GATEWAY_DROP_PARAMS
 
 DROP_HEADER = "x-tokenwire-drop-params"
 DROPPED_HEADER = "x-tokenwire-dropped-params"
@@ -611,7 +612,7 @@ def _without_parallel_switch(body: dict[str, Any]) -> dict[str, Any]:
 
 def wants_drop(headers: Mapping[str, str], env: Mapping[str, str], provider: str) -> bool:
     """The drop opt-in: the request header, or the gateway's or the route's setting."""
-    names = ("TOKENWIRE_GATEWAY_DROP_PARAMS", f"TOKENWIRE_{_env_name(provider)}_DROP_PARAMS")
+    names = (GATEWAY_DROP_PARAMS.env, f"TOKENWIRE_{_env_name(provider)}_DROP_PARAMS")
     values = [headers.get(DROP_HEADER, ""), *(env.get(n, "") for n in names)]
     return any(v.strip().lower() in ("1", "true", "yes", "on") for v in values)
 

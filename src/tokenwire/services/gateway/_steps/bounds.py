@@ -31,11 +31,18 @@ from tokenwire.schemas import (
     ToolResultBlock,
     Usage,
 )
+from tokenwire.variables import (
+    GATEWAY_MAX_STEP_BYTES,
+    GATEWAY_MAX_STEP_CHUNKS,
+    GATEWAY_MAX_STEP_IDLE_SECONDS,
+    GATEWAY_MAX_STEP_SECONDS,
+)
 
-DEFAULT_MAX_STEP_BYTES = DEFAULT_LIMITS.max_step_bytes
-DEFAULT_MAX_STEP_CHUNKS = 100_000
-DEFAULT_MAX_STEP_SECONDS = 600.0
-DEFAULT_MAX_STEP_IDLE_SECONDS = 60.0
+DEFAULT_MAX_STEP_BYTES = GATEWAY_MAX_STEP_BYTES.value
+"""The fold's own step byte bound (``fold.DEFAULT_LIMITS``; a test holds them equal)."""
+DEFAULT_MAX_STEP_CHUNKS = GATEWAY_MAX_STEP_CHUNKS.value
+DEFAULT_MAX_STEP_SECONDS = GATEWAY_MAX_STEP_SECONDS.value
+DEFAULT_MAX_STEP_IDLE_SECONDS = GATEWAY_MAX_STEP_IDLE_SECONDS.value
 """Below the assembler's ``abandon_timeout_s`` (120 s): a provider that keeps the connection
 open without sending a chunk (keep-alive bytes only) is ended by the gateway, with the caller
 told, before the assembler would record the step ``abandoned``."""

@@ -31,10 +31,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tokenwire.services.gateway._errors import InvalidRequestError
+from tokenwire.variables import MAX_COALESCE_MS
 
 COALESCE_HEADER = "x-tokenwire-coalesce-ms"
-MAX_COALESCE_MS = 1000
-"""At most a second between reads: well inside a step's idle bound (60 s by default)."""
 
 
 def coalesce_ms(headers: Mapping[str, str], default: int) -> int:

@@ -27,12 +27,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from tokenwire.schemas import FRAME_TAIL, StreamChunk, frame_item
+from tokenwire.variables import FRAME_LINGER_MS, FRAMES, MAX_LINGER_MS
 
-DEFAULT_LINGER_MS = 200
+DEFAULT_LINGER_MS = FRAME_LINGER_MS.value
 """The default linger (docs/adr/0024-chunk-frames.md: the measurement that chose it)."""
-MAX_LINGER_MS = 1000
-"""The largest linger accepted: a frame is at most this late on the broker (tail, viewer,
-assembler), and a gateway that dies loses at most this much of a step it was streaming."""
 FRAME_TARGET_BYTES = 64 * 1024
 """A frame stops growing past this many payload bytes (a single larger chunk still goes
 alone, up to the broker's ``max_payload``): consumers pull in batches of messages, not bytes,
@@ -44,7 +42,7 @@ class FramePolicy:
     """How a step's chunks become broker messages (``TOKENWIRE_FRAMES``,
     ``TOKENWIRE_FRAME_LINGER_MS``)."""
 
-    frames: bool = True
+    frames: bool = FRAMES.value
     linger_ms: int = DEFAULT_LINGER_MS
 
     def __post_init__(self) -> None:
