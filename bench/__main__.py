@@ -32,8 +32,9 @@ def _scale(profile: Profile) -> None:
     from bench import bench_assembler, bench_gateway, bench_replay, bench_telemetry
 
     g = bench_gateway
-    g.SESSIONS_B, g.FRAGMENTS_B, g.FRAGMENTS_LONG = sizes(profile, (10, 20, 50), (200, 100, 500),
-                                                          (200, 100, 500))  # fmt: skip
+    g.SESSIONS_B, g.FRAGMENTS_B, g.FRAGMENTS_LONG = sizes(
+        profile, (10, 20, 50), (200, 100, 500), (200, 100, 500)
+    )
     g.ROUNDS_B = sizes(profile, 1, 2, 3)
     g.SESSIONS_D, g.PAIRS_D = sizes(profile, (3, 2), (50, 10), (50, 20))
     g.SERIAL_D = sizes(profile, 3, 40, 100)
@@ -44,9 +45,9 @@ def _scale(profile: Profile) -> None:
     a.LATENCY_SECONDS = sizes(profile, 0.5, 2.0, 4.0)
     a.OPEN_STEPS = sizes(profile, 100, 10_000, 10_000)
     r = bench_replay
-    r.N, r.STEP_CHUNKS, r.N_SESSION_READER = sizes(profile, (2_000, 100, 1_000),
-                                                   (200_000, 1_000, 50_000),
-                                                   (1_000_000, 1_000, 200_000))  # fmt: skip
+    r.N, r.STEP_CHUNKS, r.N_SESSION_READER = sizes(
+        profile, (2_000, 100, 1_000), (200_000, 1_000, 50_000), (1_000_000, 1_000, 200_000)
+    )
     t = bench_telemetry
     t.STEPS, t.CHUNKS_BIG = sizes(profile, (20, 50), (1_000, 200), (1_000, 1_000))
     from bench import bench_floor, bench_paced, bench_shards
@@ -55,8 +56,11 @@ def _scale(profile: Profile) -> None:
 
     bench_shards.CHUNKS = sizes(profile, 5_000, 100_000, 200_000)
     bench_shards.STEPS = sizes(profile, 1_000, 10_000, 20_000)
-    bench_paced.scale(*sizes(profile, ((5,), 3.0, 1.0), ((50, 100, 150), 30.0, 10.0),
-                             ((100, 200, 400), 60.0, 10.0)))  # fmt: skip
+    bench_paced.scale(
+        *sizes(
+            profile, ((5,), 3.0, 1.0), ((50, 100, 150), 30.0, 10.0), ((100, 200, 400), 60.0, 10.0)
+        )
+    )
 
 
 def _limits(fig: Figures, profile: Profile, _: argparse.Namespace) -> str:
@@ -148,8 +152,9 @@ pace against two relaying floors) run by default: docs/capacity.md is computed f
 def _args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench")
     p.add_argument("parts", nargs="*", help=f"parts to run: {', '.join((*PARTS, *EXTRA))}")
-    p.add_argument("--profile", choices=PROFILES,
-                   default=os.environ.get("BENCH_PROFILE", "default"))  # fmt: skip
+    p.add_argument(
+        "--profile", choices=PROFILES, default=os.environ.get("BENCH_PROFILE", "default")
+    )
     p.add_argument("--no-peer", action="store_true", help="skip the LiteLLM peer")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--docs", type=Path, default=REPO / "docs")

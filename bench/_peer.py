@@ -31,13 +31,14 @@ def ensure_installed() -> Path | str:
         return exe
     print(f"  installing litellm[proxy]=={VERSION} into {VENV} (once)", file=sys.stderr, flush=True)
     try:
-        subprocess.run(["python3", "-m",
-                        "venv", str(VENV)], check=True, timeout=120)  # fmt: skip
+        subprocess.run(["python3", "-m", "venv", str(VENV)], check=True, timeout=120)
         subprocess.run(
             [str(VENV / "bin" / "pip"), "install", "--quiet", f"litellm[proxy]=={VERSION}"],
-            check=True, timeout=INSTALL_TIMEOUT_S,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )  # fmt: skip
+            check=True,
+            timeout=INSTALL_TIMEOUT_S,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
     except (subprocess.SubprocessError, OSError) as exc:
         return f"litellm[proxy]=={VERSION} could not be installed: {exc}"
     return exe if exe.is_file() else "litellm installed but its executable is missing"
@@ -63,14 +64,31 @@ async def litellm_proxy(
     with tempfile.TemporaryDirectory(prefix="tw-bench-litellm-") as tmp:
         config = Path(tmp) / "config.yaml"
         config.write_text(_config(sp_port, options))
-        env = {**os.environ, "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
-               "LITELLM_LOG": "ERROR", "NO_PROXY": "127.0.0.1"}  # fmt: skip
+        env = {
+            **os.environ,
+            "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
+            "LITELLM_LOG": "ERROR",
+            "NO_PROXY": "127.0.0.1",
+        }
         log = (Path(tmp) / "litellm.log").open("wb")
         proc = subprocess.Popen(  # noqa: ASYNC220 - bench start-up, not a hot path
-            [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
-             "--num_workers", "1"],
-            env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+            [
+                str(exe),
+                "--config",
+                str(config),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--num_workers",
+                "1",
+            ],
+            env=env,
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             await _wait_live(port, proc)
             yield port, psutil.Process(proc.pid)

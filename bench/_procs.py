@@ -34,8 +34,11 @@ async def scripted_and_proxy() -> AsyncIterator[tuple[int, int, dict[str, psutil
     try:
         for port in (sp_port, px_port):
             await gw._wait_up(port)
-        procs = {"scripted": psutil.Process(scripted.pid), "proxy": psutil.Process(proxy.pid),
-                 "load": psutil.Process()}  # fmt: skip
+        procs = {
+            "scripted": psutil.Process(scripted.pid),
+            "proxy": psutil.Process(proxy.pid),
+            "load": psutil.Process(),
+        }
         yield sp_port, px_port, procs
     finally:
         for proc in (scripted, proxy):
@@ -56,9 +59,12 @@ class HookedChild(Child):
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "bench._hooked_gateway", *self.argv],
-                env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                env=env,
+                stdout=out,
+                stderr=out,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,
-            )  # fmt: skip
+            )
 
 
 @dataclass
@@ -74,7 +80,13 @@ class BenchStack(Stack):
             children = [c for c in children if c.name not in ("assembler", "telemetry")]
         if self.hooks:
             children = [
-                HookedChild(c.name, c.argv, {**c.env, **self.hooks}, c.ready_url, c.log)
+                HookedChild(
+                    name=c.name,
+                    argv=c.argv,
+                    env={**c.env, **self.hooks},
+                    ready_url=c.ready_url,
+                    log=c.log,
+                )
                 if c.name == "gateway"
                 else c
                 for c in children
@@ -101,8 +113,14 @@ async def full_stack(
         data = Path(tmp)
         settings = replace(load({"TOKENWIRE_DATA_DIR": str(data)}), partitions=partitions)
         port = free_port()
-        stack = BenchStack(settings, Topology(partitions=partitions), gateway_port=port,
-                           scripted_rate=0.0, consumers=consumers, hooks=hooks)  # fmt: skip
+        stack = BenchStack(
+            settings,
+            Topology(partitions=partitions),
+            gateway_port=port,
+            scripted_rate=0.0,
+            consumers=consumers,
+            hooks=hooks,
+        )
         await stack.start()
         try:
             sp = int(stack.addresses["scripted-provider"].rsplit(":", 1)[1])

@@ -30,8 +30,11 @@ def stack_table(fig: Figures) -> str:
         "(forwarding only) | bare proxy (limit) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    labels = (("lone", "1 caller"), ("hot", "50 paced callers"),
-              ("ttft", "1 caller, provider's first token after 50 ms"))  # fmt: skip
+    labels = (
+        ("lone", "1 caller"),
+        ("hot", "50 paced callers"),
+        ("ttft", "1 caller, provider's first token after 50 ms"),
+    )
     for tag, label in labels:
         for q in (50, 99):
             rows.append(
@@ -60,11 +63,25 @@ def stack_table(fig: Figures) -> str:
 
 
 def _per_process(fig: Figures) -> list[str]:
-    out = ["", "CPU ms per 1,000 events by process, 50 callers at full speed:", "",
-           "| process | tokenwire full stack | tokenwire, frames off (the wire before frames) "
-           "| LiteLLM side |", "| --- | ---: | ---: | ---: |"]  # fmt: skip
-    names = ("gateway", "assembler", "telemetry", "nats", "scripted-provider", "scripted",
-             "litellm", "load", "total")  # fmt: skip
+    out = [
+        "",
+        "CPU ms per 1,000 events by process, 50 callers at full speed:",
+        "",
+        "| process | tokenwire full stack | tokenwire, frames off (the wire before frames) "
+        "| LiteLLM side |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    names = (
+        "gateway",
+        "assembler",
+        "telemetry",
+        "nats",
+        "scripted-provider",
+        "scripted",
+        "litellm",
+        "load",
+        "total",
+    )
     for n in names:
         a = fig.get("stack", f"full_cmany_cpu_ms_per_1k_{n}")
         v1 = fig.get("stack", f"v1_cmany_cpu_ms_per_1k_{n}")
@@ -74,8 +91,7 @@ def _per_process(fig: Figures) -> list[str]:
     return out
 
 
-TARGETS = (("ttft", "lone caller, provider's first token after 50 ms"),
-           ("hot", "50 paced callers"))  # fmt: skip
+TARGETS = (("ttft", "lone caller, provider's first token after 50 ms"), ("hot", "50 paced callers"))
 """The added-first-byte targets (issue 19 as issue 30 settled it): against a provider with a
 real time to first token, and under load. The lone caller against the 1 ms provider is a
 record, not a target (ADR 0022: the step claim stays a broker round trip per step)."""
@@ -92,21 +108,27 @@ def targets_table(fig: Figures) -> str:
         for q in (50, 99):
             ours, peer = _added(fig, tag, q)
             met = "—" if math.isnan(peer) else ("yes" if ours <= peer / 10 else "no")
-            rows.append(f"| added TTFB <= 1/10 of the peer's, {label}, p{q} | {_f(ours, '+.2f')} ms "
-                        f"| {_f(peer, '+.2f')} ms | {_ratio(ours, peer)} | {met} |")  # fmt: skip
+            rows.append(
+                f"| added TTFB <= 1/10 of the peer's, {label}, p{q} | {_f(ours, '+.2f')} ms "
+                f"| {_f(peer, '+.2f')} ms | {_ratio(ours, peer)} | {met} |"
+            )
     for q in (50, 99):
         ours, peer = _added(fig, "lone", q)
-        rows.append(f"| (record, not a target: ADR 0022) added TTFB, lone caller, 1 ms provider, "
-                    f"p{q} | {_f(ours, '+.2f')} ms | {_f(peer, '+.2f')} ms "
-                    f"| {_ratio(ours, peer)} | record |")  # fmt: skip
+        rows.append(
+            f"| (record, not a target: ADR 0022) added TTFB, lone caller, 1 ms provider, "
+            f"p{q} | {_f(ours, '+.2f')} ms | {_f(peer, '+.2f')} ms "
+            f"| {_ratio(ours, peer)} | record |"
+        )
     ours_cpu, peer_cpu = (
         g("stack", "full_cmany_cpu_ms_per_1k_total"),
         g("peer", "litellm_cmany_cpu_ms_per_1k_total"),
     )
     gain = peer_cpu / ours_cpu if ours_cpu and not math.isnan(peer_cpu) else float("nan")
     met = "—" if math.isnan(gain) else ("yes" if gain >= 10 else "no")
-    rows.append(f"| >= 10x the peer's chunks per CPU second (all processes, 50 callers) "
-                f"| {_f(ours_cpu, '.0f')} ms/1k | {_f(peer_cpu, '.0f')} ms/1k (peer) | {_f(gain, '.1f')}x | {met} |")  # fmt: skip
+    rows.append(
+        f"| >= 10x the peer's chunks per CPU second (all processes, 50 callers) "
+        f"| {_f(ours_cpu, '.0f')} ms/1k | {_f(peer_cpu, '.0f')} ms/1k (peer) | {_f(gain, '.1f')}x | {met} |"
+    )
     return "\n".join(rows + _issue27_rows(fig))
 
 
@@ -129,21 +151,30 @@ def _issue27_rows(fig: Figures) -> list[str]:
     )
     ratio, met = _lower(v1, ours, 2)
     kind = "(record: windows minutes apart)" if rows else "(issue 27)"
-    rows.append(f"| CPU ms per 1,000 events, all processes, 50 callers: >= 2x lower than frames "
-                f"off {kind} | {_f(ours, '.1f')} ms/1k | {_f(v1, '.1f')} ms/1k (frames off) "
-                f"| {ratio} lower | {met if kind == '(issue 27)' else 'record'} |")  # fmt: skip
-    for tag, label, kind in (("paced", "paced sessions at 50 tokens/s", "target"),
-                             ("cmany", "50 callers at full speed", "record")):  # fmt: skip
+    rows.append(
+        f"| CPU ms per 1,000 events, all processes, 50 callers: >= 2x lower than frames "
+        f"off {kind} | {_f(ours, '.1f')} ms/1k | {_f(v1, '.1f')} ms/1k (frames off) "
+        f"| {ratio} lower | {met if kind == '(issue 27)' else 'record'} |"
+    )
+    for tag, label, kind in (
+        ("paced", "paced sessions at 50 tokens/s", "target"),
+        ("cmany", "50 callers at full speed", "record"),
+    ):
         ours, v1 = (
             g("stack", f"full_{tag}_bytes_per_chunk"),
             g("stack", f"v1_{tag}_bytes_per_chunk"),
         )
         ratio, met = _lower(v1, ours, 2)
         what = f"bytes per retained chunk, {label}"
-        head = f"{what}: >= 2x lower than frames off (issue 27)" if kind == "target" else (
-            f"(record) {what}")  # fmt: skip
-        rows.append(f"| {head} | {_f(ours)} B | {_f(v1)} B (frames off) | {ratio} lower "
-                    f"| {met if kind == 'target' else 'record'} |")  # fmt: skip
+        head = (
+            f"{what}: >= 2x lower than frames off (issue 27)"
+            if kind == "target"
+            else (f"(record) {what}")
+        )
+        rows.append(
+            f"| {head} | {_f(ours)} B | {_f(v1)} B (frames off) | {ratio} lower "
+            f"| {met if kind == 'target' else 'record'} |"
+        )
     ours, peer = (
         g("stack", "full_cmany_cpu_ms_per_1k_total"),
         g("peer", "litellm_cmany_cpu_ms_per_1k_total"),
@@ -151,19 +182,23 @@ def _issue27_rows(fig: Figures) -> list[str]:
     ratio, met = _lower(peer, ours, 25)
     interleaved = not math.isnan(fig.get("interleaved", "peer_over_full_median"))
     kind = "(record: windows minutes apart)" if interleaved else "(issue 27)"
-    rows.append(f"| >= 25x the peer's chunks per CPU second, all processes, 50 callers {kind} "
-                f"| {_f(ours, '.1f')} ms/1k | {_f(peer, '.0f')} ms/1k (peer) | {ratio} "
-                f"| {'record' if interleaved else met} |")  # fmt: skip
+    rows.append(
+        f"| >= 25x the peer's chunks per CPU second, all processes, 50 callers {kind} "
+        f"| {_f(ours, '.1f')} ms/1k | {_f(peer, '.0f')} ms/1k (peer) | {ratio} "
+        f"| {'record' if interleaved else met} |"
+    )
     upstream = g("stack", "full_cmany_cpu_ms_per_1k_scripted-provider")
     peer_upstream = g("peer", "litellm_cmany_cpu_ms_per_1k_scripted")
     v1_upstream = g("stack", "v1_cmany_cpu_ms_per_1k_scripted-provider")
     own, v1_own = ours - upstream, g("stack", "v1_cmany_cpu_ms_per_1k_total") - v1_upstream
     ratio_v1, _ = _lower(v1_own, own, 2)
     ratio_peer, _ = _lower(peer - peer_upstream, own, 25)
-    rows.append(f"| (record) the same without the upstream simulator's CPU (the scripted provider, "
-                f"not part of either pipeline) | {_f(own, '.1f')} ms/1k | {_f(v1_own, '.1f')} "
-                f"(frames off), {_f(peer - peer_upstream, '.0f')} (peer) ms/1k "
-                f"| {ratio_v1} lower, {ratio_peer} | record |")  # fmt: skip
+    rows.append(
+        f"| (record) the same without the upstream simulator's CPU (the scripted provider, "
+        f"not part of either pipeline) | {_f(own, '.1f')} ms/1k | {_f(v1_own, '.1f')} "
+        f"(frames off), {_f(peer - peer_upstream, '.0f')} (peer) ms/1k "
+        f"| {ratio_v1} lower, {ratio_peer} | record |"
+    )
     return rows
 
 
@@ -178,13 +213,18 @@ def _interleaved_rows(fig: Figures) -> list[str]:
         if math.isnan(median):
             continue
         low, high = g(phase, f"{other}_over_full_min"), g(phase, f"{other}_over_full_max")
-        what = (">= 2x lower than frames off" if other == "v1"
-                else ">= 25x the peer's chunks per CPU second")  # fmt: skip
-        rows.append(f"| CPU ms per 1,000 events, all processes, 50 callers: {what} (issue 27; "
-                    f"alternating windows, median of {rounds:.0f} rounds) | {_f(ours, '.1f')} ms/1k "
-                    f"| {_f(g(phase, f'{other}_cpu_ms_per_1k_total'), '.1f')} ms/1k ({label}) "
-                    f"| {median:.2f}x{unit} (rounds {low:.2f}-{high:.2f}) "
-                    f"| {'yes' if median >= times else 'no'} |")  # fmt: skip
+        what = (
+            ">= 2x lower than frames off"
+            if other == "v1"
+            else ">= 25x the peer's chunks per CPU second"
+        )
+        rows.append(
+            f"| CPU ms per 1,000 events, all processes, 50 callers: {what} (issue 27; "
+            f"alternating windows, median of {rounds:.0f} rounds) | {_f(ours, '.1f')} ms/1k "
+            f"| {_f(g(phase, f'{other}_cpu_ms_per_1k_total'), '.1f')} ms/1k ({label}) "
+            f"| {median:.2f}x{unit} (rounds {low:.2f}-{high:.2f}) "
+            f"| {'yes' if median >= times else 'no'} |"
+        )
     return rows
 
 
@@ -199,28 +239,60 @@ def ratios_table(fig: Figures) -> str:
     g = fig.get
     lim = "limits"
     rows = [
-        ("gateway durable chunks/s, bench_gateway (b), 100 fragments", g("gateway", "b_chunks_per_s"),
-         "pipelined publish with acks", g(lim, "publish_per_s"), g("gateway", "b_limit_per_s")),
-        ("gateway on the full stack, 50 callers, events/s", g("stack", "full_cmany_events_per_s"),
-         "pipelined publish with acks", g(lim, "publish_per_s"), float("nan")),
-        ("assembler to SQLite, chunks/s", g("assembler", "sqlite_per_s"),
-         "callback consumer acking every message", g(lim, "consume_ack_per_s"),
-         g("assembler", "raw_batch_per_s")),
-        ("assembler to PostgreSQL, chunks/s", g("assembler", "postgres_per_s"),
-         "callback consumer acking every message", g(lim, "consume_ack_per_s"),
-         g("assembler", "raw_batch_per_s")),
-        ("replay (read_session), chunks/s", g("replay", "replay_per_s"),
-         "ordered-consumer read", g(lim, "ordered_read_per_s"), g("replay", "raw_per_s")),
-    ]  # fmt: skip
-    out = ["| tokenwire | figure | its limit | limit (limits phase) | ratio | same limit measured "
-           "beside it in its own phase | ratio |", "| --- | ---: | --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
-    out += [f"| {a} | {_f(x)} | {b} | {_f(y)} | {_ratio(x, y)} | {_f(z)} | {_ratio(x, z)} |"
-            for a, x, b, y, z in rows]  # fmt: skip
+        (
+            "gateway durable chunks/s, bench_gateway (b), 100 fragments",
+            g("gateway", "b_chunks_per_s"),
+            "pipelined publish with acks",
+            g(lim, "publish_per_s"),
+            g("gateway", "b_limit_per_s"),
+        ),
+        (
+            "gateway on the full stack, 50 callers, events/s",
+            g("stack", "full_cmany_events_per_s"),
+            "pipelined publish with acks",
+            g(lim, "publish_per_s"),
+            float("nan"),
+        ),
+        (
+            "assembler to SQLite, chunks/s",
+            g("assembler", "sqlite_per_s"),
+            "callback consumer acking every message",
+            g(lim, "consume_ack_per_s"),
+            g("assembler", "raw_batch_per_s"),
+        ),
+        (
+            "assembler to PostgreSQL, chunks/s",
+            g("assembler", "postgres_per_s"),
+            "callback consumer acking every message",
+            g(lim, "consume_ack_per_s"),
+            g("assembler", "raw_batch_per_s"),
+        ),
+        (
+            "replay (read_session), chunks/s",
+            g("replay", "replay_per_s"),
+            "ordered-consumer read",
+            g(lim, "ordered_read_per_s"),
+            g("replay", "raw_per_s"),
+        ),
+    ]
+    out = [
+        "| tokenwire | figure | its limit | limit (limits phase) | ratio | same limit measured "
+        "beside it in its own phase | ratio |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: |",
+    ]
+    out += [
+        f"| {a} | {_f(x)} | {b} | {_f(y)} | {_ratio(x, y)} | {_f(z)} | {_ratio(x, z)} |"
+        for a, x, b, y, z in rows
+    ]
     e2e = [g("stack", f"e2e_provider_to_commit_p{q}_ms") for q in (50, 90, 99)]
-    out.append(f"| provider byte -> store commit, full stack, p50 / p90 / p99 ms "
-               f"| {' / '.join(_f(x, '.1f') for x in e2e)} | | | | | |")  # fmt: skip
-    out.append(f"| telemetry deliveries per step (full stack) "
-               f"| {_f(g('stack', 'telemetry_deliveries_per_step'), '.2f')} | one per step | 1 | | | |")  # fmt: skip
+    out.append(
+        f"| provider byte -> store commit, full stack, p50 / p90 / p99 ms "
+        f"| {' / '.join(_f(x, '.1f') for x in e2e)} | | | | | |"
+    )
+    out.append(
+        f"| telemetry deliveries per step (full stack) "
+        f"| {_f(g('stack', 'telemetry_deliveries_per_step'), '.2f')} | one per step | 1 | | | |"
+    )
     return "\n".join(out)
 
 
@@ -263,11 +335,13 @@ def plots(fig: Figures, out: Path) -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     bars = [("direct", fig.get("stack", "full_lone_direct_p50_ms"), False)]
-    bars += [("bare proxy", fig.get("limits", "proxy_added_lone_p50_ms"), True),
-             ("tokenwire\nno consumers", fig.get("stack", "bare_lone_added_p50_ms"), True),
-             ("tokenwire\nfull stack", fig.get("stack", "full_lone_added_p50_ms"), True),
-             ("tokenwire\naiohttp", fig.get("stack", "aiohttp_lone_added_p50_ms"), True),
-             ("LiteLLM", fig.get("peer", "litellm_lone_added_p50_ms"), True)]  # fmt: skip
+    bars += [
+        ("bare proxy", fig.get("limits", "proxy_added_lone_p50_ms"), True),
+        ("tokenwire\nno consumers", fig.get("stack", "bare_lone_added_p50_ms"), True),
+        ("tokenwire\nfull stack", fig.get("stack", "full_lone_added_p50_ms"), True),
+        ("tokenwire\naiohttp", fig.get("stack", "aiohttp_lone_added_p50_ms"), True),
+        ("LiteLLM", fig.get("peer", "litellm_lone_added_p50_ms"), True),
+    ]
     bars = [(n, v, a) for n, v, a in bars if not math.isnan(v)]
     f, ax = plt.subplots(figsize=(8, 4))
     ax.bar([b[0] for b in bars], [b[1] for b in bars], color=["grey"] + ["C0"] * (len(bars) - 1))
@@ -313,9 +387,12 @@ def generated(fig: Figures, images: list[str], preliminary: bool) -> str:
         "",
     ]
     if preliminary:
-        head += ["**Preliminary, measured under load** (other work ran on the 2 cores during "
-                 "this run; the ratios hold better than the absolute rates). Regenerate with "
-                 "`make bench` on a quiet machine.", ""]  # fmt: skip
+        head += [
+            "**Preliminary, measured under load** (other work ran on the 2 cores during "
+            "this run; the ratios hold better than the absolute rates). Regenerate with "
+            "`make bench` on a quiet machine.",
+            "",
+        ]
     peer_note = fig.notes.get("peer", "")
     body = [
         "### tokenwire against the peer, same upstream, same scenarios",

@@ -47,18 +47,26 @@ class Figures:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "profile": self.profile, "values": self.values, "tables": self.tables,
-            "curves": self.curves, "notes": self.notes, "seconds": self.seconds,
+            "profile": self.profile,
+            "values": self.values,
+            "tables": self.tables,
+            "curves": self.curves,
+            "notes": self.notes,
+            "seconds": self.seconds,
             "machine": self.machine,
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Figures:
         return cls(
-            profile=doc["profile"], values=doc.get("values", {}), tables=doc.get("tables", {}),
-            curves=doc.get("curves", {}), notes=doc.get("notes", {}),
-            seconds=doc.get("seconds", {}), machine=doc.get("machine", {}),
-        )  # fmt: skip
+            profile=doc["profile"],
+            values=doc.get("values", {}),
+            tables=doc.get("tables", {}),
+            curves=doc.get("curves", {}),
+            notes=doc.get("notes", {}),
+            seconds=doc.get("seconds", {}),
+            machine=doc.get("machine", {}),
+        )
 
     def merge(self, other: Figures) -> None:
         """Keep ``other``'s phases that this run did not measure (``make bench BENCH=x``)."""
@@ -73,10 +81,11 @@ def machine() -> dict[str, Any]:
     load = os.getloadavg()
     return {
         "when_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "cores": os.cpu_count(), "python": platform.python_version(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
         "system": f"{platform.system()} {platform.release()}",
         "load_at_start": round(load[0], 2),
-    }  # fmt: skip
+    }
 
 
 def save(figures: Figures, path: Path) -> None:

@@ -104,9 +104,13 @@ async def publish(nc: Any, topology: Topology, envs: Sequence[ChunkEnvelope]) ->
     publisher = await ChunkPublisher(nc, topology, window=4096).start()
     for env in envs:
         await publisher.publish(
-            json_encoder.encode(env), env.session, env.turn, env.step, env.ordinal,
+            json_encoder.encode(env),
+            env.session,
+            env.turn,
+            env.step,
+            env.ordinal,
             first=env.ordinal == 0,
-        )  # fmt: skip
+        )
     await publisher.flush(30)
     await publisher.close()
 
@@ -164,9 +168,13 @@ def process_gc() -> None:
 
 def settings(url: str, topology: Topology, store_url: str) -> AssemblerSettings:
     return AssemblerSettings(
-        nats_urls=(url,), store_url=store_url, topology=topology, provision=False,
-        metrics_addr=None, assembly=AssemblyConfig(max_open_steps=50_000),
-    )  # fmt: skip
+        nats_urls=(url,),
+        store_url=store_url,
+        topology=topology,
+        provision=False,
+        metrics_addr=None,
+        assembly=AssemblyConfig(max_open_steps=50_000),
+    )
 
 
 async def assemble(url: str, topology: Topology, store: Store, steps: int, total: int) -> float:
@@ -244,9 +252,13 @@ async def paced(url: str, tag: str, stagger: bool) -> tuple[dict[tuple[str, int]
     for i in range(0, len(envs), per_tick):
         for env in envs[i : i + per_tick]:
             await publisher.publish(
-                json_encoder.encode(env), env.session, env.turn, env.step, env.ordinal,
+                json_encoder.encode(env),
+                env.session,
+                env.turn,
+                env.step,
+                env.ordinal,
                 first=env.ordinal == 0,
-            )  # fmt: skip
+            )
             if isinstance(env.chunk, Finish):
                 finished[(env.session, env.turn)] = time.monotonic()
         await asyncio.sleep(max(0.0, started + (i // per_tick + 1) * tick - time.monotonic()))
@@ -263,9 +275,15 @@ async def publish_elsewhere(
     """:func:`paced` in a child process; its result comes back as JSON on stdout."""
     script = "import sys; from bench.bench_assembler import paced_main; paced_main(sys.argv[1:])"
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", script, url, tag, "stagger" if stagger else "lock-step",
-        cwd=REPO, stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-c",
+        script,
+        url,
+        tag,
+        "stagger" if stagger else "lock-step",
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+    )
     out, _ = await child.communicate()
     if child.returncode != 0:
         raise RuntimeError(f"the publisher process failed ({child.returncode})")
@@ -321,9 +339,14 @@ async def _main() -> str:
 def new_topology(tag: str) -> Topology:
     """Each phase reads its own stream, so no phase sees another's backlog."""
     return Topology(
-        prefix=tag, stream=f"TW_{tag}", events_stream=f"TWE_{tag}", dlq_stream=f"TWD_{tag}",
-        steps_bucket=f"steps-{tag}", partitions=PARTITIONS, max_bytes=256 * 1024**2,
-    )  # fmt: skip
+        prefix=tag,
+        stream=f"TW_{tag}",
+        events_stream=f"TWE_{tag}",
+        dlq_stream=f"TWD_{tag}",
+        steps_bucket=f"steps-{tag}",
+        partitions=PARTITIONS,
+        max_bytes=256 * 1024**2,
+    )
 
 
 def progress(what: str) -> None:
@@ -369,8 +392,15 @@ async def _phases(url: str, tmp: Path, schema: str) -> str:
     await sqlite.close()
     await pg.close()
     await nc.close()
-    FIGURES.update(raw_batch_per_s=raw, raw_one_per_s=raw_one, sqlite_per_s=b, postgres_per_s=c,
-                   commit_p50_ms=apart[0], commit_p99_ms=apart[1], rss_open_mb=grown)  # fmt: skip
+    FIGURES.update(
+        raw_batch_per_s=raw,
+        raw_one_per_s=raw_one,
+        sqlite_per_s=b,
+        postgres_per_s=c,
+        commit_p50_ms=apart[0],
+        commit_p99_ms=apart[1],
+        rss_open_mb=grown,
+    )
     return _table((raw, raw_one), b, c, (apart, burst, near), (grown, payload), total)
 
 
@@ -378,9 +408,13 @@ Latency = tuple[float, float, float]
 
 
 def _table(
-    raws: tuple[float, float], b: float, c: float, lat: tuple[Latency, Latency, Latency],
-    mem: tuple[float, float], total: int,
-) -> str:  # fmt: skip
+    raws: tuple[float, float],
+    b: float,
+    c: float,
+    lat: tuple[Latency, Latency, Latency],
+    mem: tuple[float, float],
+    total: int,
+) -> str:
     (raw, raw_one), ((p50, p99, offered), burst, near) = raws, lat
     grown, payload = mem
     gc_note = "CPython's default GC" if os.environ.get("BENCH_DEFAULT_GC") == "1" else "tune_gc()"

@@ -39,9 +39,17 @@ RECORDINGS = Path(
         Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "provider-recordings",
     )
 )  # the tests' default and override (tests/fixtures/recordings.py)
-PROVIDERS = {"openai": "openai", "azure-openai": "azure", "openai-responses": "openai-responses",
-             "anthropic": "anthropic", "deepseek": "deepseek", "google": "gemini",
-             "groq": "groq", "openrouter": "openrouter", "vllm": "vllm"}  # fmt: skip
+PROVIDERS = {
+    "openai": "openai",
+    "azure-openai": "azure",
+    "openai-responses": "openai-responses",
+    "anthropic": "anthropic",
+    "deepseek": "deepseek",
+    "google": "gemini",
+    "groq": "groq",
+    "openrouter": "openrouter",
+    "vllm": "vllm",
+}
 
 
 def recorded_steps() -> list[tuple[str, list[StreamChunk]]]:
@@ -70,9 +78,17 @@ def envelopes(total: int) -> list[tuple[str, int, int, bytes]]:
         provider, chunks = steps[i % len(steps)]
         session = str(uuid.uuid4())
         for ordinal, chunk in enumerate(chunks):
-            env = ChunkEnvelope(session, 0, 0, ordinal, now + ordinal * 20_000_000, provider,
-                                f"{provider}-model", chunk,
-                                request_time_ns=now if ordinal == 0 else None)  # fmt: skip
+            env = ChunkEnvelope(
+                session,
+                0,
+                0,
+                ordinal,
+                now + ordinal * 20_000_000,
+                provider,
+                f"{provider}-model",
+                chunk,
+                request_time_ns=now if ordinal == 0 else None,
+            )
             out.append((session, 0, ordinal, json_encoder.encode(env)))
         i += 1
     return out[:total]
@@ -132,10 +148,15 @@ async def measure(chunks: int, order: tuple[str, ...] = ("none", "s2")) -> dict[
         accounted, rates, cpu = {}, {}, {}
         try:
             for compression in order:
-                t = Topology(prefix=f"c{compression}", stream=f"C_{compression.upper()}",
-                             events_stream=f"CE_{compression}", dlq_stream=f"CD_{compression}",
-                             steps_bucket=f"cs-{compression}", compression=compression,
-                             max_bytes=1024**3)  # fmt: skip
+                t = Topology(
+                    prefix=f"c{compression}",
+                    stream=f"C_{compression.upper()}",
+                    events_stream=f"CE_{compression}",
+                    dlq_stream=f"CD_{compression}",
+                    steps_bucket=f"cs-{compression}",
+                    compression=compression,
+                    max_bytes=1024**3,
+                )
                 got = await publish(server, t, load)
                 accounted[compression], rates[compression], cpu[compression] = got
         finally:
@@ -181,8 +202,10 @@ def main() -> str:
     ]
     for name, row in (("none", none), ("s2", s2)):
         disk, held = row["disk_bytes_per_chunk"], row["accounted_bytes_per_chunk"]
-        lines.append(f"| {name} | {disk} | {held} | {row['published_chunks_per_s']:,} "
-                     f"| {row['server_cpu_us_per_chunk']} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {disk} | {held} | {row['published_chunks_per_s']:,} "
+            f"| {row['server_cpu_us_per_chunk']} |"
+        )
     lines.append(f"\ndisk none / s2: {figures['disk_ratio_none_to_s2']}x")
     return "\n".join(lines)
 

@@ -159,9 +159,14 @@ async def throughput(url: str, store_url: str, tmp: Path, members: int, tag: str
     and member TTL of this phase outlast the freeze, so pins and membership stay), publish
     the load, thaw them, and time the drain into the slow store."""
     t = Topology(
-        prefix=tag, stream=f"TW_{tag}", events_stream=f"TWE_{tag}", dlq_stream=f"TWD_{tag}",
-        steps_bucket=f"steps-{tag}", partitions=PARTITIONS, max_bytes=256 * 1024**2,
-    )  # fmt: skip
+        prefix=tag,
+        stream=f"TW_{tag}",
+        events_stream=f"TWE_{tag}",
+        dlq_stream=f"TWD_{tag}",
+        steps_bucket=f"steps-{tag}",
+        partitions=PARTITIONS,
+        max_bytes=256 * 1024**2,
+    )
     nc = await connect(url)
     await ensure_topology(nc, t, ack_wait_s=120, priority_timeout_s=60, member_ttl_s=90)
     store = open_store(store_url)
@@ -217,14 +222,19 @@ def _start_tagged(
 ) -> subprocess.Popen[bytes]:
     """An assembler process on a non-default topology: a tiny launcher sets the names."""
     fields = {
-        "prefix": t.prefix, "stream": t.stream, "events_stream": t.events_stream,
-        "dlq_stream": t.dlq_stream, "steps_bucket": t.steps_bucket, "partitions": t.partitions,
-    }  # fmt: skip
+        "prefix": t.prefix,
+        "stream": t.stream,
+        "events_stream": t.events_stream,
+        "dlq_stream": t.dlq_stream,
+        "steps_bucket": t.steps_bucket,
+        "partitions": t.partitions,
+    }
     code = LAUNCHER.replace("FIELDS", repr(fields))
     full = {**os.environ, **_assembler_env(url, store_url, member, env)}
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-c", code], env=full, stdout=out,
-                                stderr=subprocess.STDOUT)  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, "-c", code], env=full, stdout=out, stderr=subprocess.STDOUT
+        )
 
 
 LAUNCHER = """

@@ -112,8 +112,9 @@ async def _round(side: Side, tag: str) -> float:
     """One paced round on ``side``: its process's CPU us per token streamed."""
     proc = psutil.Process(side.proc.pid)
     before = cpu_s(proc)
-    await gw.paced_sessions(side.port, SESSIONS, tag, steps=STEPS, tokens=TOKENS, rate=RATE,
-                            extra=side.headers)  # fmt: skip
+    await gw.paced_sessions(
+        side.port, SESSIONS, tag, steps=STEPS, tokens=TOKENS, rate=RATE, extra=side.headers
+    )
     return (cpu_s(proc) - before) / (SESSIONS * STEPS * TOKENS) * 1e6
 
 
@@ -125,8 +126,11 @@ def _start(nats_url: str, sp_port: int) -> list[Side]:
     """The four sides, three processes (the coalescing callers use the gateway's), in front of
     the scripted provider."""
     upstream = str(sp_port)
-    codes = {"gateway": (gw._GATEWAY, nats_url, f"http://127.0.0.1:{sp_port}"),
-             "proxy": (gw._PROXY, upstream), "relay": (_RELAY, upstream)}  # fmt: skip
+    codes = {
+        "gateway": (gw._GATEWAY, nats_url, f"http://127.0.0.1:{sp_port}"),
+        "proxy": (gw._PROXY, upstream),
+        "relay": (_RELAY, upstream),
+    }
     sides = []
     for name, (code, *args) in codes.items():
         port = free_port()
@@ -178,14 +182,18 @@ def _put(sides: list[Side]) -> None:
 
 def table(figures: dict[str, float]) -> str:
     """Each side's CPU per token (median, min-max of the rounds) and its ratio to the gateway."""
-    rows = [f"| side ({figures['sessions']:.0f} sessions at {RATE} tokens/s, "
-            f"{figures['rounds']:.0f} rounds) | CPU us per token, median (min-max) | "
-            "ratio to the gateway |",
-            "| --- | ---: | ---: |"]  # fmt: skip
+    rows = [
+        f"| side ({figures['sessions']:.0f} sessions at {RATE} tokens/s, "
+        f"{figures['rounds']:.0f} rounds) | CPU us per token, median (min-max) | "
+        "ratio to the gateway |",
+        "| --- | ---: | ---: |",
+    ]
     for name in SIDES:
         low, high = figures[f"{name}_us_min"], figures[f"{name}_us_max"]
-        rows.append(f"| {name} | {figures[f'{name}_us_per_token']:.1f} ({low:.1f}-{high:.1f}) "
-                    f"| {figures[f'{name}_over_gateway']:.2f}x |")  # fmt: skip
+        rows.append(
+            f"| {name} | {figures[f'{name}_us_per_token']:.1f} ({low:.1f}-{high:.1f}) "
+            f"| {figures[f'{name}_over_gateway']:.2f}x |"
+        )
     return "\n".join(rows)
 
 

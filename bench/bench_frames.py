@@ -94,8 +94,9 @@ async def _paced(port: int, nats_url: str, db: Path) -> tuple[dict[str, float], 
     async def one(i: int) -> None:
         await asyncio.sleep(i / SESSIONS)  # starts spread over a second
         caller = await gw.Caller.open(port)
-        req = gw.streaming_request(port, "/v1/chat/completions", f"paced-{i}-{time.time_ns()}",
-                                   options)  # fmt: skip
+        req = gw.streaming_request(
+            port, "/v1/chat/completions", f"paced-{i}-{time.time_ns()}", options
+        )
         first, _ = await caller.stream(req)
         ttfb.append(first * 1000)
         caller.close()
@@ -185,11 +186,14 @@ def _table(results: list[Result]) -> str:
         if all(proc in r.cpu for r in results):
             row(f"CPU ms per 1,000 events, {proc}", [r.cpu[proc] for r in results], "{:.1f}")
     rows.append("")
-    rows.append("Same-run ratios against frames off (v1): " + "; ".join(
-        f"{r.name}: CPU {base.cpu['total'] / r.cpu['total']:.2f}x lower, paced bytes/chunk "
-        f"{base.paced['bytes_per_chunk'] / r.paced['bytes_per_chunk']:.2f}x lower"
-        for r in results[1:]
-    ))  # fmt: skip
+    rows.append(
+        "Same-run ratios against frames off (v1): "
+        + "; ".join(
+            f"{r.name}: CPU {base.cpu['total'] / r.cpu['total']:.2f}x lower, paced bytes/chunk "
+            f"{base.paced['bytes_per_chunk'] / r.paced['bytes_per_chunk']:.2f}x lower"
+            for r in results[1:]
+        )
+    )
     return "\n".join(rows)
 
 

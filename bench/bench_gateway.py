@@ -77,9 +77,10 @@ REQUESTS_E = 50  # per caller and client
 RATE_D = 50  # fragments per second, a fast model's pace
 N_A = 60_000
 ENVELOPE = json_encoder.encode(
-    ChunkEnvelope("bench-session-000", 0, 0, 17, time.time_ns(), "scripted", "text",
-                  TextDelta(0, "abcd"))
-)  # fmt: skip
+    ChunkEnvelope(
+        "bench-session-000", 0, 0, 17, time.time_ns(), "scripted", "text", TextDelta(0, "abcd")
+    )
+)
 TRACE = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 
 _SCRIPTED = """
@@ -183,9 +184,12 @@ def streaming_request(port: int, path: str, session: str, options: str, extra: s
     """A pre-encoded chat completion request for ``scripted/text?<options>``; ``extra``: more
     header lines (each ending ``\r\n``)."""
     body = msgspec.json.encode(
-        {"model": f"scripted/text?{options}", "stream": True,
-         "messages": [{"role": "user", "content": "hi"}]}
-    )  # fmt: skip
+        {
+            "model": f"scripted/text?{options}",
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+    )
     head = (
         f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
         f"x-tokenwire-session: {session}\r\n{extra}content-length: {len(body)}\r\n\r\n"
@@ -253,10 +257,14 @@ async def bench_chunk_publisher(url: str) -> tuple[float, float]:
 def _bench_topology(tag: str) -> Topology:
     up = tag.upper()
     return Topology(
-        prefix=f"bench{tag}", stream=f"BENCH{up}", events_stream=f"BENCHE{up}",
-        dlq_stream=f"BENCHD{up}", steps_bucket=f"bench-{tag}-steps", partitions=16,
+        prefix=f"bench{tag}",
+        stream=f"BENCH{up}",
+        events_stream=f"BENCHE{up}",
+        dlq_stream=f"BENCHD{up}",
+        steps_bucket=f"bench-{tag}-steps",
+        partitions=16,
         max_bytes=1024**3,
-    )  # fmt: skip
+    )
 
 
 # -- (b), (b0) ------------------------------------------------------------------------------
@@ -364,9 +372,11 @@ async def bench_ttfc(
     spread = 8 / RATE_D / sessions
     options = f"fragments=8&rate={RATE_D}" + (f"&first={first_token_s}" if first_token_s else "")
     results = await asyncio.gather(
-        *(_pairs(sp_port, gw_port, f"ttfc-{sessions}-{s}", n, s * spread, options)
-          for s in range(sessions))
-    )  # fmt: skip
+        *(
+            _pairs(sp_port, gw_port, f"ttfc-{sessions}-{s}", n, s * spread, options)
+            for s in range(sessions)
+        )
+    )
     return [pair for pairs in results for pair in pairs]
 
 
@@ -377,9 +387,12 @@ async def bench_clients(sp_port: int) -> tuple[list[float], list[float]]:
     """(e) seconds to the first body bytes: (aiohttp, HttpClient), alternating per caller."""
     url = f"http://127.0.0.1:{sp_port}/v1/chat/completions"
     body = msgspec.json.encode(
-        {"model": f"text?fragments=8&rate={RATE_D}", "stream": True,
-         "messages": [{"role": "user", "content": "hi"}]}
-    )  # fmt: skip
+        {
+            "model": f"text?fragments=8&rate={RATE_D}",
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+    )
     headers = {"content-type": "application/json"}
     times: tuple[list[float], list[float]] = ([], [])
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
@@ -426,9 +439,11 @@ async def bench_clients(sp_port: int) -> tuple[list[float], list[float]]:
 def _spawn(code: str, *args: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
     return subprocess.Popen(
-        [sys.executable, "-c", code, *args], env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [sys.executable, "-c", code, *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 async def _wait_up(port: int, timeout_s: float = 30.0) -> None:
@@ -482,10 +497,12 @@ async def _run() -> Results:
                 await _wait_up(port)
             me = psutil.Process()
             procs = {
-                "gateway": psutil.Process(gateway.pid), "gateway2": psutil.Process(gateway2.pid),
-                "scripted": psutil.Process(scripted.pid), "load": me,
+                "gateway": psutil.Process(gateway.pid),
+                "gateway2": psutil.Process(gateway2.pid),
+                "scripted": psutil.Process(scripted.pid),
+                "load": me,
                 "nats": next(p for p in me.children() if p.name() == "nats-server"),
-            }  # fmt: skip
+            }
             # Latency first, on a quiet broker: after the load rounds it is still writing
             # their ~150k messages out, which would be measured as the gateway's latency.
             ttfc = await bench_ttfc(sp_port, gw_port, SESSIONS_D, PAIRS_D)
@@ -507,9 +524,21 @@ async def _run() -> Results:
                 proc.wait(10)
             server.stop()
     return Results(
-        limit, limit_cpu, publisher, publisher_cpu, direct, gw, gw_long, pair, pair_long,
-        ttfc, serial, floor, floor_serial, clients,
-    )  # fmt: skip
+        limit,
+        limit_cpu,
+        publisher,
+        publisher_cpu,
+        direct,
+        gw,
+        gw_long,
+        pair,
+        pair_long,
+        ttfc,
+        serial,
+        floor,
+        floor_serial,
+        clients,
+    )
 
 
 def _pct(samples: list[float], q: float) -> float:

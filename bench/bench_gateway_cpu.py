@@ -77,8 +77,10 @@ class Side:
             code = _CPROFILED.format(out=str(cprofile / f"{self.name}.pstats"), code=gw._GATEWAY)
         self.proc = subprocess.Popen(
             [str(python), "-c", code, str(self.port), self.server.url, upstream],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def stop(self, cprofile: Path | None = None) -> None:
         if self.proc is not None:
@@ -107,8 +109,9 @@ async def _paced_round(side: Side, tag: str, sessions: int) -> float:
     assert side.proc is not None
     proc = psutil.Process(side.proc.pid)
     before = cpu_s(proc)
-    await gw.paced_sessions(side.port, sessions, tag, steps=PACED_STEPS, tokens=PACED_TOKENS,
-                            rate=PACED_RATE)  # fmt: skip
+    await gw.paced_sessions(
+        side.port, sessions, tag, steps=PACED_STEPS, tokens=PACED_TOKENS, rate=PACED_RATE
+    )
     return (cpu_s(proc) - before) / (sessions * PACED_STEPS * PACED_TOKENS) * 1e6
 
 
@@ -151,10 +154,22 @@ async def _limit(url: str) -> float:
 
 def _record(py_spy: str, pid: int, out: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [py_spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "250",
-         "--nonblocking", "--output", str(out)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            py_spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--format",
+            "raw",
+            "--rate",
+            "250",
+            "--nonblocking",
+            "--output",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 async def _profile(sides: list[Side], py_spy: str, out: Path) -> None:

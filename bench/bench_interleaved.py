@@ -63,8 +63,10 @@ async def _variants(with_peer: bool) -> AsyncIterator[list[Variant]]:
     async with contextlib.AsyncExitStack() as stack:
         full = await stack.enter_async_context(full_stack())
         off = await stack.enter_async_context(full_stack(hooks=FRAMES_OFF))
-        found = [Variant("full", full.gateway_port, full.procs, []),
-                 Variant("v1", off.gateway_port, off.procs, [])]  # fmt: skip
+        found = [
+            Variant("full", full.gateway_port, full.procs, []),
+            Variant("v1", off.gateway_port, off.procs, []),
+        ]
         exe = await asyncio.to_thread(_peer.ensure_installed) if with_peer else "not asked for"
         if isinstance(exe, str):
             _progress(f"peer skipped: {exe}")
@@ -124,22 +126,28 @@ def table(fig: Figures) -> str:
     rounds = int(g(PHASE, "rounds"))
     measured = fig.values.get(PHASE, {})
     names = [n for n in VARIANTS if f"{n}_cpu_ms_per_1k_total" in measured]
-    rows = ["| round | " + " | ".join(f"{n}, ms per 1,000 events" for n in names) + " |",
-            "| --- |" + " ---: |" * len(names)]  # fmt: skip
+    rows = [
+        "| round | " + " | ".join(f"{n}, ms per 1,000 events" for n in names) + " |",
+        "| --- |" + " ---: |" * len(names),
+    ]
     for r in range(rounds):
         cells = []
         for n in names:
-            total = sum(v for k, v in measured.items()
-                        if k.startswith(f"{n}_r{r}_cpu_ms_per_1k_"))  # fmt: skip
+            total = sum(v for k, v in measured.items() if k.startswith(f"{n}_r{r}_cpu_ms_per_1k_"))
             cells.append(f"{total:.1f}")
         rows.append(f"| {r + 1} | " + " | ".join(cells) + " |")
-    rows.append("| median | " + " | ".join(
-        f"{g(PHASE, f'{n}_cpu_ms_per_1k_total'):.1f}" for n in names) + " |")  # fmt: skip
+    rows.append(
+        "| median | "
+        + " | ".join(f"{g(PHASE, f'{n}_cpu_ms_per_1k_total'):.1f}" for n in names)
+        + " |"
+    )
     for other in ("v1", "peer"):
         if f"{other}_over_full_median" in measured:
             low, high = (g(PHASE, f"{other}_over_full_{k}") for k in ("min", "max"))
             median = g(PHASE, f"{other}_over_full_median")
             ratio = f"{median:.2f}x ({low:.2f}-{high:.2f})"
-            rows.append(f"| {other} / full, per round: median (min-max) | {ratio} |"
-                        + " |" * (len(names) - 1))  # fmt: skip
+            rows.append(
+                f"| {other} / full, per round: median (min-max) | {ratio} |"
+                + " |" * (len(names) - 1)
+            )
     return "\n".join(rows)

@@ -37,8 +37,15 @@ PHASE = "limits"
 
 
 def _topology() -> Topology:
-    return Topology(prefix="lim", stream="LIM", events_stream="LIME", dlq_stream="LIMD",
-                    steps_bucket="lim-steps", partitions=16, max_bytes=2 * 1024**3)  # fmt: skip
+    return Topology(
+        prefix="lim",
+        stream="LIM",
+        events_stream="LIME",
+        dlq_stream="LIMD",
+        steps_bucket="lim-steps",
+        partitions=16,
+        max_bytes=2 * 1024**3,
+    )
 
 
 async def ordered_read(nc: Client, t: Topology, total: int) -> float:

@@ -84,9 +84,11 @@ def _spawn(code: str, *args: str, env: dict[str, str] | None = None) -> subproce
         if env is None or name not in env:
             full.pop(name, None)
     return subprocess.Popen(
-        [sys.executable, "-c", code, *args], env=full,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [sys.executable, "-c", code, *args],
+        env=full,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 Pairs = list[tuple[float, float]]
@@ -137,9 +139,10 @@ async def _run() -> dict[str, Side]:
                 await _wait_up(port)
             me = psutil.Process()
             common = {
-                "scripted": psutil.Process(procs[0].pid), "load": me,
+                "scripted": psutil.Process(procs[0].pid),
+                "load": me,
                 "nats": next(p for p in me.children() if p.name() == "nats-server"),
-            }  # fmt: skip
+            }
             for tag in ("ctl", "on"):
                 sides[tag].pairs = await _pairs(ports["off"], ports[tag])
             count = functools.partial(_stream_count, server.url)

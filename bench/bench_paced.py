@@ -73,8 +73,12 @@ async def _seqs(nats_url: str) -> dict[str, float]:
         chunks = (await js.stream_info(t.stream)).state
         events = (await js.stream_info(t.events_stream)).state
         kv = (await js.stream_info(f"KV_{t.steps_bucket}")).state
-        return {"chunk_msgs": chunks.last_seq, "chunk_bytes": chunks.bytes,
-                "event_writes": events.last_seq, "kv_writes": kv.last_seq}  # fmt: skip
+        return {
+            "chunk_msgs": chunks.last_seq,
+            "chunk_bytes": chunks.bytes,
+            "event_writes": events.last_seq,
+            "kv_writes": kv.last_seq,
+        }
     finally:
         await nc.close()
 
@@ -153,14 +157,18 @@ async def _paced(s: object, sessions: int, idle: dict[str, float], prefix: str) 
     put(f"{key}_messages_per_chunk", (seq1["chunk_msgs"] - seq0["chunk_msgs"]) / chunks)
     put(f"{key}_stream_bytes_per_chunk", (seq1["chunk_bytes"] - seq0["chunk_bytes"]) / chunks)
     put(f"{key}_kv_writes_per_step", (seq1["kv_writes"] - seq0["kv_writes"]) / max(1, steps))
-    put(f"{key}_event_writes_per_step",
-        (seq1["event_writes"] - seq0["event_writes"]) / max(1, steps))  # fmt: skip
+    put(
+        f"{key}_event_writes_per_step",
+        (seq1["event_writes"] - seq0["event_writes"]) / max(1, steps),
+    )
     gross = net = 0.0
     for name in cpu0:
         used = cpu1[name] - cpu0[name]
         put(f"{key}_cpu_us_per_chunk_{name}", used / chunks * 1e6)
-        put(f"{key}_net_cpu_us_per_chunk_{name}",
-            max(0.0, used - idle.get(name, 0.0) * elapsed) / chunks * 1e6)  # fmt: skip
+        put(
+            f"{key}_net_cpu_us_per_chunk_{name}",
+            max(0.0, used - idle.get(name, 0.0) * elapsed) / chunks * 1e6,
+        )
         if name not in {"load", "scripted-provider"}:
             gross += used
             net += max(0.0, used - idle.get(name, 0.0) * elapsed)
@@ -184,8 +192,10 @@ async def _paced_stack(prefix: str, hooks: dict[str, str] | None) -> None:
     async with full_stack(hooks=hooks) as s:
         idle = await _idle(s.procs, prefix)
         for sessions in LOADS:
-            print(f"  {time.strftime('%H:%M:%S')} paced{_variant(prefix)}: {sessions} sessions",
-                  flush=True)  # fmt: skip
+            print(
+                f"  {time.strftime('%H:%M:%S')} paced{_variant(prefix)}: {sessions} sessions",
+                flush=True,
+            )
             await _paced(s, sessions, idle, prefix)
         _, total = _store(s.data / "store.db")
         s.stack.stop()  # every block written and compressed before its files are measured
@@ -201,13 +211,16 @@ def _variant(prefix: str) -> str:
 
 
 async def _full_stack_speed(prefix: str, hooks: dict[str, str] | None) -> None:
-    print(f"  {time.strftime('%H:%M:%S')} full speed{_variant(prefix)}: {FULL_CALLERS} callers",
-          flush=True)  # fmt: skip
+    print(
+        f"  {time.strftime('%H:%M:%S')} full speed{_variant(prefix)}: {FULL_CALLERS} callers",
+        flush=True,
+    )
     async with full_stack(hooks=hooks) as s:
         url, db = s.stack.nats_url, s.data / "store.db"
         seq0, store0 = await _seqs(url), _store(db)
-        _, cpu, _events = await load(s.gateway_port, FULL_CALLERS, FULL_EACH, FULL_FRAGMENTS,
-                                     s.procs)  # fmt: skip
+        _, cpu, _events = await load(
+            s.gateway_port, FULL_CALLERS, FULL_EACH, FULL_FRAGMENTS, s.procs
+        )
         store1 = await _settled(db, url)
         seq1 = await _seqs(url)
     chunks = max(1, store1[1] - store0[1])
@@ -221,8 +234,9 @@ async def _full_stack_speed(prefix: str, hooks: dict[str, str] | None) -> None:
         FIGURES[f"{key}_cpu_us_per_chunk_{name}"] = seconds / chunks * 1e6
     FIGURES[f"{key}_cpu_us_per_chunk_pipeline"] = (
         sum(v for n, v in cpu.items() if n in ("gateway", "assembler", "telemetry", "nats"))
-        / chunks * 1e6
-    )  # fmt: skip
+        / chunks
+        * 1e6
+    )
 
 
 async def _run(full: bool) -> None:
@@ -234,8 +248,10 @@ async def _run(full: bool) -> None:
     load1 = os.getloadavg()
     FIGURES["load_avg_1m_start"], FIGURES["load_avg_1m_end"] = load0[0], load1[0]
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    NOTES.append(f"{when}; 1-minute load average {load0[0]:.2f} at the start, "
-                 f"{load1[0]:.2f} at the end, on {os.cpu_count()} cores")  # fmt: skip
+    NOTES.append(
+        f"{when}; 1-minute load average {load0[0]:.2f} at the start, "
+        f"{load1[0]:.2f} at the end, on {os.cpu_count()} cores"
+    )
 
 
 def _table(prefix: str) -> str:
@@ -252,22 +268,37 @@ def _table(prefix: str) -> str:
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
 
     row("chunks/s achieved", "chunks_per_s", "{:,.0f}")
-    row("mean step time, s (the provider paces 100 fragments at 50/s: 2.0)", "step_seconds",
-        "{:.3f}")  # fmt: skip
+    row(
+        "mean step time, s (the provider paces 100 fragments at 50/s: 2.0)",
+        "step_seconds",
+        "{:.3f}",
+    )
     row("chunks per step", "chunks_per_step", "{:.1f}")
     row("broker messages per chunk", "messages_per_chunk", "{:.3f}", "messages_per_chunk")
-    row("stream bytes per chunk (state.bytes)", "stream_bytes_per_chunk", "{:.1f}",
-        "stream_bytes_per_chunk")  # fmt: skip
+    row(
+        "stream bytes per chunk (state.bytes)",
+        "stream_bytes_per_chunk",
+        "{:.1f}",
+        "stream_bytes_per_chunk",
+    )
     for proc in ("gateway", "assembler", "nats"):
         row(f"{proc}: share of a core busy", f"busy_{proc}", "{:.2f}")
     row("step-registry KV writes per step", "kv_writes_per_step", "{:.2f}")
     row("events-stream writes per step", "event_writes_per_step", "{:.2f}")
     for proc in PROCS:
-        row(f"CPU us per chunk, {proc} (gross)", f"cpu_us_per_chunk_{proc}", "{:.1f}",
-            f"cpu_us_per_chunk_{proc}")  # fmt: skip
+        row(
+            f"CPU us per chunk, {proc} (gross)",
+            f"cpu_us_per_chunk_{proc}",
+            "{:.1f}",
+            f"cpu_us_per_chunk_{proc}",
+        )
         row(f"CPU us per chunk, {proc} (net of idle)", f"net_cpu_us_per_chunk_{proc}", "{:.1f}")
-    row("CPU us per chunk, gateway+assembler+telemetry+nats", "cpu_us_per_chunk_pipeline",
-        "{:.1f}", "cpu_us_per_chunk_pipeline")  # fmt: skip
+    row(
+        "CPU us per chunk, gateway+assembler+telemetry+nats",
+        "cpu_us_per_chunk_pipeline",
+        "{:.1f}",
+        "cpu_us_per_chunk_pipeline",
+    )
     idle = ", ".join(f"{n} {f(f'{prefix}idle_cpu_ms_per_s_{n}', 0.0):.1f}" for n in PROCS)
     disk = f(f"{prefix}disk_bytes_per_chunk", 0.0)
     rows += [
@@ -282,12 +313,18 @@ def main(full: bool = True) -> str:
     """The suite's entry (``python -m bench paced``): the table; FIGURES filled."""
     FIGURES.clear()
     uvloop.run(_run(full))
-    return "\n".join((
-        _table(""), "",
-        "The same loads on a fresh stack with frames off (`TOKENWIRE_FRAMES=false`, one v1 "
-        "message per chunk: the wire before issue 27), same run:", "",
-        _table(FRAMES_OFF_PREFIX), "", NOTES[-1] if NOTES else "",
-    ))  # fmt: skip
+    return "\n".join(
+        (
+            _table(""),
+            "",
+            "The same loads on a fresh stack with frames off (`TOKENWIRE_FRAMES=false`, one v1 "
+            "message per chunk: the wire before issue 27), same run:",
+            "",
+            _table(FRAMES_OFF_PREFIX),
+            "",
+            NOTES[-1] if NOTES else "",
+        )
+    )
 
 
 if __name__ == "__main__":

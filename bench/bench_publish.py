@@ -38,9 +38,15 @@ PAYLOAD = b'{"session":"s","turn":0,"step":0,"ordinal":1,"chunk":{"type":"text-d
 
 
 def _topology(tag: str) -> Topology:
-    return Topology(prefix=tag, stream=f"B_{tag}", events_stream=f"BE_{tag}",
-                    dlq_stream=f"BD_{tag}", steps_bucket=f"bs-{tag}", partitions=1,
-                    max_bytes=1024**3)  # fmt: skip
+    return Topology(
+        prefix=tag,
+        stream=f"B_{tag}",
+        events_stream=f"BE_{tag}",
+        dlq_stream=f"BD_{tag}",
+        steps_bucket=f"bs-{tag}",
+        partitions=1,
+        max_bytes=1024**3,
+    )
 
 
 async def bench_js_publish(nc: Client, t: Topology) -> float:

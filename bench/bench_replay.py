@@ -43,15 +43,31 @@ WORDS = ("the ", "quick ", "brown ", "fox ", "jumps ", "over ", "a ", "lazy ", "
 
 
 def _topology() -> Topology:
-    return Topology(prefix="br", stream="BR", events_stream="BRE", dlq_stream="BRD",
-                    steps_bucket="br-steps", partitions=1, max_bytes=4 * 1024**3)  # fmt: skip
+    return Topology(
+        prefix="br",
+        stream="BR",
+        events_stream="BRE",
+        dlq_stream="BRD",
+        steps_bucket="br-steps",
+        partitions=1,
+        max_bytes=4 * 1024**3,
+    )
 
 
 def _payload(i: int, t0: int) -> tuple[bytes, int, int, int]:
     turn, ordinal = divmod(i, STEP_CHUNKS)
     chunk = Finish("stop") if ordinal == STEP_CHUNKS - 1 else TextDelta(0, WORDS[i % len(WORDS)])
-    env = ChunkEnvelope(SESSION, turn, 0, ordinal, t0 + i * 1_000_000, "scripted", "text", chunk,
-                        request_time_ns=t0 if ordinal == 0 else None)  # fmt: skip
+    env = ChunkEnvelope(
+        SESSION,
+        turn,
+        0,
+        ordinal,
+        t0 + i * 1_000_000,
+        "scripted",
+        "text",
+        chunk,
+        request_time_ns=t0 if ordinal == 0 else None,
+    )
     return json_encoder.encode(env), turn, 0, ordinal
 
 
@@ -190,10 +206,16 @@ async def _run() -> str:
             await nc.close()
         finally:
             server.stop()
-    FIGURES.update(raw_per_s=raw, replay_per_s=replay, published_per_s=published,
-                   batches_per_s=batches, stalled_push_msgs=push[0],
-                   stalled_push_bytes=push[1], stalled_bounded_msgs=bounded[0],
-                   stalled_bounded_bytes=bounded[1])  # fmt: skip
+    FIGURES.update(
+        raw_per_s=raw,
+        replay_per_s=replay,
+        published_per_s=published,
+        batches_per_s=batches,
+        stalled_push_msgs=push[0],
+        stalled_push_bytes=push[1],
+        stalled_bounded_msgs=bounded[0],
+        stalled_bounded_bytes=bounded[1],
+    )
     return _table(published, raw, replay, reader, batches) + _stalled_table(push, bounded)
 
 

@@ -70,9 +70,13 @@ async def processes_partitions(fig: Figures, grid: list[tuple[int, int]], steps:
                 await ba.publish(nc, t, envs)
                 await nc.close()
                 db = Path(tmp) / "store.db"
-                env = {**os.environ, "TOKENWIRE_NATS_URL": server.url,
-                       "TOKENWIRE_STORE": f"sqlite:///{db}", "TOKENWIRE_PARTITIONS": str(p),
-                       "TOKENWIRE_DATA_DIR": tmp}  # fmt: skip
+                env = {
+                    **os.environ,
+                    "TOKENWIRE_NATS_URL": server.url,
+                    "TOKENWIRE_STORE": f"sqlite:///{db}",
+                    "TOKENWIRE_PARTITIONS": str(p),
+                    "TOKENWIRE_DATA_DIR": tmp,
+                }
                 procs = [
                     subprocess.Popen(  # noqa: ASYNC220 - bench start-up, not a hot path
                         [sys.executable, "-m", "tokenwire", "assembler"],
@@ -159,23 +163,34 @@ def table(fig: Figures) -> str:
     for name, points in fig.curves.get(PHASE, {}).items():
         xl, yl = fig.notes.get(f"axis:{PHASE}:{name}", "x|y").split("|")
         rows += [f"| {name}: {yl} at {xl} | {x:,.0f} | {y:,.1f} |" for x, y in points]
-    rows += ["", "On 2 cores every curve of throughput against processes or partitions is "
-             "flat at best: the broker, the assembler processes and the store writer share "
-             "the same two cores, so a second process adds a competitor, not capacity; the "
-             "bound is CPU (nats-server's delivery and the assembler's decode + fold + "
-             "commit), not partition count. Cost per chunk at short steps includes each "
-             "measurement's fixed start-up (consumers, first pull) spread over few chunks; "
-             "RSS growth below ~5,000 open steps is within the allocator's noise."]  # fmt: skip
+    rows += [
+        "",
+        "On 2 cores every curve of throughput against processes or partitions is "
+        "flat at best: the broker, the assembler processes and the store writer share "
+        "the same two cores, so a second process adds a competitor, not capacity; the "
+        "bound is CPU (nats-server's delivery and the assembler's decode + fold + "
+        "commit), not partition count. Cost per chunk at short steps includes each "
+        "measurement's fixed start-up (consumers, first pull) spread over few chunks; "
+        "RSS growth below ~5,000 open steps is within the allocator's noise.",
+    ]
     return "\n".join(rows)
 
 
 def run(fig: Figures, profile: Profile) -> str:
     _progress("scaling: cost per chunk against step length")
-    uvloop.run(step_cost(fig, sizes(profile, [1_000], [1_000, 10_000, 100_000],
-                                    [1_000, 10_000, 100_000, 1_000_000])))  # fmt: skip
+    uvloop.run(
+        step_cost(
+            fig,
+            sizes(profile, [1_000], [1_000, 10_000, 100_000], [1_000, 10_000, 100_000, 1_000_000]),
+        )
+    )
     _progress("scaling: assembler processes x partitions")
-    grid = sizes(profile, [(1, 4)], [(1, 1), (1, 4), (1, 16), (2, 16), (4, 16)],
-                 [(1, 1), (1, 4), (1, 16), (2, 16), (4, 16)])  # fmt: skip
+    grid = sizes(
+        profile,
+        [(1, 4)],
+        [(1, 1), (1, 4), (1, 16), (2, 16), (4, 16)],
+        [(1, 1), (1, 4), (1, 16), (2, 16), (4, 16)],
+    )
     uvloop.run(processes_partitions(fig, grid, sizes(profile, 100, 1_000, 5_000)))
     _progress("scaling: memory against open steps")
     uvloop.run(memory(fig, sizes(profile, [100], [1_000, 5_000, 10_000], [1_000, 10_000, 50_000])))

@@ -83,8 +83,16 @@ def framed_load(chunks: int, per_frame: int = PER_FRAME) -> Load:
             if a >= b:
                 continue
             first = now if a == 0 else None
-            head = frame_head(session, 0, 0, a, now + a * 20_000_000, provider,
-                              f"{provider}-model", request_time_ns=first)  # fmt: skip
+            head = frame_head(
+                session=session,
+                turn=0,
+                step=0,
+                ordinal=a,
+                time_ns=now + a * 20_000_000,
+                provider=provider,
+                model=f"{provider}-model",
+                request_time_ns=first,
+            )
             items = b",".join(frame_item((k - a) * 20_000_000, step[k]) for k in range(a, b))
             out.append((session, a, head + items + FRAME_TAIL, b - a))
             total += b - a
@@ -108,9 +116,17 @@ async def _provision(urls: list[str], t: Topology) -> None:
 
 
 def _topology(name: str, shards: int, replicas: int) -> Topology:
-    return Topology(prefix=name.lower(), stream=f"SH_{name}", events_stream=f"SHE_{name}",
-                    dlq_stream=f"SHD_{name}", steps_bucket=f"shs-{name.lower()}", partitions=12,
-                    shards=shards, replicas=replicas, max_bytes=1024**3)  # fmt: skip
+    return Topology(
+        prefix=name.lower(),
+        stream=f"SH_{name}",
+        events_stream=f"SHE_{name}",
+        dlq_stream=f"SHD_{name}",
+        steps_bucket=f"shs-{name.lower()}",
+        partitions=12,
+        shards=shards,
+        replicas=replicas,
+        max_bytes=1024**3,
+    )
 
 
 async def run_layout(
@@ -136,9 +152,13 @@ async def run_layout(
     led = Counter(leaders.values())
     leader_node = max(led, key=lambda n: cpu[n]) if led else next(iter(pids))
     return {
-        "shards": t.shards, "replicas": t.replicas, "messages": len(load), "chunks": chunks,
+        "shards": t.shards,
+        "replicas": t.replicas,
+        "messages": len(load),
+        "chunks": chunks,
         "messages_per_chunk": round(len(load) / chunks, 4),
-        "acked_messages_per_s": round(rate), "acked_chunks_per_s": round(rate * chunks / len(load)),
+        "acked_messages_per_s": round(rate),
+        "acked_chunks_per_s": round(rate * chunks / len(load)),
         "leaders": dict(led),
         "cpu_us_per_chunk_by_node": {n: round(v / chunks, 2) for n, v in sorted(cpu.items())},
         "cpu_us_per_message_by_node": {n: round(v / len(load), 2) for n, v in sorted(cpu.items())},
@@ -146,7 +166,7 @@ async def run_layout(
         "cpu_us_per_message_all_nodes": round(sum(cpu.values()) / len(load), 2),
         "leader_node_cpu_us_per_chunk": round(cpu[leader_node] / chunks, 2),
         "leader_node_cpu_us_per_message": round(cpu[leader_node] / len(load), 2),
-    }  # fmt: skip
+    }
 
 
 async def _accounted(url: str, stream: str) -> int:
@@ -165,8 +185,7 @@ async def run_consume(urls: list[str], pids: dict[str, int], t: Topology) -> dic
         js = nc.jetstream()
         stream = t.chunk_streams[0]
         total = (await js.stream_info(stream)).state.messages
-        sub = await js.pull_subscribe(f"{t.prefix}.chunks.>", durable="bench-reader",
-                                      stream=stream)  # fmt: skip
+        sub = await js.pull_subscribe(f"{t.prefix}.chunks.>", durable="bench-reader", stream=stream)
         cpu0, started, got = {n: cpu_s(p) for n, p in pids.items()}, time.perf_counter(), 0
         while got < total:
             for msg in await sub.fetch(256, timeout=30):
@@ -180,12 +199,13 @@ async def run_consume(urls: list[str], pids: dict[str, int], t: Topology) -> dic
     finally:
         await nc.close()
     return {
-        "messages": got, "messages_per_s": round(rate),
+        "messages": got,
+        "messages_per_s": round(rate),
         "consumer_leader": getattr(leader, "leader", "") or "",
         "cpu_us_per_message_by_node": {n: round(v / got, 2) for n, v in sorted(cpu.items())},
         "cpu_us_per_message_all_nodes": round(sum(cpu.values()) / got, 2),
         "max_node_cpu_us_per_message": round(max(cpu.values()) / got, 2),
-    }  # fmt: skip
+    }
 
 
 async def run_registry(urls: list[str], pids: dict[str, int], steps: int) -> dict[str, object]:
@@ -222,12 +242,14 @@ async def run_registry(urls: list[str], pids: dict[str, int], steps: int) -> dic
         await nc.close()
     done = per_session * len(sessions)
     return {
-        "steps": done, "writes_per_step": round(writes / done, 3), "steps_per_s": round(rate),
+        "steps": done,
+        "writes_per_step": round(writes / done, 3),
+        "steps_per_s": round(rate),
         "leader": leader,
         "cpu_us_per_step_by_node": {n: round(v / done, 2) for n, v in sorted(cpu.items())},
         "cpu_us_per_step_all_nodes": round(sum(cpu.values()) / done, 2),
         "leader_node_cpu_us_per_step": round(cpu.get(leader, max(cpu.values())) / done, 2),
-    }  # fmt: skip
+    }
 
 
 async def measure(chunks: int, steps: int = STEPS) -> dict[str, object]:
@@ -292,17 +314,23 @@ def main() -> str:
     load1 = os.getloadavg()[0]
     FIGURES["load_avg_1m_start"], FIGURES["load_avg_1m_end"] = load0, load1
     rows = []
-    for key, label in (("k1", "1, v1"), ("k1f", "1, frames"), ("k3f", "3, frames"),
-                       ("r1f", "1, frames, one server (R1)")):  # fmt: skip
+    for key, label in (
+        ("k1", "1, v1"),
+        ("k1f", "1, frames"),
+        ("k3f", "3, frames"),
+        ("r1f", "1, frames, one server (R1)"),
+    ):
         r = result[key]
         assert isinstance(r, dict)
         _flatten(key, r)
         by_node = ", ".join(f"{n} {v}" for n, v in r["cpu_us_per_message_by_node"].items())
-        rows.append(f"| {label} | {r['messages_per_chunk']} | {r['leaders'] or '-'} "
-                    f"| {r['acked_messages_per_s']:,} | {r['acked_chunks_per_s']:,} | {by_node} "
-                    f"| {r['cpu_us_per_message_all_nodes']} "
-                    f"| {r['leader_node_cpu_us_per_message']} "
-                    f"| {r['cpu_us_per_chunk_all_nodes']} |")  # fmt: skip
+        rows.append(
+            f"| {label} | {r['messages_per_chunk']} | {r['leaders'] or '-'} "
+            f"| {r['acked_messages_per_s']:,} | {r['acked_chunks_per_s']:,} | {by_node} "
+            f"| {r['cpu_us_per_message_all_nodes']} "
+            f"| {r['leader_node_cpu_us_per_message']} "
+            f"| {r['cpu_us_per_chunk_all_nodes']} |"
+        )
     kv, recorded, consume = result["kv"], result["recorded_frames"], result["consume"]
     consume_v1 = result["consume_v1"]
     assert isinstance(kv, dict)
@@ -321,36 +349,40 @@ def main() -> str:
     FIGURES["one_stream_ceiling_messages_per_s"] = float(ceiling)
     FIGURES["r3_over_r1_per_message"] = ratio
     kv_nodes = ", ".join(f"{n} {v}" for n, v in kv["cpu_us_per_step_by_node"].items())
-    return "\n".join([
-        f"{CHUNKS:,} recorded-stream chunks per layout, three nats-servers on loopback, R3, S2; "
-        f"frames: first and last chunk alone, the others {PER_FRAME} to a frame",
-        "",
-        "| shards, wire | messages/chunk | leaders per node | acked messages/s (one client) "
-        "| acked chunks/s | CPU us/message by node | CPU us/message, all nodes "
-        "| leader node us/message | CPU us/chunk, all nodes |",
-        "| --- | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: |",
-        *rows,
-        "",
-        f"one stream's ceiling with frames, its leader on a core of its own: ~{ceiling:,} "
-        f"messages/s; the cluster's CPU per message over one server's (R3 / R1): {ratio}x",
-        "",
-        f"one durable pull consumer reading and acking the K = 1 frames stream (consumer "
-        f"leader {consume['consumer_leader'] or '?'}): {consume['messages_per_s']:,} messages/s; "
-        f"CPU us per message by node: {reader}; all nodes "
-        f"{consume['cpu_us_per_message_all_nodes']}; the same on the K = 1 v1 stream (one "
-        f"message per chunk): {consume_v1['messages_per_s']:,} messages/s, all nodes "
-        f"{consume_v1['cpu_us_per_message_all_nodes']}, busiest node "
-        f"{consume_v1['max_node_cpu_us_per_message']}",
-        "",
-        f"step registry (R3 bucket, leader {kv['leader']}): {kv['steps']:,} step assignments, "
-        f"{kv['writes_per_step']} writes per step, {kv['steps_per_s']:,} steps/s (one client); "
-        f"CPU us per step by node: {kv_nodes}; all nodes {kv['cpu_us_per_step_all_nodes']}",
-        "",
-        f"the frames load on the single server, per chunk: payload "
-        f"{recorded['payload_bytes_per_chunk']} B, accounted (state.bytes) "
-        f"{recorded['stream_bytes_per_chunk']} B, on disk with S2 "
-        f"{recorded['disk_bytes_per_chunk']} B",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"{CHUNKS:,} recorded-stream chunks per layout, three nats-servers on loopback, "
+            "R3, S2; "
+            f"frames: first and last chunk alone, the others {PER_FRAME} to a frame",
+            "",
+            "| shards, wire | messages/chunk | leaders per node | acked messages/s (one client) "
+            "| acked chunks/s | CPU us/message by node | CPU us/message, all nodes "
+            "| leader node us/message | CPU us/chunk, all nodes |",
+            "| --- | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: |",
+            *rows,
+            "",
+            f"one stream's ceiling with frames, its leader on a core of its own: ~{ceiling:,} "
+            f"messages/s; the cluster's CPU per message over one server's (R3 / R1): {ratio}x",
+            "",
+            f"one durable pull consumer reading and acking the K = 1 frames stream (consumer "
+            f"leader {consume['consumer_leader'] or '?'}): "
+            f"{consume['messages_per_s']:,} messages/s; "
+            f"CPU us per message by node: {reader}; all nodes "
+            f"{consume['cpu_us_per_message_all_nodes']}; the same on the K = 1 v1 stream (one "
+            f"message per chunk): {consume_v1['messages_per_s']:,} messages/s, all nodes "
+            f"{consume_v1['cpu_us_per_message_all_nodes']}, busiest node "
+            f"{consume_v1['max_node_cpu_us_per_message']}",
+            "",
+            f"step registry (R3 bucket, leader {kv['leader']}): {kv['steps']:,} step assignments, "
+            f"{kv['writes_per_step']} writes per step, {kv['steps_per_s']:,} steps/s (one client); "
+            f"CPU us per step by node: {kv_nodes}; all nodes {kv['cpu_us_per_step_all_nodes']}",
+            "",
+            f"the frames load on the single server, per chunk: payload "
+            f"{recorded['payload_bytes_per_chunk']} B, accounted (state.bytes) "
+            f"{recorded['stream_bytes_per_chunk']} B, on disk with S2 "
+            f"{recorded['disk_bytes_per_chunk']} B",
+        ]
+    )
 
 
 if __name__ == "__main__":

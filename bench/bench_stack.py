@@ -36,7 +36,7 @@ import uvloop
 
 from bench import _peer
 from bench import bench_gateway as gw
-from bench._procs import cpu_s, full_stack, scripted_and_proxy
+from bench._procs import RunningStack, cpu_s, full_stack, scripted_and_proxy
 from bench._suite import Figures, Profile, pct, sizes
 from tokenwire.broker import Topology, connect, read_range
 from tokenwire.schemas import chunk_envelopes
@@ -82,8 +82,9 @@ async def load(
     async def one(i: int, c: gw.Caller) -> int:
         total = 0
         for k in range(each):
-            req = gw.streaming_request(port, path, f"ld{time.monotonic_ns()}-{i}-{k}",
-                                       f"fragments={fragments}")  # fmt: skip
+            req = gw.streaming_request(
+                port, path, f"ld{time.monotonic_ns()}-{i}-{k}", f"fragments={fragments}"
+            )
             total += await _events(c, req)
         return total
 
@@ -117,8 +118,9 @@ async def _put_retained(fig: Figures, name: str, nats_url: str, mark: tuple[int,
         nc = await connect(nats_url)
         try:
             t = Topology()
-            async for _, payload in read_range(nc, t.stream, f"{t.prefix}.chunks.>", mark[0] + 1,
-                                               last=last):  # fmt: skip
+            async for _, payload in read_range(
+                nc, t.stream, f"{t.prefix}.chunks.>", mark[0] + 1, last=last
+            ):
                 messages += 1
                 chunks += len(chunk_envelopes(payload))
         finally:
@@ -127,8 +129,9 @@ async def _put_retained(fig: Figures, name: str, nats_url: str, mark: tuple[int,
     fig.put(PHASE, f"{name}_messages_per_chunk", messages / max(1, chunks))
 
 
-async def paced_retention(fig: Figures, prefix: str, port: int, nats_url: str,
-                          profile: Profile) -> None:  # fmt: skip
+async def paced_retention(
+    fig: Figures, prefix: str, port: int, nats_url: str, profile: Profile
+) -> None:
     """Bytes and broker messages per retained chunk of :data:`PACED_SESSIONS` paced sessions
     at once (starts spread over a second), one step each: ``<prefix>_paced_...``."""
     sessions, fragments = (
@@ -141,8 +144,9 @@ async def paced_retention(fig: Figures, prefix: str, port: int, nats_url: str,
     async def one(i: int) -> None:
         await asyncio.sleep(i / sessions)
         caller = await gw.Caller.open(port)
-        request = gw.streaming_request(port, "/v1/chat/completions",
-                                       f"paced-{i}-{time.time_ns()}", options)  # fmt: skip
+        request = gw.streaming_request(
+            port, "/v1/chat/completions", f"paced-{i}-{time.time_ns()}", options
+        )
         try:
             await caller.stream(request)
         finally:
@@ -163,10 +167,18 @@ def _put_pairs(fig: Figures, phase: str, tag: str, pairs: list[tuple[float, floa
 
 
 async def scenarios(
-    fig: Figures, phase: str, prefix: str, port: int, sp_port: int,
-    procs: dict[str, psutil.Process], profile: Profile, throughput: bool = True,
-    ttft: bool = False, nats_url: str | None = None,
-) -> None:  # fmt: skip
+    fig: Figures,
+    phase: str,
+    prefix: str,
+    *,
+    port: int,
+    sp_port: int,
+    procs: dict[str, psutil.Process],
+    profile: Profile,
+    throughput: bool = True,
+    ttft: bool = False,
+    nats_url: str | None = None,
+) -> None:
     """The shared scenarios against ``port``, figures named ``<prefix>_...``; ``ttft``: also
     the lone caller against a provider with a time to first token (:data:`FIRST_TOKEN_S`);
     ``nats_url``: also the bytes per retained chunk of the 50 callers' load."""
@@ -179,14 +191,22 @@ async def scenarios(
     _put_pairs(fig, phase, f"{prefix}_hot", await gw.bench_ttfc(sp_port, port, hot_callers, pairs))
     if not throughput:
         return
-    await throughput_at(fig, phase, f"{prefix}_c1", port, 1, procs, profile)
-    await throughput_at(fig, phase, f"{prefix}_cmany", port, hot_callers, procs, profile, nats_url)
+    at = {"port": port, "procs": procs, "profile": profile}
+    await throughput_at(fig, phase, f"{prefix}_c1", callers=1, **at)
+    await throughput_at(fig, phase, f"{prefix}_cmany", callers=hot_callers, nats_url=nats_url, **at)
 
 
 async def throughput_at(
-    fig: Figures, phase: str, tag: str, port: int, callers: int,
-    procs: dict[str, psutil.Process], profile: Profile, nats_url: str | None = None,
-) -> None:  # fmt: skip
+    fig: Figures,
+    phase: str,
+    tag: str,
+    *,
+    port: int,
+    callers: int,
+    procs: dict[str, psutil.Process],
+    profile: Profile,
+    nats_url: str | None = None,
+) -> None:
     """``callers`` at full speed (200 fragments a request): events/s and every process's CPU
     per 1,000 events as ``<tag>_...``; with ``nats_url``, the bytes per retained chunk too."""
     # /proc counts CPU in 10 ms ticks: the smoke sizes give each process tens of ms to count
@@ -212,8 +232,9 @@ async def _durability(fig: Figures, data: Path, nats_url: str) -> None:
     stream = await nc.jetstream().stream_info(t.stream)
     on_stream = 0  # chunks, not messages: a frame carries several (ADR 0024)
     if stream.state.messages:
-        async for _, payload in read_range(nc, t.stream, f"{t.prefix}.chunks.>", 1,
-                                           last=stream.state.last_seq):  # fmt: skip
+        async for _, payload in read_range(
+            nc, t.stream, f"{t.prefix}.chunks.>", 1, last=stream.state.last_seq
+        ):
             on_stream += len(chunk_envelopes(payload))
     db = data / "store.db"
     deadline = time.monotonic() + 60
@@ -237,10 +258,19 @@ async def _durability(fig: Figures, data: Path, nats_url: str) -> None:
     fig.put(PHASE, "telemetry_deliveries_per_step", info.delivered.consumer_seq / max(1, len(rows)))
 
 
-PHASES = ("caller_to_app", "app_to_claim", "claim_to_provider_post", "provider_post_to_wait",
-          "provider_wait_to_headers",
-          "headers_to_first_read", "first_read_to_claim_wait", "claim_wait", "claim_to_publish",
-          "publish_to_first_send", "send_to_caller")  # fmt: skip
+PHASES = (
+    "caller_to_app",
+    "app_to_claim",
+    "claim_to_provider_post",
+    "provider_post_to_wait",
+    "provider_wait_to_headers",
+    "headers_to_first_read",
+    "first_read_to_claim_wait",
+    "claim_wait",
+    "claim_to_publish",
+    "publish_to_first_send",
+    "send_to_caller",
+)
 
 
 async def _marked_lone(fig: Figures, port: int, marks: Path, n: int) -> None:
@@ -259,11 +289,20 @@ async def _marked_lone(fig: Figures, port: int, marks: Path, n: int) -> None:
     lines = [json.loads(x) for x in text.splitlines()][1 : n + 1]
     parts: dict[str, list[float]] = {p: [] for p in PHASES}
     for (t_send, t_first), m in zip(sides, lines, strict=False):
-        points = [t_send, m.get("app_entry"), m.get("claim_start", m.get("app_entry")),
-                  m.get("provider_post"), m.get("provider_wait"), m.get("provider_headers"),
-                  m.get("first_read_done"),
-                  m.get("claim_wait"), m.get("claim_known"), m.get("first_publish"),
-                  m.get("first_body_send"), t_first]  # fmt: skip
+        points = [
+            t_send,
+            m.get("app_entry"),
+            m.get("claim_start", m.get("app_entry")),
+            m.get("provider_post"),
+            m.get("provider_wait"),
+            m.get("provider_headers"),
+            m.get("first_read_done"),
+            m.get("claim_wait"),
+            m.get("claim_known"),
+            m.get("first_publish"),
+            m.get("first_body_send"),
+            t_first,
+        ]
         if any(p is None for p in points):
             continue
         for name, a, b in zip(PHASES, points, points[1:], strict=False):
@@ -278,8 +317,7 @@ async def _stack_variants(fig: Figures, profile: Profile) -> None:
     _progress("full stack (assembler + telemetry)")
     async with full_stack() as s:
         url = s.stack.nats_url
-        await scenarios(fig, PHASE, "full", s.gateway_port, s.scripted_port, s.procs, profile,
-                        ttft=True, nats_url=url)  # fmt: skip
+        await scenarios(fig, PHASE, "full", ttft=True, nats_url=url, **_ports(s, profile))
         await paced_retention(fig, "full", s.gateway_port, url, profile)
         await _durability(fig, s.data, url)
     await _frames_off_variant(fig, profile)
@@ -288,12 +326,21 @@ async def _stack_variants(fig: Figures, profile: Profile) -> None:
         return
     _progress("stack without assembler and telemetry")
     async with full_stack(consumers=False) as s:
-        await scenarios(fig, PHASE, "bare", s.gateway_port, s.scripted_port, s.procs, profile)
+        await scenarios(fig, PHASE, "bare", **_ports(s, profile))
     _progress("full stack, provider calls through aiohttp (ADR 0009)")
     async with full_stack(hooks={"TW_BENCH_CLIENT": "aiohttp"}) as s:
-        await scenarios(fig, PHASE, "aiohttp", s.gateway_port, s.scripted_port, s.procs,
-                        profile, throughput=False)  # fmt: skip
+        await scenarios(fig, PHASE, "aiohttp", throughput=False, **_ports(s, profile))
     await _marks_variant(fig, profile)
+
+
+def _ports(s: RunningStack, profile: Profile) -> dict[str, Any]:
+    """A running stack's ports and processes, as :func:`scenarios` takes them."""
+    return {
+        "port": s.gateway_port,
+        "sp_port": s.scripted_port,
+        "procs": s.procs,
+        "profile": profile,
+    }
 
 
 async def _frames_off_variant(fig: Figures, profile: Profile) -> None:
@@ -305,7 +352,16 @@ async def _frames_off_variant(fig: Figures, profile: Profile) -> None:
         url = s.stack.nats_url
         await paced_retention(fig, "v1", s.gateway_port, url, profile)
         callers = sizes(profile, 5, CALLERS, CALLERS)
-        await throughput_at(fig, PHASE, "v1_cmany", s.gateway_port, callers, s.procs, profile, url)
+        await throughput_at(
+            fig,
+            PHASE,
+            "v1_cmany",
+            port=s.gateway_port,
+            callers=callers,
+            procs=s.procs,
+            profile=profile,
+            nats_url=url,
+        )
 
 
 async def _marks_variant(fig: Figures, profile: Profile) -> None:
@@ -326,7 +382,16 @@ async def _peer_run(fig: Figures, profile: Profile) -> None:
         options = [PACED, f"{PACED}&first={FIRST_TOKEN_S}", "fragments=200"]
         async with _peer.litellm_proxy(exe, sp_port, options) as (port, proc):
             procs = {"litellm": proc, "scripted": side["scripted"], "load": side["load"]}
-            await scenarios(fig, PEER, "litellm", port, sp_port, procs, profile, ttft=True)
+            await scenarios(
+                fig,
+                PEER,
+                "litellm",
+                port=port,
+                sp_port=sp_port,
+                procs=procs,
+                profile=profile,
+                ttft=True,
+            )
     fig.notes[PEER] = f"LiteLLM {_peer.VERSION} proxy, one worker"
 
 

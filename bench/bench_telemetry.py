@@ -46,9 +46,15 @@ FIGURES: dict[str, float] = {}  # the last run's figures, for the suite (bench/_
 
 
 def _topology(tag: str) -> Topology:
-    return Topology(prefix=tag, stream=f"T_{tag}", events_stream=f"TE_{tag}",
-                    dlq_stream=f"TD_{tag}", steps_bucket=f"ts-{tag}", partitions=4,
-                    max_bytes=1024**3)  # fmt: skip
+    return Topology(
+        prefix=tag,
+        stream=f"T_{tag}",
+        events_stream=f"TE_{tag}",
+        dlq_stream=f"TD_{tag}",
+        steps_bucket=f"ts-{tag}",
+        partitions=4,
+        max_bytes=1024**3,
+    )
 
 
 async def _publish(
@@ -68,10 +74,16 @@ async def _publish(
             last = ordinal == chunks_per_step - 1
             chunk = Finish(reason="stop") if last else TextDelta(index=0, text="tok")
             env = ChunkEnvelope(
-                session=session, turn=0, step=step, ordinal=ordinal, time_ns=2_000 + ordinal,
-                provider="scripted", model="bench", chunk=chunk,
+                session=session,
+                turn=0,
+                step=step,
+                ordinal=ordinal,
+                time_ns=2_000 + ordinal,
+                provider="scripted",
+                model="bench",
+                chunk=chunk,
                 request_time_ns=1_000 if ordinal == 0 else None,
-            )  # fmt: skip
+            )
             await publisher.publish(
                 json_encoder.encode(env), session, 0, step, ordinal, first=ordinal == 0
             )
@@ -100,9 +112,17 @@ async def _live(nc: Client, url: str, t: Topology, chunks: int) -> tuple[float, 
     cpu, wall = time.process_time(), time.perf_counter()
     script = "import sys; from bench.bench_telemetry import live_main; live_main(sys.argv[1:])"
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", script, url, t.prefix, str(chunks), str(STEPS), str(LIVE_RATE),
-        cwd=REPO, stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-c",
+        script,
+        url,
+        t.prefix,
+        str(chunks),
+        str(STEPS),
+        str(LIVE_RATE),
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+    )
     out, _ = await child.communicate()
     if child.returncode != 0:
         raise RuntimeError(f"the publisher process failed ({child.returncode})")
@@ -164,20 +184,27 @@ async def _main() -> str:
                 drain[chunks] = (published, *await _consume(nc, t))
             await nc.close()
     ratio = live[CHUNKS_BIG][1] / live[10][1]
-    FIGURES.update(deliveries_per_step=live[CHUNKS_BIG][3] / STEPS, cpu_ratio=ratio,
-                   drain_cpu_ratio=drain[CHUNKS_BIG][1] / drain[10][1])  # fmt: skip
+    FIGURES.update(
+        deliveries_per_step=live[CHUNKS_BIG][3] / STEPS,
+        cpu_ratio=ratio,
+        drain_cpu_ratio=drain[CHUNKS_BIG][1] / drain[10][1],
+    )
     lines = [
         "| case | chunks on the stream | deliveries to telemetry | consumer CPU s | wall s |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
     for name, rows in ((f"live, {LIVE_RATE:g} steps/s", live), ("backlog drain", drain)):
         for chunks, (pub, cpu, wall, dl) in rows.items():
-            lines.append(f"| {name}: {STEPS:,} steps x {chunks:,} chunks | {pub:,} | {dl:,} "
-                         f"| {cpu:.3f} | {wall:.3f} |")  # fmt: skip
+            lines.append(
+                f"| {name}: {STEPS:,} steps x {chunks:,} chunks | {pub:,} | {dl:,} "
+                f"| {cpu:.3f} | {wall:.3f} |"
+            )
         (bp, bc, bw, bd), (sp, sc, sw, sd) = rows[CHUNKS_BIG], rows[10]
         target = " (target <= 1.5x)" if rows is live else ""
-        lines.append(f"| {name}: ratio ({CHUNKS_BIG:,} / 10) | {bp / sp:.0f}x | {bd / sd:.2f}x "
-                     f"| **{bc / sc:.2f}x**{target} | {bw / sw:.2f}x |")  # fmt: skip
+        lines.append(
+            f"| {name}: ratio ({CHUNKS_BIG:,} / 10) | {bp / sp:.0f}x | {bd / sd:.2f}x "
+            f"| **{bc / sc:.2f}x**{target} | {bw / sw:.2f}x |"
+        )
     return "\n".join(lines)
 
 

@@ -39,14 +39,25 @@ STEP_TOKENS = (100, 500, 1_000)  # step lengths for the step registry's rows
 GIB = 1024**3
 
 FALLBACK = {  # stated constants for inputs a run did not measure
-    "gateway_us": 50.0, "assembler_us": 50.0, "telemetry_us": 5.0, "nats_us": 10.0,
-    "messages_per_chunk": 1.0, "stream_bytes": 212.0, "disk_bytes": 75.0,
-    "r3_over_r1": 3.0, "leader_over_r1": 1.3, "kv_leader_us_per_step": 50.0,
-    "kv_writes_per_step": 2.0, "event_writes_per_step": 2.0, "chunks_per_step": 104.0,
-    "leader_us_per_message": 25.0, "publish_us_per_message": 45.0,
-    "consume_us_per_message": 40.0, "consume_max_us_per_message": 20.0,
+    "gateway_us": 50.0,
+    "assembler_us": 50.0,
+    "telemetry_us": 5.0,
+    "nats_us": 10.0,
+    "messages_per_chunk": 1.0,
+    "stream_bytes": 212.0,
+    "disk_bytes": 75.0,
+    "r3_over_r1": 3.0,
+    "leader_over_r1": 1.3,
+    "kv_leader_us_per_step": 50.0,
+    "kv_writes_per_step": 2.0,
+    "event_writes_per_step": 2.0,
+    "chunks_per_step": 104.0,
+    "leader_us_per_message": 25.0,
+    "publish_us_per_message": 45.0,
+    "consume_us_per_message": 40.0,
+    "consume_max_us_per_message": 20.0,
     "kv_us_per_step": 100.0,
-}  # fmt: skip
+}
 
 
 def _ok(value: float) -> bool:
@@ -70,8 +81,11 @@ def paced_load(fig: Figures, prefix: str = "") -> int | None:
     """The paced load the model takes: the most sessions whose steps kept the provider's
     pace (:data:`PACE_KEPT`); else the fewest sessions measured; None if none ran.
     ``prefix``: the frames-off pass's figures (:data:`FRAMES_OFF`)."""
-    loads = sorted(int(v) for k, v in fig.values.get("paced", {}).items()
-                   if k.startswith(f"{prefix}s") and k.endswith("_sessions"))  # fmt: skip
+    loads = sorted(
+        int(v)
+        for k, v in fig.values.get("paced", {}).items()
+        if k.startswith(f"{prefix}s") and k.endswith("_sessions")
+    )
     if not loads:
         return None
     kept = [n for n in loads if fig.get("paced", f"{prefix}s{n}_pace", 0.0) >= PACE_KEPT]
@@ -95,30 +109,57 @@ def _broker(fig: Figures, x: Inputs, frames: bool = True) -> None:
     r3 = g("shards", "k1f_cpu_us_per_message_all_nodes")
     r1 = g("shards", "r1f_cpu_us_per_message_all_nodes")
     leader = g("shards", "k1f_leader_node_cpu_us_per_message")
-    _take(x, "r3_over_r1", r3 / r1 if _ok(r1) else math.nan,
-          f"{cluster}: all nodes {r3:.1f} us/message over one server's {r1:.1f}")  # fmt: skip
-    _take(x, "leader_over_r1", leader / r1 if _ok(r1) else math.nan,
-          f"{cluster}: leader node {leader:.1f} us/message over one server's {r1:.1f}")  # fmt: skip
+    _take(
+        x,
+        "r3_over_r1",
+        r3 / r1 if _ok(r1) else math.nan,
+        f"{cluster}: all nodes {r3:.1f} us/message over one server's {r1:.1f}",
+    )
+    _take(
+        x,
+        "leader_over_r1",
+        leader / r1 if _ok(r1) else math.nan,
+        f"{cluster}: leader node {leader:.1f} us/message over one server's {r1:.1f}",
+    )
     layout = "k1f" if frames else "k1"
     if not frames:
         cluster = cluster.replace("in frames", "as one v1 message per chunk")
     leader = g("shards", f"{layout}_leader_node_cpu_us_per_message")
     _take(x, "leader_us_per_message", leader, f"{cluster}, K = 1, the leader node")
-    _take(x, "kv_leader_us_per_step", g("shards", "kv_leader_node_cpu_us_per_step"),
-          "phase shards: StepRegistry assignments on the R3 bucket, its leader node")  # fmt: skip
-    _take(x, "kv_us_per_step", g("shards", "kv_cpu_us_per_step_all_nodes"),
-          "phase shards: StepRegistry assignments on the R3 bucket, all nodes")  # fmt: skip
-    _take(x, "publish_us_per_message", g("shards", f"{layout}_cpu_us_per_message_all_nodes"),
-          f"{cluster}, K = 1, all nodes")  # fmt: skip
+    _take(
+        x,
+        "kv_leader_us_per_step",
+        g("shards", "kv_leader_node_cpu_us_per_step"),
+        "phase shards: StepRegistry assignments on the R3 bucket, its leader node",
+    )
+    _take(
+        x,
+        "kv_us_per_step",
+        g("shards", "kv_cpu_us_per_step_all_nodes"),
+        "phase shards: StepRegistry assignments on the R3 bucket, all nodes",
+    )
+    _take(
+        x,
+        "publish_us_per_message",
+        g("shards", f"{layout}_cpu_us_per_message_all_nodes"),
+        f"{cluster}, K = 1, all nodes",
+    )
     consume, wire = "consume", "frames"
     if not frames and _ok(g("shards", "consume_v1_cpu_us_per_message_all_nodes")):
         consume, wire = "consume_v1", "v1"
-    _take(x, "consume_us_per_message", g("shards", f"{consume}_cpu_us_per_message_all_nodes"),
-          f"phase shards: one durable pull consumer reading and acking the K = 1 {wire} "
-          "stream, all nodes")  # fmt: skip
-    _take(x, "consume_max_us_per_message",
-          g("shards", f"{consume}_max_node_cpu_us_per_message"),
-          f"phase shards: the same consumer on the {wire} stream, its busiest node")  # fmt: skip
+    _take(
+        x,
+        "consume_us_per_message",
+        g("shards", f"{consume}_cpu_us_per_message_all_nodes"),
+        f"phase shards: one durable pull consumer reading and acking the K = 1 {wire} "
+        "stream, all nodes",
+    )
+    _take(
+        x,
+        "consume_max_us_per_message",
+        g("shards", f"{consume}_max_node_cpu_us_per_message"),
+        f"phase shards: the same consumer on the {wire} stream, its busiest node",
+    )
 
 
 def paced_inputs(fig: Figures, load: int | None = None, prefix: str = "") -> Inputs:
@@ -126,8 +167,13 @@ def paced_inputs(fig: Figures, load: int | None = None, prefix: str = "") -> Inp
     ``prefix`` :data:`FRAMES_OFF`: the same loads with frames off, same run."""
     n = load or paced_load(fig, prefix)
     off = prefix == FRAMES_OFF
-    x = Inputs("paced, frames off (the wire before frames), same run" if off
-               else "paced, broker per message on the R3 cluster (the model)", {}, {})  # fmt: skip
+    x = Inputs(
+        "paced, frames off (the wire before frames), same run"
+        if off
+        else "paced, broker per message on the R3 cluster (the model)",
+        {},
+        {},
+    )
 
     def p(name: str) -> float:
         return fig.get("paced", f"{prefix}s{n}_{name}") if n else math.nan
@@ -138,8 +184,12 @@ def paced_inputs(fig: Figures, load: int | None = None, prefix: str = "") -> Inp
         _take(x, f"{proc}_us", p(f"cpu_us_per_chunk_{proc}"), where)
     _take(x, "messages_per_chunk", p("messages_per_chunk"), where)
     _take(x, "stream_bytes", p("stream_bytes_per_chunk"), where)
-    _take(x, "disk_bytes", fig.get("paced", f"{prefix}disk_bytes_per_chunk"),
-          "phase paced: the chunk stream's files after the stack stopped, every paced load")  # fmt: skip
+    _take(
+        x,
+        "disk_bytes",
+        fig.get("paced", f"{prefix}disk_bytes_per_chunk"),
+        "phase paced: the chunk stream's files after the stack stopped, every paced load",
+    )
     _take(x, "chunks_per_step", p("chunks_per_step"), where)
     _take(x, "kv_writes_per_step", p("kv_writes_per_step"), where)
     _take(x, "event_writes_per_step", p("event_writes_per_step"), where)
@@ -162,13 +212,19 @@ def full_speed_inputs(fig: Figures, paced: Inputs, prefix: str = "") -> Inputs:
     g = fig.get
     full = f"{prefix}full"
     in_paced = _ok(g("paced", f"{full}_cpu_us_per_chunk_gateway"))
-    where = ("phase paced: a second stack, 50 callers, 4 requests of 200 fragments at full "
-             "speed (CPU until the callers' last event: the store's catch-up after it is not in "
-             "it, as in the stack table)"
-             if in_paced else "phase stack: full stack, 50 callers at full speed")  # fmt: skip
+    where = (
+        "phase paced: a second stack, 50 callers, 4 requests of 200 fragments at full "
+        "speed (CPU until the callers' last event: the store's catch-up after it is not in "
+        "it, as in the stack table)"
+        if in_paced
+        else "phase stack: full stack, 50 callers at full speed"
+    )
     for proc in ("gateway", "assembler", "telemetry", "nats"):
-        value = (g("paced", f"{full}_cpu_us_per_chunk_{proc}") if in_paced
-                 else g("stack", f"{prefix or 'full_'}cmany_cpu_ms_per_1k_{proc}"))  # fmt: skip
+        value = (
+            g("paced", f"{full}_cpu_us_per_chunk_{proc}")
+            if in_paced
+            else g("stack", f"{prefix or 'full_'}cmany_cpu_ms_per_1k_{proc}")
+        )
         _take(x, f"{proc}_us", value, where)
     _take(x, "messages_per_chunk", g("paced", f"{full}_messages_per_chunk"), where)
     _take(x, "stream_bytes", g("paced", f"{full}_stream_bytes_per_chunk"), where)
@@ -210,11 +266,15 @@ def broker_per_chunk(x: Inputs) -> tuple[float, float]:
     if x.broker == "stack":
         return x["nats_us"] * x["r3_over_r1"], x["nats_us"] * x["leader_over_r1"]
     per_msg = x["publish_us_per_message"] + x["consume_us_per_message"]
-    per_step = (x["kv_us_per_step"] + x["consume_us_per_message"]  # telemetry's delivery
-                + x["event_writes_per_step"] * x["publish_us_per_message"])  # fmt: skip
+    per_step = (
+        x["kv_us_per_step"]
+        + x["consume_us_per_message"]  # telemetry's delivery
+        + x["event_writes_per_step"] * x["publish_us_per_message"]
+    )
     every = x["messages_per_chunk"] * per_msg + per_step / x["chunks_per_step"]
-    leader = x["messages_per_chunk"] * (x["leader_us_per_message"]
-                                        + x["consume_max_us_per_message"])  # fmt: skip
+    leader = x["messages_per_chunk"] * (
+        x["leader_us_per_message"] + x["consume_max_us_per_message"]
+    )
     return every, leader
 
 
@@ -234,14 +294,21 @@ def plan(x: Inputs, sessions: int = SESSIONS) -> Plan:
     steps = chunk_rate / x["chunks_per_step"]
     return Plan(
         chunk_rate=chunk_rate,
-        cores={"gateway": cores(x["gateway_us"]), "assembler": asm,
-               "telemetry": cores(x["telemetry_us"]), "broker": nodes * NODE_CORES},
-        streams=streams, nodes=nodes,
-        leader_share=chunk_rate / streams * leader_us / 1e6, partitions=partitions,
-        messages_per_s=chunk_rate * x["messages_per_chunk"], steps_per_s=steps,
+        cores={
+            "gateway": cores(x["gateway_us"]),
+            "assembler": asm,
+            "telemetry": cores(x["telemetry_us"]),
+            "broker": nodes * NODE_CORES,
+        },
+        streams=streams,
+        nodes=nodes,
+        leader_share=chunk_rate / streams * leader_us / 1e6,
+        partitions=partitions,
+        messages_per_s=chunk_rate * x["messages_per_chunk"],
+        steps_per_s=steps,
         kv_leader_share=steps * x["kv_leader_us_per_step"] / 1e6,
         events_leader_share=steps * x["event_writes_per_step"] * x["leader_us_per_message"] / 1e6,
-    )  # fmt: skip
+    )
 
 
 def _duration(seconds: float) -> str:
@@ -259,8 +326,11 @@ def _inputs_table(rows: list[Inputs]) -> list[str]:
         ("telemetry_us", "telemetry CPU per chunk, us", "{:.2f}"),
         ("nats_us", "nats-server CPU per chunk (one server, R1, whole stack), us", "{:.1f}"),
         ("messages_per_chunk", "broker messages per chunk", "{:.3f}"),
-        ("stream_bytes", "stream bytes per chunk (`state.bytes`, what `max_bytes` counts)",
-         "{:.1f}"),
+        (
+            "stream_bytes",
+            "stream bytes per chunk (`state.bytes`, what `max_bytes` counts)",
+            "{:.1f}",
+        ),
         ("disk_bytes", "bytes on disk per chunk with S2 (one replica)", "{:.1f}"),
         ("chunks_per_step", "chunks per step", "{:.0f}"),
         ("kv_writes_per_step", "step-registry KV writes per step", "{:.2f}"),
@@ -271,12 +341,17 @@ def _inputs_table(rows: list[Inputs]) -> list[str]:
         ("kv_leader_us_per_step", "step-registry bucket leader CPU per step (R3), us", "{:.1f}"),
         ("kv_us_per_step", "step-registry CPU per step (R3, all nodes), us", "{:.1f}"),
         ("publish_us_per_message", "publish CPU per message (R3, all nodes), us", "{:.1f}"),
-        ("consume_us_per_message", "a consumer's delivery + ack per message (R3, all nodes), us",
-         "{:.1f}"),
+        (
+            "consume_us_per_message",
+            "a consumer's delivery + ack per message (R3, all nodes), us",
+            "{:.1f}",
+        ),
         ("consume_max_us_per_message", "the same, its busiest node, us", "{:.1f}"),
-    )  # fmt: skip
-    out = ["| input | " + " | ".join(r.label for r in rows) + " | measured in |",
-           "| --- |" + " ---: |" * len(rows) + " --- |"]  # fmt: skip
+    )
+    out = [
+        "| input | " + " | ".join(r.label for r in rows) + " | measured in |",
+        "| --- |" + " ---: |" * len(rows) + " --- |",
+    ]
     for key, label, fmt in labels:
         sources = []
         for r in rows:
@@ -289,13 +364,18 @@ def _inputs_table(rows: list[Inputs]) -> list[str]:
 
 def _paced_range(fig: Figures) -> list[str]:
     """Every paced load side by side: how the per-chunk figures move with concurrency."""
-    loads = sorted(int(v) for k, v in fig.values.get("paced", {}).items()
-                   if k.startswith("s") and k.endswith("_sessions"))  # fmt: skip
+    loads = sorted(
+        int(v)
+        for k, v in fig.values.get("paced", {}).items()
+        if k.startswith("s") and k.endswith("_sessions")
+    )
     if not loads:
         return ["The paced phase did not run: the model's inputs are the stated constants."]
     g = fig.get
-    out = ["| paced load | " + " | ".join(f"{n} sessions" for n in loads) + " |",
-           "| --- |" + " ---: |" * len(loads)]  # fmt: skip
+    out = [
+        "| paced load | " + " | ".join(f"{n} sessions" for n in loads) + " |",
+        "| --- |" + " ---: |" * len(loads),
+    ]
     rows = (
         ("pace kept (provider's step time / measured step time)", "pace", "{:.3f}"),
         ("chunks/s", "chunks_per_s", "{:,.0f}"),
@@ -310,11 +390,17 @@ def _paced_range(fig: Figures) -> list[str]:
         ("nats-server: share of a core busy", "busy_nats", "{:.2f}"),
     )
     for label, key, fmt in rows:
-        out.append(f"| {label} | " + " | ".join(fmt.format(g("paced", f"s{n}_{key}"))
-                                                for n in loads) + " |")  # fmt: skip
+        out.append(
+            f"| {label} | "
+            + " | ".join(fmt.format(g("paced", f"s{n}_{key}")) for n in loads)
+            + " |"
+        )
     totals = [plan(paced_inputs(fig, n)).total for n in loads]
-    out.append("| the model's total cores with this load's inputs | "
-               + " | ".join(f"{t:,}" for t in totals) + " |")  # fmt: skip
+    out.append(
+        "| the model's total cores with this load's inputs | "
+        + " | ".join(f"{t:,}" for t in totals)
+        + " |"
+    )
     return out
 
 
@@ -391,8 +477,10 @@ def _registry_advice(p: Plan) -> str:
 
 
 def _plan_table(rows: list[tuple[Inputs, Plan]]) -> list[str]:
-    out = ["| need | " + " | ".join(x.label for x, _ in rows) + " |",
-           "| --- |" + " ---: |" * len(rows)]  # fmt: skip
+    out = [
+        "| need | " + " | ".join(x.label for x, _ in rows) + " |",
+        "| --- |" + " ---: |" * len(rows),
+    ]
 
     def row(label: str, cells: list[str]) -> None:
         out.append(f"| {label} | " + " | ".join(cells) + " |")
@@ -402,22 +490,35 @@ def _plan_table(rows: list[tuple[Inputs, Plan]]) -> list[str]:
     row("gateway processes (one per core)", [f"{p.cores['gateway']:,}" for _, p in rows])
     row("assembler processes (one per core)", [f"{p.cores['assembler']:,}" for _, p in rows])
     row("telemetry consumer processes", [f"{p.cores['telemetry']:,}" for _, p in rows])
-    row(f"chunk streams (shards; each leader <= {LEADER_FRACTION:g} core)",
-        [f"{p.streams:,}" for _, p in rows])  # fmt: skip
+    row(
+        f"chunk streams (shards; each leader <= {LEADER_FRACTION:g} core)",
+        [f"{p.streams:,}" for _, p in rows],
+    )
     row("broker CPU per chunk, all nodes, us", [f"{broker_per_chunk(x)[0]:.1f}" for x, _ in rows])
     row("a stream leader's share of a core", [f"{p.leader_share:.2f}" for _, p in rows])
     row(f"broker nodes of {NODE_CORES} cores (R{REPLICAS})", [f"{p.nodes:,}" for _, p in rows])
     row("broker cores (nodes x cores)", [f"{p.cores['broker']:,}" for _, p in rows])
     row("partitions", [f"{p.partitions:,}" for _, p in rows])
-    row("step-registry bucket leader, share of a core (one bucket)",
-        [f"{p.kv_leader_share:.2f}" for _, p in rows])  # fmt: skip
-    row(f"step-registry buckets (`TOKENWIRE_REGISTRY_SHARDS`; each leader <= {LEADER_FRACTION:g}"
-        " core)", [f"{math.ceil(p.kv_leader_share / LEADER_FRACTION)}" for _, p in rows])  # fmt: skip
-    row("**total cores** (gateway + assembler + telemetry + broker)",
-        [f"**{p.total:,}**" for _, p in rows])  # fmt: skip
-    row(f"against today's {TODAY_CORES} (target <= {TODAY_CORES // 2})",
-        [f"{p.total / TODAY_CORES:.2f}x ({'met' if p.total <= TODAY_CORES / 2 else 'not met'})"
-         for _, p in rows])  # fmt: skip
+    row(
+        "step-registry bucket leader, share of a core (one bucket)",
+        [f"{p.kv_leader_share:.2f}" for _, p in rows],
+    )
+    row(
+        f"step-registry buckets (`TOKENWIRE_REGISTRY_SHARDS`; each leader <= {LEADER_FRACTION:g}"
+        " core)",
+        [f"{math.ceil(p.kv_leader_share / LEADER_FRACTION)}" for _, p in rows],
+    )
+    row(
+        "**total cores** (gateway + assembler + telemetry + broker)",
+        [f"**{p.total:,}**" for _, p in rows],
+    )
+    row(
+        f"against today's {TODAY_CORES} (target <= {TODAY_CORES // 2})",
+        [
+            f"{p.total / TODAY_CORES:.2f}x ({'met' if p.total <= TODAY_CORES / 2 else 'not met'})"
+            for _, p in rows
+        ],
+    )
     return out
 
 
@@ -433,8 +534,10 @@ def frames_off_plans(fig: Figures) -> tuple[Inputs, Inputs] | None:
 
 def _against_frames_off(rows: list[tuple[str, Plan, Plan]]) -> list[str]:
     """Frames on against frames off, the same run, method by method: the target's ratio."""
-    out = ["| method | " + " | ".join(f"{m}: frames on | {m}: frames off" for m, _, _ in rows)
-           + " |", "| --- |" + " ---: | ---: |" * len(rows)]  # fmt: skip
+    out = [
+        "| method | " + " | ".join(f"{m}: frames on | {m}: frames off" for m, _, _ in rows) + " |",
+        "| --- |" + " ---: | ---: |" * len(rows),
+    ]
     for part in ("gateway", "assembler", "telemetry", "broker"):
         cells = " | ".join(f"{on.cores[part]:,} | {off.cores[part]:,}" for _, on, off in rows)
         out.append(f"| {part} cores | {cells} |")
@@ -452,8 +555,11 @@ def _frames_off_section(fig: Figures, paced: Plan, full: Plan) -> list[str]:
     head = ["### Against the wire before frames, measured in the same run", ""]
     offs = frames_off_plans(fig)
     if offs is None:
-        return [*head, "This run has no frames-off pass (phase paced, `v1_` figures): the "
-                "only baseline is the stated 742."]  # fmt: skip
+        return [
+            *head,
+            "This run has no frames-off pass (phase paced, `v1_` figures): the "
+            "only baseline is the stated 742.",
+        ]
     off, off_full = plan(offs[0]), plan(offs[1])
     return [
         *head,
@@ -485,8 +591,11 @@ def _floor_section(fig: Figures, p: Plan) -> list[str]:
     if "relay_over_gateway" not in floor:
         return [*head, "Not in these figures: run `make bench BENCH=floor`."]
     rest = p.total - p.cores["gateway"]
-    rows = ["| side | CPU us per token | ratio to the gateway | gateway cores | total cores "
-            f"| against {TODAY_CORES} |", "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    rows = [
+        "| side | CPU us per token | ratio to the gateway | gateway cores | total cores "
+        f"| against {TODAY_CORES} |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
 
     def total(name: str) -> int:
         return rest + math.ceil(p.cores["gateway"] * floor[f"{name}_over_gateway"])
@@ -494,9 +603,11 @@ def _floor_section(fig: Figures, p: Plan) -> list[str]:
     for name, label in _FLOOR_SIDES:
         if f"{name}_over_gateway" not in floor:
             continue  # a run before that side was measured
-        rows.append(f"| {label} | {floor[f'{name}_us_per_token']:.1f} | "
-                    f"{floor[f'{name}_over_gateway']:.2f}x | {total(name) - rest:,} | "
-                    f"{total(name):,} | {total(name) / TODAY_CORES:.2f}x |")  # fmt: skip
+        rows.append(
+            f"| {label} | {floor[f'{name}_us_per_token']:.1f} | "
+            f"{floor[f'{name}_over_gateway']:.2f}x | {total(name) - rest:,} | "
+            f"{total(name):,} | {total(name) / TODAY_CORES:.2f}x |"
+        )
 
     relay_total = total("relay")
     verdict = "still above" if relay_total > TODAY_CORES // 2 else "at or below"
@@ -532,8 +643,10 @@ def _when(fig: Figures) -> str:
     g = fig.get
     shards = ""
     if _ok(g("shards", "load_avg_1m_start")):
-        shards = (f"; phase shards: 1-minute load average {g('shards', 'load_avg_1m_start'):.2f} "
-                  f"at its start, {g('shards', 'load_avg_1m_end'):.2f} at its end")  # fmt: skip
+        shards = (
+            f"; phase shards: 1-minute load average {g('shards', 'load_avg_1m_start'):.2f} "
+            f"at its start, {g('shards', 'load_avg_1m_end'):.2f} at its end"
+        )
     return (f"phase paced: {paced}" if paced else "phase paced: not in this run") + shards
 
 
@@ -541,16 +654,20 @@ def _headline(fig: Figures, plans: list[tuple[Inputs, Plan]]) -> str:
     (paced, p), full = plans[0], plans[2][1]
     n = paced_load(fig)
     if n is None:
-        return ("**The paced phase is not in these figures**: the model's column is made of "
-                "the stated constants (`FALLBACK` in bench/capacity.py) and says nothing; run "
-                "`make bench BENCH=paced` (and `shards`).")  # fmt: skip
+        return (
+            "**The paced phase is not in these figures**: the model's column is made of "
+            "the stated constants (`FALLBACK` in bench/capacity.py) and says nothing; run "
+            "`make bench BENCH=paced` (and `shards`)."
+        )
     met = p.total <= TODAY_CORES / 2
     offs = frames_off_plans(fig)
     same_run = ""
     if offs is not None:
         off = plan(offs[0]).total
-        same_run = (f" Against the same model with frames off in the same run ({off:,} cores) "
-                    f"it is {p.total / off:.2f}x (below).")  # fmt: skip
+        same_run = (
+            f" Against the same model with frames off in the same run ({off:,} cores) "
+            f"it is {p.total / off:.2f}x (below)."
+        )
     busy = fig.get("paced", f"s{n}_busy_gateway")
     per_core = 1e6 * UTILISATION / (paced["gateway_us"] * TOKENS_PER_S * CHUNKS_PER_TOKEN)
     return (
@@ -558,7 +675,8 @@ def _headline(fig: Figures, plans: list[tuple[Inputs, Plan]]) -> str:
         f"gateway, {p.cores['assembler']:,} assembler, {p.cores['telemetry']:,} telemetry, "
         f"{p.cores['broker']:,} broker: {p.nodes:,} nodes of {NODE_CORES} cores at "
         f"R{REPLICAS}, {p.streams:,} chunk streams), against {TODAY_CORES} before frames: "
-        f"the target (at most {TODAY_CORES // 2}) is " + ("met." if met else "**not met**.")
+        f"the target (at most {TODAY_CORES // 2}) is "
+        + ("met." if met else "**not met**.")
         + same_run
         + f" The gateway is the bound: {p.cores['gateway']:,} cores. At {n} sessions one "
         f"gateway process was {busy:.0%} busy ({paced['gateway_us']:.0f} us per chunk), so a "
@@ -566,7 +684,7 @@ def _headline(fig: Figures, plans: list[tuple[Inputs, Plan]]) -> str:
         f"{TOKENS_PER_S:g} tokens/s. At that pace every token is its own provider read and "
         "its own write to the caller, and the process pays a wake-up, two system calls and "
         "the interpreted per-read work (SSE parse, normalise, meter, frame, forward) for each; "
-        "the profile (docs/benchmarks.md, \"The linger default moved to 200 ms\") finds most "
+        'the profile (docs/benchmarks.md, "The linger default moved to 200 ms") finds most '
         "of it in the interpreter, spread over ~40 functions; "
         "at full speed one read carries many tokens, which is why the method behind today's "
         f"{TODAY_CORES} (CPU per chunk at full speed) gives {full.total:,} with the same "
@@ -576,7 +694,7 @@ def _headline(fig: Figures, plans: list[tuple[Inputs, Plan]]) -> str:
         "cluster's CPU per message, a broker as busy as a planned node); the same with the "
         "broker as the paced stack's lightly loaded single server measured it (an upper "
         "bound: there every message is its own wake-up); and the full-speed figures."
-    )  # fmt: skip
+    )
 
 
 def render(fig: Figures, preliminary: bool = True) -> str:
@@ -584,8 +702,11 @@ def render(fig: Figures, preliminary: bool = True) -> str:
     stack = stack_broker_inputs(fig)
     full = full_speed_inputs(fig, paced)
     plans = [(paced, plan(paced)), (stack, plan(stack)), (full, plan(full))]
-    mark = ("**Preliminary, measured under load**: regenerate after the final `make bench`.\n\n"
-            if preliminary else "")  # fmt: skip
+    mark = (
+        "**Preliminary, measured under load**: regenerate after the final `make bench`.\n\n"
+        if preliminary
+        else ""
+    )
     n = paced_load(fig)
     p = plans[0][1]
     lines = [

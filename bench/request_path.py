@@ -55,9 +55,10 @@ class Tracer:
 async def _request(url: str) -> None:
     async with openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0) as client:
         stream = await client.chat.completions.create(
-            model="anthropic/tools", stream=True,
+            model="anthropic/tools",
+            stream=True,
             messages=[{"role": "user", "content": "weather?"}],
-        )  # fmt: skip
+        )
         async for _ in stream:
             pass
 
@@ -104,8 +105,10 @@ def _report(order: list[str]) -> None:
     walk = [_package(m) for m in distinct]
     hops = [p for i, p in enumerate(walk) if i == 0 or walk[i - 1] != p]
     print("first entries, by package: " + " -> ".join(hops))
-    print(f"{len(distinct)} modules in {len(by_package)} packages; "
-          f"{len(hops) - len(set(hops))} returns to a package left before")  # fmt: skip
+    print(
+        f"{len(distinct)} modules in {len(by_package)} packages; "
+        f"{len(hops) - len(set(hops))} returns to a package left before"
+    )
 
 
 def _package(module: str) -> str:

@@ -24,9 +24,16 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 
 BROKER_COMMANDS = (
-    "replay", "tail", "status", "rebuild", "gateway", "assembler", "telemetry", "provision",
+    "replay",
+    "tail",
+    "status",
+    "rebuild",
+    "gateway",
+    "assembler",
+    "telemetry",
+    "provision",
     "reshard",
-)  # fmt: skip
+)
 READ_COMMANDS = ("replay", "tail", "messages", "status", "rebuild", "usage")
 STACK_COMMANDS = ("demo", "up")
 PROVISIONING = ("gateway", "assembler", "telemetry", "provision", "reshard", *STACK_COMMANDS)
@@ -59,9 +66,17 @@ class ConfigError(ValueError):
 # -- parsers: (variable name, text) -> value, or ConfigError naming the variable --------------
 
 _BYTE_UNITS = {
-    "": 1, "B": 1, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB": 1024**4,
-    "KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4,
-}  # fmt: skip
+    "": 1,
+    "B": 1,
+    "KIB": 1024,
+    "MIB": 1024**2,
+    "GIB": 1024**3,
+    "TIB": 1024**4,
+    "KB": 1000,
+    "MB": 1000**2,
+    "GB": 1000**3,
+    "TB": 1000**4,
+}
 _BYTES = re.compile(r"\s*(\d+)\s*([A-Za-z]*)\s*")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")

@@ -52,8 +52,11 @@ def start_assembler(
     with log.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "tokenwire.services.assembler"],
-            env=full, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            env=full,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:

@@ -86,9 +86,12 @@ async def provision(nc: Client, topology: Topology) -> None:
     for attempt in range(200):
         try:
             await ensure_topology(
-                nc, topology, ack_wait_s=5.0, priority_timeout_s=PRIORITY_TIMEOUT_S,
+                nc,
+                topology,
+                ack_wait_s=5.0,
+                priority_timeout_s=PRIORITY_TIMEOUT_S,
                 member_ttl_s=MEMBER_TTL_S,
-            )  # fmt: skip
+            )
             return
         except TopologyError:
             if attempt == 199:

@@ -62,8 +62,9 @@ async def publish_plan(
         while messages:
             session = rng.choice(sorted(messages))
             env, payload = messages[session].pop(0)
-            await publisher.publish(payload, env.session, env.turn, env.step, env.ordinal,
-                                    first=env.ordinal == 0)  # fmt: skip
+            await publisher.publish(
+                payload, env.session, env.turn, env.step, env.ordinal, first=env.ordinal == 0
+            )
             if not messages[session]:
                 del messages[session]
         await publisher.flush(10)

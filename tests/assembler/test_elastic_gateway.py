@@ -43,8 +43,11 @@ Sent = dict[str, dict[int, list[dict[str, Any]]]]
 
 async def call(client: httpx.AsyncClient, url: str, session: str, text: str) -> tuple[int, int]:
     """One streamed turn; returns (status, assigned turn). Records what was sent."""
-    body = {"model": "scripted/text", "messages": [{"role": "user", "content": text}],
-            "stream": True}  # fmt: skip
+    body = {
+        "model": "scripted/text",
+        "messages": [{"role": "user", "content": text}],
+        "stream": True,
+    }
     headers = {**AUTH, "x-tokenwire-session": session}
     async with client.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers) as r:
         await r.aread()

@@ -44,8 +44,11 @@ def start_assembler(url: str, store_url: str, log: Path) -> subprocess.Popen[byt
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "tokenwire.services.assembler"],
-            env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            env=env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 @pytest.mark.slow

@@ -26,8 +26,12 @@ STOP = Finish(reason="stop")
 
 def _chunk(i: int) -> StreamChunk:
     if i % 7 == 3:
-        return ToolCallDelta(index=1, id="c1", name="f" if i == 3 else None,
-                             arguments_delta='{"a":1}' if i == 3 else "")  # fmt: skip
+        return ToolCallDelta(
+            index=1,
+            id="c1",
+            name="f" if i == 3 else None,
+            arguments_delta='{"a":1}' if i == 3 else "",
+        )
     return TextDelta(index=0, text=f"t{i} ")
 
 

@@ -89,9 +89,12 @@ async def test_a_flapping_member_does_not_make_ownership_oscillate(
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         await ensure_topology(
-            nc, topology, ack_wait_s=5.0, priority_timeout_s=PRIORITY_TIMEOUT_S,
+            nc,
+            topology,
+            ack_wait_s=5.0,
+            priority_timeout_s=PRIORITY_TIMEOUT_S,
             member_ttl_s=MEMBER_TTL_S,
-        )  # fmt: skip
+        )
         publisher = await ChunkPublisher(nc, topology).start()
         stop = asyncio.Event()
         publishing = asyncio.create_task(publish_filler(publisher, filler, stop))

@@ -88,8 +88,9 @@ async def test_a_frame_with_a_chunk_past_the_finish_is_copied_to_the_dlq_and_ack
         first, rest = envs[:1], [*envs[1:], beyond]
         for part in (first, rest):
             env = part[0]
-            await publisher.publish(frame_of(part), env.session, env.turn, env.step,
-                                    env.ordinal, first=env.ordinal == 0)  # fmt: skip
+            await publisher.publish(
+                frame_of(part), env.session, env.turn, env.step, env.ordinal, first=env.ordinal == 0
+            )
         await publisher.flush(5)
     finally:
         await publisher.close()

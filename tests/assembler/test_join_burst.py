@@ -143,16 +143,23 @@ async def test_the_first_burst_after_a_join_follows_the_session_hash(
     async def start(member: str) -> None:
         log = tmp_path / f"{member}.log"
         procs[member] = start_assembler(
-            [server.url], sqlite_url, member, log, PARTITIONS,
+            [server.url],
+            sqlite_url,
+            member,
+            log,
+            PARTITIONS,
             TOKENWIRE_ASSEMBLER_METRICS_ADDR="127.0.0.1:0",
-        )  # fmt: skip
+        )
         ports[member] = await metrics_port(log)
 
     try:
         await ensure_topology(
-            nc, topology, ack_wait_s=5.0, priority_timeout_s=PRIORITY_TIMEOUT_S,
+            nc,
+            topology,
+            ack_wait_s=5.0,
+            priority_timeout_s=PRIORITY_TIMEOUT_S,
             member_ttl_s=MEMBER_TTL_S,
-        )  # fmt: skip
+        )
         await start("a")
         warm_steps = await warm_up(nc, topology, store) if stack == "warmed" else 0
         await asyncio.gather(start("b"), start("c"))

@@ -109,9 +109,13 @@ LOSSES = [
 
 @contextlib.asynccontextmanager
 async def lossy_assembler(
-    nats_url: str, t: Topology, db_url: str, db: Store, name: str,
+    nats_url: str,
+    t: Topology,
+    db_url: str,
+    db: Store,
+    name: str,
     lost: Callable[[ChunkEnvelope], bool],
-) -> AsyncIterator[tuple[Assembler, list[int]]]:  # fmt: skip
+) -> AsyncIterator[tuple[Assembler, list[int]]]:
     """A started assembler (gap and abandonment far beyond the test's bound) whose first
     delivery matching ``lost`` is dropped on arrival; yields it and the sequences dropped."""
     timeouts = AssemblyConfig(gap_timeout_s=120.0, abandon_timeout_s=120.0)
@@ -128,6 +132,7 @@ async def lossy_assembler(
 
 @pytest.mark.parametrize(("where", "lost"), LOSSES)
 async def test_a_delivery_lost_on_the_way_is_read_back_and_the_store_is_exact(
+    *,
     nc: Client,
     nats_url: str,
     slow_redelivery: Topology,
@@ -178,6 +183,7 @@ def replica_catching_up(
 
 @pytest.mark.parametrize(("where", "lost"), LOSSES)
 async def test_a_read_back_cut_short_by_a_lagging_replica_is_read_again(
+    *,
     nc: Client,
     nats_url: str,
     slow_redelivery: Topology,

@@ -76,8 +76,10 @@ async def test_counters_equal_the_reported_usage_once_per_step(
     lines = [li for s in ("u1", "u2", "u3") for li in await db.session_usage(s)]
     costs = {(li.provider, li.model, li.tenant or "none"): li.cost_usd for li in lines}
     priced = {k: float(v) for k, v in costs.items() if v is not None}
-    assert set(priced) == {("openai", "gpt-4o-mini", "acme"), ("deepseek", "deepseek-reasoner",
-                                                               "acme")}  # fmt: skip
+    assert set(priced) == {
+        ("openai", "gpt-4o-mini", "acme"),
+        ("deepseek", "deepseek-reasoner", "acme"),
+    }
     assert samples(usage_metrics.cost) == priced
 
     # The same chunks again under new Msg-Ids, then a second instance: nothing counted twice.

@@ -13,21 +13,29 @@ def _figures(loads: dict[int, float]) -> Figures:
     fig = Figures("default")
     for n, pace in loads.items():
         for name, value in {
-            "sessions": n, "pace": pace, "chunks_per_step": 100.0,
+            "sessions": n,
+            "pace": pace,
+            "chunks_per_step": 100.0,
             "cpu_us_per_chunk_gateway": 60.0 if n == 100 else 90.0,
-            "cpu_us_per_chunk_assembler": 12.0, "cpu_us_per_chunk_telemetry": 3.0,
-            "cpu_us_per_chunk_nats": 10.0, "messages_per_chunk": 0.2,
-            "stream_bytes_per_chunk": 100.0, "kv_writes_per_step": 2.0,
+            "cpu_us_per_chunk_assembler": 12.0,
+            "cpu_us_per_chunk_telemetry": 3.0,
+            "cpu_us_per_chunk_nats": 10.0,
+            "messages_per_chunk": 0.2,
+            "stream_bytes_per_chunk": 100.0,
+            "kv_writes_per_step": 2.0,
             "event_writes_per_step": 2.0,
-        }.items():  # fmt: skip
+        }.items():
             fig.put("paced", f"s{n}_{name}", value)
     fig.put("paced", "disk_bytes_per_chunk", 25.0)
     for name, value in {
-        "k1f_cpu_us_per_message_all_nodes": 50.0, "r1f_cpu_us_per_message_all_nodes": 20.0,
-        "k1f_leader_node_cpu_us_per_message": 20.0, "kv_leader_node_cpu_us_per_step": 40.0,
-        "kv_cpu_us_per_step_all_nodes": 100.0, "consume_cpu_us_per_message_all_nodes": 30.0,
+        "k1f_cpu_us_per_message_all_nodes": 50.0,
+        "r1f_cpu_us_per_message_all_nodes": 20.0,
+        "k1f_leader_node_cpu_us_per_message": 20.0,
+        "kv_leader_node_cpu_us_per_step": 40.0,
+        "kv_cpu_us_per_step_all_nodes": 100.0,
+        "consume_cpu_us_per_message_all_nodes": 30.0,
         "consume_max_node_cpu_us_per_message": 25.0,
-    }.items():  # fmt: skip
+    }.items():
         fig.put("shards", name, value)
     return fig
 
@@ -83,12 +91,18 @@ def _with_frames_off(fig: Figures) -> Figures:
     """The paced phase's frames-off pass (``v1_`` keys) at the same load: one message per
     chunk, the other per-chunk figures as the frames-on pass's; the cluster's v1 costs."""
     for name, value in {
-        "sessions": 100, "pace": 1.0, "chunks_per_step": 100.0,
-        "cpu_us_per_chunk_gateway": 60.0, "cpu_us_per_chunk_assembler": 12.0,
-        "cpu_us_per_chunk_telemetry": 3.0, "cpu_us_per_chunk_nats": 10.0,
-        "messages_per_chunk": 1.0, "stream_bytes_per_chunk": 400.0,
-        "kv_writes_per_step": 2.0, "event_writes_per_step": 2.0,
-    }.items():  # fmt: skip
+        "sessions": 100,
+        "pace": 1.0,
+        "chunks_per_step": 100.0,
+        "cpu_us_per_chunk_gateway": 60.0,
+        "cpu_us_per_chunk_assembler": 12.0,
+        "cpu_us_per_chunk_telemetry": 3.0,
+        "cpu_us_per_chunk_nats": 10.0,
+        "messages_per_chunk": 1.0,
+        "stream_bytes_per_chunk": 400.0,
+        "kv_writes_per_step": 2.0,
+        "event_writes_per_step": 2.0,
+    }.items():
         fig.put("paced", f"v1_s100_{name}", value)
     fig.put("shards", "k1_cpu_us_per_message_all_nodes", 30.0)
     fig.put("shards", "k1_leader_node_cpu_us_per_message", 10.0)
@@ -139,8 +153,12 @@ def test_the_frames_off_broker_takes_the_v1_consumers_cost_when_measured() -> No
 
 def test_the_floors_scale_the_gateways_cores_by_their_same_run_ratio() -> None:
     fig = _figures({100: 1.0})
-    sides = (("gateway", 80.0, 1.0), ("coalesced", 24.0, 0.3), ("proxy", 40.0, 0.5),
-             ("relay", 16.0, 0.2))  # fmt: skip
+    sides = (
+        ("gateway", 80.0, 1.0),
+        ("coalesced", 24.0, 0.3),
+        ("proxy", 40.0, 0.5),
+        ("relay", 16.0, 0.2),
+    )
     for name, us, ratio in sides:
         fig.put("floor", f"{name}_us_per_token", us)
         fig.put("floor", f"{name}_over_gateway", ratio)

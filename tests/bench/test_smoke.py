@@ -20,10 +20,25 @@ PARTS = ("limits", "stack", "interleaved", "telemetry", "scaling", "floor")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bench")
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "--profile", "smoke", "--no-peer", "--out", str(out),
-         "--docs", str(out / "docs"), *PARTS],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--profile",
+            "smoke",
+            "--no-peer",
+            "--out",
+            str(out),
+            "--docs",
+            str(out / "docs"),
+            *PARTS,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out
 
@@ -48,12 +63,23 @@ def test_every_figure_is_a_finite_number(run: Path) -> None:
 @pytest.mark.slow
 def test_the_limits_and_tokenwire_figures_are_there_and_positive(run: Path) -> None:
     v = _figures(run)
-    for name in ("publish_per_s", "consume_ack_per_s", "ordered_read_per_s",
-                 "json_loads_per_s", "proxy_events_per_s", "direct_ttfb_lone_p50_ms"):  # fmt: skip
+    for name in (
+        "publish_per_s",
+        "consume_ack_per_s",
+        "ordered_read_per_s",
+        "json_loads_per_s",
+        "proxy_events_per_s",
+        "direct_ttfb_lone_p50_ms",
+    ):
         assert v["limits"][name] > 0, name
     stack = v["stack"]
-    for name in ("full_lone_through_p50_ms", "full_hot_through_p99_ms", "full_c1_events_per_s",
-                 "full_cmany_events_per_s", "full_cmany_cpu_ms_per_1k_gateway"):  # fmt: skip
+    for name in (
+        "full_lone_through_p50_ms",
+        "full_hot_through_p99_ms",
+        "full_c1_events_per_s",
+        "full_cmany_events_per_s",
+        "full_cmany_cpu_ms_per_1k_gateway",
+    ):
         assert stack[name] > 0, name
     # every chunk the gateway published was committed by the assembler of the same stack
     assert stack["chunks_committed"] == stack["chunks_on_stream"] > 0

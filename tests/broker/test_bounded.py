@@ -20,8 +20,9 @@ async def _publish(nc: Client, topology: Topology, session: str, payloads: list[
 
 
 def _read(nc: Client, topology: Topology, session: str, window: ReadWindow) -> BoundedRead:
-    return BoundedRead(nc, topology.stream, topology.session_filter(session), 1, window=window,
-                       heartbeat_s=0.5)  # fmt: skip
+    return BoundedRead(
+        nc, topology.stream, topology.session_filter(session), 1, window=window, heartbeat_s=0.5
+    )
 
 
 async def _all(read: BoundedRead, n: int) -> list[Delivery]:
@@ -119,8 +120,14 @@ async def test_a_lost_delivery_is_a_gap_read_again_in_order(nc: Client, topology
                 return
             super()._on_delivery(subject, reply, data, hdr)
 
-    read = LosesOne(nc, topology.stream, topology.session_filter("gap"), 1,
-                    window=ReadWindow(messages=16), heartbeat_s=0.5)  # fmt: skip
+    read = LosesOne(
+        nc,
+        topology.stream,
+        topology.session_filter("gap"),
+        1,
+        window=ReadWindow(messages=16),
+        heartbeat_s=0.5,
+    )
     await read.open()
     try:
         got = await _all(read, 300)
@@ -138,9 +145,15 @@ async def test_a_reader_back_after_its_consumer_expired_reads_on(
     when it takes again it reads on from the next seq."""
     payloads = [b"%04d" % k for k in range(200)]
     await _publish(nc, topology, "idle", payloads)
-    read = BoundedRead(nc, topology.stream, topology.session_filter("idle"), 1,
-                       window=ReadWindow(messages=16), heartbeat_s=0.2,
-                       inactive_s=0.5)  # fmt: skip
+    read = BoundedRead(
+        nc,
+        topology.stream,
+        topology.session_filter("idle"),
+        1,
+        window=ReadWindow(messages=16),
+        heartbeat_s=0.2,
+        inactive_s=0.5,
+    )
     await read.open()
     try:
         first = await read.take(10.0)

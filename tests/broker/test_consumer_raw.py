@@ -53,8 +53,9 @@ async def fill(nc: Client, t: Topology, count: int) -> list[str]:
         ordinal = k // 4
         headers = TRACE if ordinal == 0 else None
         payload = b"c%d" % k
-        await publisher.publish(payload, sessions[k % 4], 0, 0, ordinal, first=ordinal == 0,
-                                headers=headers)  # fmt: skip
+        await publisher.publish(
+            payload, sessions[k % 4], 0, 0, ordinal, first=ordinal == 0, headers=headers
+        )
     await publisher.flush(10)
     await publisher.close()
     await settles_to(nc, t, 0, (count, 0))

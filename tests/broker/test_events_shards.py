@@ -49,8 +49,11 @@ async def test_each_session_s_events_land_in_its_own_stream_only(nc: Client) -> 
         assert {c["config"]["max_bytes"] for c in configs} == {TEST_MAX_BYTES // 8 // 3}
         js = nc.jetstream()
         for session in SESSIONS:
-            ack = await js.publish(t.event_subject(session, "started"), b"{}",
-                                   headers={"Nats-Msg-Id": f"started:{session}"})  # fmt: skip
+            ack = await js.publish(
+                t.event_subject(session, "started"),
+                b"{}",
+                headers={"Nats-Msg-Id": f"started:{session}"},
+            )
             assert ack.stream == t.events_stream_of(session)
         assert {t.events_stream_of(s) for s in SESSIONS} == set(t.events_streams)
         for stream in t.events_streams:

@@ -207,8 +207,9 @@ async def test_read_range_reads_exactly_the_range_and_ends_an_idle_read_with_an_
     ]
     assert to_end == [b"m4", b"m5"]
     with pytest.raises(RequestFailed, match="no message within"):
-        async for _ in read_range(nc, topology.events_stream, subject, seqs[-1] + 1, last=None,
-                                  idle_s=0.5):  # fmt: skip
+        async for _ in read_range(
+            nc, topology.events_stream, subject, seqs[-1] + 1, last=None, idle_s=0.5
+        ):
             pass
 
 

@@ -103,8 +103,14 @@ def _legacy_config(t: Topology) -> dict[str, object]:
         f"{t.prefix}.chunks.{{{{partition({t.partitions},1)}}}}.{{{{wildcard(1)}}}}"
         ".{{wildcard(2)}}"
     )
-    return {"name": t.stream, "subjects": [src], "subject_transform": {"src": src, "dest": dest},
-            "storage": "file", "retention": "limits", "max_bytes": t.max_bytes}  # fmt: skip
+    return {
+        "name": t.stream,
+        "subjects": [src],
+        "subject_transform": {"src": src, "dest": dest},
+        "storage": "file",
+        "retention": "limits",
+        "max_bytes": t.max_bytes,
+    }
 
 
 async def test_the_pre_shard_stream_is_updated_in_place_without_loss(nc: Client) -> None:
@@ -119,8 +125,9 @@ async def test_the_pre_shard_stream_is_updated_in_place_without_loss(nc: Client)
         assert info.config.subject_transform is None
         assert info.config.subjects == [f"{t.prefix}.chunks.{p}.*.*" for p in range(4)]
         await js.publish(chunk_subject(t, "old-session", first=False), b"n")  # after it
-        read = [payload async for batch in session_batches(nc, t, "old-session")
-                for _, payload in batch]  # fmt: skip
+        read = [
+            payload async for batch in session_batches(nc, t, "old-session") for _, payload in batch
+        ]
         assert read == [b"o"] * 5 + [b"n"]
     finally:
         await drop_topology(nc, t)

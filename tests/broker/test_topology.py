@@ -64,10 +64,16 @@ async def test_partition_of_equals_the_servers_mapping(nc: Client, partitions: i
     oracle = f"ORACLE_{t.stream}"
     source = f"{t.prefix}.oracle.*"
     dest = f"{t.prefix}.mapped.{{{{partition({partitions},1)}}}}.{{{{wildcard(1)}}}}"
-    await jetstream_request(nc, f"$JS.API.STREAM.CREATE.{oracle}", {
-        "name": oracle, "subjects": [source], "storage": "memory",
-        "subject_transform": {"src": source, "dest": dest},
-    })  # fmt: skip
+    await jetstream_request(
+        nc,
+        f"$JS.API.STREAM.CREATE.{oracle}",
+        {
+            "name": oracle,
+            "subjects": [source],
+            "storage": "memory",
+            "subject_transform": {"src": source, "dest": dest},
+        },
+    )
     js = nc.jetstream()
     try:
         for session in sessions:

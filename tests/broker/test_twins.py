@@ -65,8 +65,16 @@ async def steps(
 
 def _envelope(session: str, ordinal: int) -> bytes:
     chunk = TextDelta(index=0, text=f"t{ordinal}")
-    envelope = ChunkEnvelope(session=session, turn=0, step=0, ordinal=ordinal, time_ns=1,
-                             provider="p", model="m", chunk=chunk)  # fmt: skip
+    envelope = ChunkEnvelope(
+        session=session,
+        turn=0,
+        step=0,
+        ordinal=ordinal,
+        time_ns=1,
+        provider="p",
+        model="m",
+        chunk=chunk,
+    )
     return json_encoder.encode(envelope)
 
 
@@ -151,9 +159,17 @@ async def owners(
     async def publish(session: str, tenant: str | None) -> None:
         chunk = TextDelta(index=0, text="x")
         turn = next(turns)
-        envelope = ChunkEnvelope(session=session, turn=turn, step=0, ordinal=0, time_ns=1,
-                                 provider="p", model="m", chunk=chunk,
-                                 tenant=msgspec.UNSET if tenant is None else tenant)  # fmt: skip
+        envelope = ChunkEnvelope(
+            session=session,
+            turn=turn,
+            step=0,
+            ordinal=0,
+            time_ns=1,
+            provider="p",
+            model="m",
+            chunk=chunk,
+            tenant=msgspec.UNSET if tenant is None else tenant,
+        )
         await publisher.publish(json_encoder.encode(envelope), session, turn, 0, 0, first=True)
         await publisher.wait_acked(session, turn, 0, timeout_s=10.0)
 

@@ -63,8 +63,11 @@ class Done:
 
 def _env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOKENWIRE_")}
-    env.update(TOKENWIRE_DATA_DIR=str(tmp_path / "data"), TOKENWIRE_PARTITIONS=str(PARTITIONS),
-               TOKENWIRE_STORE=f"sqlite:///{tmp_path / 'store.db'}")  # fmt: skip
+    env.update(
+        TOKENWIRE_DATA_DIR=str(tmp_path / "data"),
+        TOKENWIRE_PARTITIONS=str(PARTITIONS),
+        TOKENWIRE_STORE=f"sqlite:///{tmp_path / 'store.db'}",
+    )
     return env
 
 
@@ -205,9 +208,14 @@ async def test_services_stop_on_a_signal_with_its_exit_code(
     try:
         for name, (argv, _) in services.items():
             procs[name] = await asyncio.create_subprocess_exec(
-                TOKENWIRE, *argv, "--nats-url", broker, env=env,
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-            )  # fmt: skip
+                TOKENWIRE,
+                *argv,
+                "--nats-url",
+                broker,
+                env=env,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+            )
         for name, (_, marker) in services.items():
             await _ready(procs[name], marker)
         for proc in procs.values():
@@ -230,10 +238,18 @@ async def test_a_service_stops_on_sigterm_while_its_first_connect_waits(tmp_path
     (the bound given here is far longer than the test waits)."""
     url = f"nats://127.0.0.1:{free_port()}"
     proc = await asyncio.create_subprocess_exec(
-        TOKENWIRE, "assembler", "--metrics-addr", "off", "--nats-url", url,
-        "--connect-timeout-s", "600", env=_env(tmp_path),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        TOKENWIRE,
+        "assembler",
+        "--metrics-addr",
+        "off",
+        "--nats-url",
+        url,
+        "--connect-timeout-s",
+        "600",
+        env=_env(tmp_path),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         await _ready(proc, "connecting to")
         proc.send_signal(signal.SIGTERM)

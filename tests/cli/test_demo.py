@@ -73,13 +73,25 @@ def _why(done: subprocess.CompletedProcess[str], summary: Path) -> str:
 def test_demo_summary_matches_the_plan_and_leaves_nothing_running(tmp_path: Path) -> None:
     data = tmp_path / "data"
     summary = tmp_path / "summary.json"
-    argv = [sys.executable, "-m", "tokenwire", "demo", "--sessions", "4", "--turns", "2",
-            "--steps", "3", "--summary-json", str(summary)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "tokenwire",
+        "demo",
+        "--sessions",
+        "4",
+        "--turns",
+        "2",
+        "--steps",
+        "3",
+        "--summary-json",
+        str(summary),
+    ]
     done = _run_demo(tmp_path, argv, data, timeout=240)
     why = _why(done, summary)
     assert done.returncode == 0, why
 
-    expected = expected_totals(FleetPlan(4, 2, 3, run_id="x"))
+    expected = expected_totals(FleetPlan(sessions=4, turns=2, steps=3, run_id="x"))
     doc = json.loads(summary.read_text())
     observed = doc["observed"]
     assert doc["fleet"]["unexpected_failures"] == 0, why
@@ -137,10 +149,27 @@ async def test_the_demo_fleet_runs_against_a_named_provider(tmp_path: Path) -> N
             env.pop(name, None)
         summary = tmp_path / "summary.json"
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tokenwire", "demo", "--provider", "openai", "--model", "tools",
-            "--sessions", "3", "--turns", "1", "--steps", "2", "--summary-json", str(summary),
-            cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "tokenwire",
+            "demo",
+            "--provider",
+            "openai",
+            "--model",
+            "tools",
+            "--sessions",
+            "3",
+            "--turns",
+            "1",
+            "--steps",
+            "2",
+            "--summary-json",
+            str(summary),
+            cwd=tmp_path,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = await asyncio.wait_for(proc.communicate(), 240)
     doc = json.loads(summary.read_text()) if summary.is_file() else {"fleet": {"failures": None}}
     why = f"failures: {doc['fleet']['failures']}\n{out.decode()[-3000:]}{err.decode()[-3000:]}"

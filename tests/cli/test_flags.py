@@ -91,9 +91,13 @@ def test_a_malformed_flag_is_reported_as_its_variable(capsys: pytest.CaptureFixt
     ],
 )
 def test_exit_codes_of_the_remaining_commands(
-    argv: list[str], code: int, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    code: int,
+    says: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     for name in [k for k in os.environ if k.startswith("TOKENWIRE_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("TOKENWIRE_DATA_DIR", str(tmp_path))

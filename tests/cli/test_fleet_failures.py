@@ -62,8 +62,9 @@ def _request() -> httpx2.Request:
 
 
 _STATUS_CLASSES: dict[int, type[openai.APIStatusError]] = {
-    409: openai.ConflictError, 429: openai.RateLimitError,
-}  # fmt: skip
+    409: openai.ConflictError,
+    429: openai.RateLimitError,
+}
 
 
 def _status_error(status: int, body: object, **headers: str) -> openai.APIStatusError:
@@ -176,7 +177,7 @@ def test_a_failure_keeps_a_bounded_one_line_message() -> None:
 
 
 def test_the_plan_puts_its_provider_error_at_one_step_and_allows_any_for_a_real_provider() -> None:
-    plan = FleetPlan(3, 2, 3, run_id="x")
+    plan = FleetPlan(sessions=3, turns=2, steps=3, run_id="x")
     planned = [
         (k, t, s)
         for k in range(3)
@@ -185,9 +186,9 @@ def test_the_plan_puts_its_provider_error_at_one_step_and_allows_any_for_a_real_
         if plan.provider_error_planned(k, t, s)
     ]
     assert planned == [(1, 0, 0)]
-    assert FleetPlan(1, 1, 2, run_id="x", provider="openai", model="m").provider_error_planned(
-        0, 0, 1
-    )
+    assert FleetPlan(
+        sessions=1, turns=1, steps=2, run_id="x", provider="openai", model="m"
+    ).provider_error_planned(0, 0, 1)
 
 
 def test_only_a_refusal_before_the_claim_is_retried_within_the_bound() -> None:
@@ -219,13 +220,15 @@ async def serving(
         real = await broker_deps(nc, topology)
         deps = real.deps if sink is None else dataclasses.replace(real.deps, sink=sink)
         gateway = GatewaySettings(
-            port=0, partitions=topology.partitions, ack_timeout_s=30.0,
+            port=0,
+            partitions=topology.partitions,
+            ack_timeout_s=30.0,
             provider_env=provider_env(
                 TOKENWIRE_SCRIPTED_BASE_URL=upstream.url,
                 TOKENWIRE_OPENAI_BASE_URL=f"{upstream.url}/v1",
             ),
             **settings,
-        )  # fmt: skip
+        )
         try:
             async with GatewayServer(gateway, deps) as server:
                 yield server.url, upstream
@@ -240,7 +243,9 @@ def _run_id() -> str:
 async def test_the_plans_error_step_is_a_provider_error_and_nothing_fails(
     nc: Client, topology: Topology
 ) -> None:
-    plan = FleetPlan(2, 1, 2, _run_id())  # session 1 meets the provider error at (0, 0)
+    plan = FleetPlan(
+        sessions=2, turns=1, steps=2, run_id=_run_id()
+    )  # session 1 meets the provider error at (0, 0)
     async with serving(nc, topology) as (url, _):
         result = await run_fleet(plan, url, retry=NO_WAIT)
     assert result.failures == []
@@ -251,7 +256,7 @@ async def test_the_plans_error_step_is_a_provider_error_and_nothing_fails(
 async def test_a_step_the_broker_refused_fails_the_demo_checks_and_is_in_the_summary_json(
     nc: Client, topology: Topology
 ) -> None:
-    plan = FleetPlan(2, 1, 2, _run_id())
+    plan = FleetPlan(sessions=2, turns=1, steps=2, run_id=_run_id())
     refusing = MemoryPublisher(fail_after=0)  # nothing is ever published: 503 before the stream
     async with serving(nc, topology, sink=refusing) as (url, _):
         result = await run_fleet(plan, url, retry=NO_WAIT)
@@ -265,10 +270,11 @@ async def test_a_step_the_broker_refused_fails_the_demo_checks_and_is_in_the_sum
 
     expected = expected_totals(plan)
     as_planned = Observed(
-        steps=expected.steps, messages=expected.messages,
+        steps=expected.steps,
+        messages=expected.messages,
         max_tokens_messages=expected.max_tokens_messages,
         errors=Counter({"provider": expected.errors}),
-    )  # fmt: skip
+    )
     assert _checks_pass(expected, FleetResult(), as_planned)
     assert not _checks_pass(expected, result, as_planned)  # only the failures fail it
     doc = json.loads(msgspec.json.encode(_summary_doc(expected, result, as_planned)))
@@ -291,7 +297,9 @@ async def test_a_provider_rate_limit_relayed_after_the_claim_is_not_retried_a_re
     when the call fails (the failure is the step's recorded outcome): the relayed 429 carries
     ``retry-after`` but echoes the step, so the fleet does not send it again, and counts it as
     the provider's error; sent again, the gateway answers 409."""
-    plan = FleetPlan(1, 1, 2, _run_id(), provider="openai", model="http-429")
+    plan = FleetPlan(
+        sessions=1, turns=1, steps=2, run_id=_run_id(), provider="openai", model="http-429"
+    )
     async with serving(nc, topology) as (url, upstream):
         result = await run_fleet(plan, url, retry=RetryPolicy(tries=3, max_wait_s=30.0))
         provider_calls = len(upstream.received)
@@ -299,9 +307,10 @@ async def test_a_provider_rate_limit_relayed_after_the_claim_is_not_retried_a_re
         try:
             with pytest.raises(openai.ConflictError) as again:
                 await client.chat.completions.create(
-                    model="openai/http-429", messages=[{"role": "user", "content": "again"}],
+                    model="openai/http-429",
+                    messages=[{"role": "user", "content": "again"}],
                     extra_headers=StepAt(plan.session_id(0), 0, 0).headers(),
-                )  # fmt: skip
+                )
         finally:
             await client.close()
         assert len(upstream.received) == provider_calls  # the 409 cost no provider call
@@ -315,7 +324,7 @@ async def test_a_provider_rate_limit_relayed_after_the_claim_is_not_retried_a_re
 async def test_the_edge_refusal_is_retried_at_most_the_bound_then_recorded(
     nc: Client, topology: Topology
 ) -> None:
-    plan = FleetPlan(1, 1, 2, _run_id())
+    plan = FleetPlan(sessions=1, turns=1, steps=2, run_id=_run_id())
     busy = EdgeLimits(max_requests=0)  # every request meets the concurrency limit
     async with serving(nc, topology, edge=busy) as (url, upstream):
         result = await run_fleet(plan, url, retry=NO_WAIT)
@@ -376,8 +385,10 @@ async def _relay(
             writer.write(data)
             await writer.drain()
 
-    tasks = {asyncio.create_task(pipe(caller[0], gateway[1])),
-             asyncio.create_task(pipe(gateway[0], caller[1]))}  # fmt: skip
+    tasks = {
+        asyncio.create_task(pipe(caller[0], gateway[1])),
+        asyncio.create_task(pipe(gateway[0], caller[1])),
+    }
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -390,7 +401,7 @@ async def _relay(
 async def test_a_step_refused_once_at_the_edge_completes_on_its_retry(
     nc: Client, topology: Topology
 ) -> None:
-    plan = FleetPlan(2, 1, 2, _run_id())
+    plan = FleetPlan(sessions=2, turns=1, steps=2, run_id=_run_id())
     async with (
         serving(nc, topology) as (url, _),
         refusing_first_connection(url) as front,

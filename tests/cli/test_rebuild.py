@@ -70,8 +70,9 @@ async def _publish(nc: Client, t: Topology) -> int:
                 model="m",
                 chunk=chunk,
             )
-            await publisher.publish(json_encoder.encode(env), session, turn, step, ordinal,
-                                    first=ordinal == 0)  # fmt: skip
+            await publisher.publish(
+                json_encoder.encode(env), session, turn, step, ordinal, first=ordinal == 0
+            )
     await publisher.flush(30)
     await publisher.close()
     return now
@@ -99,9 +100,13 @@ async def test_rebuild_into_an_empty_store_equals_the_assembler_store(
     now = await _publish(nc, topology)
     assembled, rebuilt = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
     settings = AssemblerSettings(
-        nats_urls=(nats_url,), store_url=assembled, topology=topology, burst=True,
-        metrics_addr=None, provision=False,
-    )  # fmt: skip
+        nats_urls=(nats_url,),
+        store_url=assembled,
+        topology=topology,
+        burst=True,
+        metrics_addr=None,
+        provision=False,
+    )
     await run(settings)
 
     store = open_store(rebuilt)

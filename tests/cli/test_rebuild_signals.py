@@ -51,11 +51,19 @@ async def _publish(url: str) -> None:
                 Finish(reason="stop"),
             ]
             for ordinal, chunk in enumerate(chunks):
-                env = ChunkEnvelope(session=f"sig-{i:04d}", turn=0, step=0, ordinal=ordinal,
-                                    time_ns=now + ordinal, provider="scripted", model="m",
-                                    chunk=chunk)  # fmt: skip
-                await publisher.publish(json_encoder.encode(env), env.session, 0, 0, ordinal,
-                                        first=ordinal == 0)  # fmt: skip
+                env = ChunkEnvelope(
+                    session=f"sig-{i:04d}",
+                    turn=0,
+                    step=0,
+                    ordinal=ordinal,
+                    time_ns=now + ordinal,
+                    provider="scripted",
+                    model="m",
+                    chunk=chunk,
+                )
+                await publisher.publish(
+                    json_encoder.encode(env), env.session, 0, 0, ordinal, first=ordinal == 0
+                )
         await publisher.flush(60)
         await publisher.close()
     finally:
@@ -92,8 +100,9 @@ async def _same_as_clean(store: Store, clean_url: str) -> None:
 async def _rebuild_in_process(url: str, store: Store) -> int:
     nc = await connect(url)
     try:
-        report, _ = await rebuild_store(nc, Topology(partitions=PARTITIONS), store, None,
-                                        AssemblyConfig())  # fmt: skip
+        report, _ = await rebuild_store(
+            nc, Topology(partitions=PARTITIONS), store, None, AssemblyConfig()
+        )
     finally:
         await nc.close()
     return sum(r.inserted for r in report)
@@ -103,9 +112,15 @@ async def _signalled_rebuild(url: str, db: Path, sig: signal.Signals) -> tuple[i
     """Start ``tokenwire rebuild --json``; signal it once its progress passed a tenth."""
     env = {**_env(db.parent), "TOKENWIRE_STORE": f"sqlite:///{db}"}
     proc = await asyncio.create_subprocess_exec(
-        TOKENWIRE, "rebuild", "--json", "--nats-url", url, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        TOKENWIRE,
+        "rebuild",
+        "--json",
+        "--nats-url",
+        url,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     assert proc.stderr is not None
     assert proc.stdout is not None
     try:
@@ -159,13 +174,20 @@ async def test_sigterm_stops_the_assembler_between_commits_and_a_restart_finishe
     commit: it exits 143 having acknowledged only what it committed; a burst run commits the
     rest, and the store equals a clean rebuild's (nothing half-written, nothing doubled)."""
     db = tmp_path / "assembled.db"
-    env = {**_env(tmp_path), "TOKENWIRE_STORE": f"sqlite:///{db}", "TOKENWIRE_NATS_URL": retained,
-           "TOKENWIRE_ASSEMBLER_BATCH_STEPS": "1",
-           "TOKENWIRE_ASSEMBLER_METRICS_ADDR": "off"}  # fmt: skip
+    env = {
+        **_env(tmp_path),
+        "TOKENWIRE_STORE": f"sqlite:///{db}",
+        "TOKENWIRE_NATS_URL": retained,
+        "TOKENWIRE_ASSEMBLER_BATCH_STEPS": "1",
+        "TOKENWIRE_ASSEMBLER_METRICS_ADDR": "off",
+    }
     proc = await asyncio.create_subprocess_exec(
-        TOKENWIRE, "assembler", env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        TOKENWIRE,
+        "assembler",
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         async with asyncio.timeout(PROCESS_LIMIT_S):
             while True:  # until the first commit (bounded by the timeout)
@@ -184,9 +206,13 @@ async def test_sigterm_stops_the_assembler_between_commits_and_a_restart_finishe
     assert await _steps(db) > 0
 
     burst = await asyncio.create_subprocess_exec(
-        TOKENWIRE, "assembler", "--burst", env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        TOKENWIRE,
+        "assembler",
+        "--burst",
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
     async with asyncio.timeout(PROCESS_LIMIT_S):
         _, err = await burst.communicate()
     assert burst.returncode == 0, err.decode()[-3000:]

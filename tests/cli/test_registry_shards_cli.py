@@ -16,8 +16,12 @@ from tokenwire.broker import Topology, connect
 from tokenwire.broker._layout import registry_buckets_found
 from tokenwire.cli import main
 
-FOUR = ("tokenwire-steps-r4-0", "tokenwire-steps-r4-1", "tokenwire-steps-r4-2",
-        "tokenwire-steps-r4-3")  # fmt: skip
+FOUR = (
+    "tokenwire-steps-r4-0",
+    "tokenwire-steps-r4-1",
+    "tokenwire-steps-r4-2",
+    "tokenwire-steps-r4-3",
+)
 
 
 @pytest.fixture(scope="module")

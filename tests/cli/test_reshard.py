@@ -75,13 +75,19 @@ def recorded(env: dict[str, str], topology: Topology, tag: str) -> str:
 
 def burst(env: dict[str, str], service: str) -> None:
     """Run a service until what is pending is handled (its drain), as a process."""
-    extra = {"TOKENWIRE_ASSEMBLER_METRICS_ADDR": "off", "TOKENWIRE_ASSEMBLER_TUNE_GC": "0",
-             "TOKENWIRE_TELEMETRY_METRICS_ADDR": f"127.0.0.1:{free_port()}"}  # fmt: skip
+    extra = {
+        "TOKENWIRE_ASSEMBLER_METRICS_ADDR": "off",
+        "TOKENWIRE_ASSEMBLER_TUNE_GC": "0",
+        "TOKENWIRE_TELEMETRY_METRICS_ADDR": f"127.0.0.1:{free_port()}",
+    }
     result = subprocess.run(
         [sys.executable, "-m", "tokenwire", service, "--burst"],
-        env={**os.environ, **env, **extra}, capture_output=True, text=True,
-        timeout=BURST_BOUND_S, check=False,
-    )  # fmt: skip
+        env={**os.environ, **env, **extra},
+        capture_output=True,
+        text=True,
+        timeout=BURST_BOUND_S,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
 

@@ -89,8 +89,14 @@ def test_a_malformed_size_is_refused_naming_the_variable(text: str) -> None:
 
 
 def test_the_shared_settings_carry_the_layout_and_the_budget() -> None:
-    s = load({"TOKENWIRE_SHARDS": "4", "TOKENWIRE_SHARD_TAGS": "a, b,,c",
-              "TOKENWIRE_RETENTION_BYTES": "64GiB", "TOKENWIRE_COMPRESSION": "NONE"})  # fmt: skip
+    s = load(
+        {
+            "TOKENWIRE_SHARDS": "4",
+            "TOKENWIRE_SHARD_TAGS": "a, b,,c",
+            "TOKENWIRE_RETENTION_BYTES": "64GiB",
+            "TOKENWIRE_COMPRESSION": "NONE",
+        }
+    )
     assert (s.shards, s.shard_tags, s.retention_bytes, s.compression) == (
         4,
         ("a", "b", "c"),

@@ -52,9 +52,12 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
 
 def as_totals(row: dict[str, Any]) -> UsageTotals:
     return UsageTotals(
-        steps=row["steps"], reported=row["reported"], priced=row["priced"],
-        cost_pusd=row["cost_pusd"] or 0, **{n: row[n] for n in TOKEN_FIELDS},
-    )  # fmt: skip
+        steps=row["steps"],
+        reported=row["reported"],
+        priced=row["priced"],
+        cost_pusd=row["cost_pusd"] or 0,
+        **{n: row[n] for n in TOKEN_FIELDS},
+    )
 
 
 def lines() -> list[StepUsage]:
@@ -106,8 +109,18 @@ def test_since_and_tenant_filter(store_env, capsys) -> None:
 
 def test_relative_since_counts_today(store_env, capsys) -> None:
     now = datetime.now(UTC)
-    fill(store_env, [step("today", 0, 0, TokenUsage(input_tokens=7, output_tokens=1),
-                          at_ns=int(now.timestamp() * 10**9))])  # fmt: skip
+    fill(
+        store_env,
+        [
+            step(
+                "today",
+                0,
+                0,
+                TokenUsage(input_tokens=7, output_tokens=1),
+                at_ns=int(now.timestamp() * 10**9),
+            )
+        ],
+    )
     doc = run_json(capsys, "--since", "1d", "--by", "session")
     assert doc["since"] == now.date().isoformat()
     assert [r["session"] for r in doc["rows"]] == ["today"]

@@ -94,9 +94,11 @@ async def _fleet(url: str, store_url: str, plan: FleetPlan) -> list[ReceivedRequ
         async with ScriptedServer(SETTINGS) as scripted:
             real = await broker_deps(nc, topology)
             gateway = GatewaySettings(
-                port=0, partitions=PARTITIONS, ack_timeout_s=10.0,
+                port=0,
+                partitions=PARTITIONS,
+                ack_timeout_s=10.0,
                 provider_env=provider_env(TOKENWIRE_SCRIPTED_BASE_URL=scripted.url),
-            )  # fmt: skip
+            )
             try:
                 async with GatewayServer(gateway, real.deps) as served:
                     result = await run_fleet(plan, served.url)
@@ -105,9 +107,14 @@ async def _fleet(url: str, store_url: str, plan: FleetPlan) -> list[ReceivedRequ
             received = list(scripted.received)
         assert result.unexpected_failures == 0, result.failures
         settings = AssemblerSettings(
-            nats_urls=(url,), store_url=store_url, topology=topology, burst=True,
-            metrics_addr=None, provision=False, tune_gc=False,
-        )  # fmt: skip
+            nats_urls=(url,),
+            store_url=store_url,
+            topology=topology,
+            burst=True,
+            metrics_addr=None,
+            provision=False,
+            tune_gc=False,
+        )
         await run(settings)
     finally:
         await close_client(nc)
@@ -148,9 +155,11 @@ def _as_counts(doc: dict[str, Any]) -> dict[str, Counter[str]]:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_usage_by_model_equals_what_the_provider_sent_before_and_after_rebuild(
-    server: str, two_stores: tuple[str, str], monkeypatch: pytest.MonkeyPatch,
+    server: str,
+    two_stores: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     assembled, rebuilt = two_stores
     plan = FleetPlan(sessions=3, turns=2, steps=3, run_id=uuid.uuid4().hex[:8])
     sessions = {plan.session_id(k) for k in range(plan.sessions)}

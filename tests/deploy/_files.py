@@ -121,13 +121,16 @@ def exposed_metric_labels() -> dict[str, frozenset[str]]:
     from tokenwire.services.telemetry import TelemetryMetrics
 
     suffixes = {
-        "counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",),
-    }  # fmt: skip
+        "counter": ("_total",),
+        "histogram": ("_bucket", "_sum", "_count"),
+        "gauge": ("",),
+    }
     out: dict[str, frozenset[str]] = {}
     for registry in (
-        AssemblerMetrics().registry, GatewayMetrics(lambda: 0.0).registry,
+        AssemblerMetrics().registry,
+        GatewayMetrics(lambda: 0.0).registry,
         TelemetryMetrics().registry,
-    ):  # fmt: skip
+    ):
         for metric in registry._collector_to_names:
             if not hasattr(metric, "_name"):  # a custom collector (e.g. the gateway's readers)
                 for family in metric.collect():

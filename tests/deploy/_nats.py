@@ -101,8 +101,11 @@ class Node:
         with (self.config.parent / f"{self.config.stem}.log").open("ab") as log:  # restarts add
             self.proc = subprocess.Popen(
                 [find_binary(), "-c", str(self.config)],
-                env=server_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+                env=server_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         return self
 
     def wait_accepting(self) -> None:
@@ -183,10 +186,14 @@ async def connect_as(user: str, urls: str) -> Connection:
         errors.append(str(exc))
 
     nc = await nats.connect(
-        servers=urls.split(","), name=f"deploy-test-{user}", error_cb=on_error,
-        connect_timeout=2, max_reconnect_attempts=-1, reconnect_time_wait=0.2,
+        servers=urls.split(","),
+        name=f"deploy-test-{user}",
+        error_cb=on_error,
+        connect_timeout=2,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.2,
         inbox_prefix=inbox_prefix(urls.split(",")),
-    )  # fmt: skip
+    )
     return Connection(nc, errors)
 
 
@@ -207,16 +214,24 @@ def run_provision(
     compose's service and the Job give it (the services' ``TOKENWIRE_PROVISION=0`` included:
     it must not stop provisioning)."""
     env = {k: v for k, v in server_env().items() if not k.startswith("TOKENWIRE_")}
-    env |= {"TOKENWIRE_REPLICAS": str(replicas), "TOKENWIRE_PARTITIONS": "16",
-            "TOKENWIRE_PROVISION": "0", "TOKENWIRE_SHARDS": str(shards),
-            "TOKENWIRE_REGISTRY_SHARDS": str(registry_shards)}  # fmt: skip
+    env |= {
+        "TOKENWIRE_REPLICAS": str(replicas),
+        "TOKENWIRE_PARTITIONS": "16",
+        "TOKENWIRE_PROVISION": "0",
+        "TOKENWIRE_SHARDS": str(shards),
+        "TOKENWIRE_REGISTRY_SHARDS": str(registry_shards),
+    }
     if urls is not None:
         env["TOKENWIRE_NATS_URL"] = urls
     args = command or ("provision", "--timeout", str(timeout_s))
     return subprocess.run(
         [sys.executable, "-m", "tokenwire", *args],
-        env=env, capture_output=True, text=True, timeout=timeout_s + 60, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s + 60,
+        check=False,
+    )
 
 
 def provision(urls: str, replicas: int, shards: int = 1, registry_shards: int = 1) -> None:

@@ -61,12 +61,31 @@ def install(built: Built, where: Path, extras: str = "demo") -> Installed:
     """A new virtual environment in ``where`` with ``tokenwire[extras]`` from the wheel, at the
     versions uv.lock pins (exported as constraints)."""
     constraints = where / "constraints.txt"
-    _uv("export", "--quiet", "--frozen", "--no-dev", "--all-extras", "--no-hashes",
-        "--no-emit-project", "--project", str(ROOT), "--output-file", str(constraints),
-        cwd=where)  # fmt: skip
+    _uv(
+        "export",
+        "--quiet",
+        "--frozen",
+        "--no-dev",
+        "--all-extras",
+        "--no-hashes",
+        "--no-emit-project",
+        "--project",
+        str(ROOT),
+        "--output-file",
+        str(constraints),
+        cwd=where,
+    )
     venv = where / "venv"
     _uv("venv", "--quiet", "--python", sys.executable, str(venv), cwd=where)
-    _uv("pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
-        "--constraints", str(constraints), f"{built.wheel}[{extras}]" if extras else
-        str(built.wheel), cwd=where)  # fmt: skip
+    _uv(
+        "pip",
+        "install",
+        "--quiet",
+        "--python",
+        str(venv / "bin" / "python"),
+        "--constraints",
+        str(constraints),
+        f"{built.wheel}[{extras}]" if extras else str(built.wheel),
+        cwd=where,
+    )
     return Installed(venv)

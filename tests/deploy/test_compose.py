@@ -27,10 +27,22 @@ from tests.deploy._files import (
 from tokenwire import config
 
 REQUIRED = {
-    "nats-1", "nats-2", "nats-3", "postgres", "provision", "gateway-1", "gateway-2", "lb",
-    "assembler-1", "assembler-2", "telemetry", "scripted-provider", "prometheus",
-    "otel-collector", "grafana",
-}  # fmt: skip
+    "nats-1",
+    "nats-2",
+    "nats-3",
+    "postgres",
+    "provision",
+    "gateway-1",
+    "gateway-2",
+    "lb",
+    "assembler-1",
+    "assembler-2",
+    "telemetry",
+    "scripted-provider",
+    "prometheus",
+    "otel-collector",
+    "grafana",
+}
 TOKENWIRE = Path(sys.executable).parent / "tokenwire"
 
 
@@ -46,9 +58,12 @@ def _commands() -> list[str]:
 @pytest.mark.parametrize("command", _commands())
 def test_every_service_command_is_a_tokenwire_subcommand(command: str) -> None:
     result = subprocess.run(
-        [str(TOKENWIRE), command, "--help"], capture_output=True, text=True, timeout=60,
+        [str(TOKENWIRE), command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
         check=False,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, f"tokenwire {command} --help: {result.stderr}"
 
 
@@ -138,10 +153,14 @@ def test_settings_parse_with_the_real_config_loader() -> None:
 
 def test_nats_urls_use_each_services_own_user_on_all_three_nodes() -> None:
     expected_user = {
-        "provision": "provisioner", "gateway-1": "gateway", "gateway-2": "gateway",
-        "assembler-1": "assembler", "assembler-2": "assembler", "telemetry": "telemetry",
+        "provision": "provisioner",
+        "gateway-1": "gateway",
+        "gateway-2": "gateway",
+        "assembler-1": "assembler",
+        "assembler-2": "assembler",
+        "telemetry": "telemetry",
         "cli": "operator",
-    }  # fmt: skip
+    }
     node_conf = (DEPLOY / "nats" / "nats-1.conf").read_text()
     client_port = port_of(re.search(r"^listen: (\S+)", node_conf, re.M).group(1))  # type: ignore[union-attr]  # the file is ours: a miss fails the test here
     for name, user in expected_user.items():

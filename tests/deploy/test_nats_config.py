@@ -64,8 +64,12 @@ NODE_FILES = [NATS_DIR / f"nats-{i}.conf" for i in (1, 2, 3)]
 def test_node_config_is_valid_for_nats_server(path: Path) -> None:
     result = subprocess.run(
         [find_binary(), "-t", "-c", str(path)],
-        env=server_env(), capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr + result.stdout
 
 
@@ -74,8 +78,12 @@ def test_a_missing_password_variable_is_refused() -> None:
     env = {k: v for k, v in server_env().items() if k != "NATS_GATEWAY_PASSWORD"}
     result = subprocess.run(
         [find_binary(), "-t", "-c", str(NODE_FILES[0])],
-        env=env, capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert result.returncode != 0
     assert "NATS_GATEWAY_PASSWORD" in result.stderr + result.stdout
 
@@ -156,8 +164,7 @@ def test_replay_readers_may_delete_and_pull_consumers_but_never_a_durable_one(bl
     durables.append(t.telemetry_consumer)
     registry = (*Topology().registry_buckets, *Topology(registry_shards=3).registry_buckets)
     events = (*Topology().events_streams, *Topology(registry_shards=3).events_streams)
-    others = (*events, t.dlq_stream, *(f"KV_{b}" for b in registry),
-              f"KV_{t.members_bucket}")  # fmt: skip
+    others = (*events, t.dlq_stream, *(f"KV_{b}" for b in registry), f"KV_{t.members_bucket}")
     assert sorted(_publish(block, "deny")) == sorted(
         [f"$JS.API.CONSUMER.DELETE.*.{d}" for d in durables]
         + [f"$JS.API.CONSUMER.CREATE.*.{d}.>" for d in durables]
@@ -323,8 +330,9 @@ async def test_each_user_may_do_its_job_and_nothing_else(
     port = free_port()
     node = Node(_single_node_config(tmp_path, port), NodePorts(port, 0, 0), "single")
     with running([node]):
-        provision(node.url("provisioner"), replicas=1, shards=shards,
-                  registry_shards=registry_shards)  # fmt: skip
+        provision(
+            node.url("provisioner"), replicas=1, shards=shards, registry_shards=registry_shards
+        )
         topology = Topology(shards=shards, registry_shards=registry_shards)
         users = ("gateway", "assembler", "telemetry", "operator")
         conns = {u: await connect_as(u, node.url(u)) for u in users}
@@ -342,7 +350,9 @@ async def test_each_user_may_do_its_job_and_nothing_else(
             later = SessionReader(conns["operator"].nc, topology, "sess-a", from_seq=4)
             assert [c.stream_seq async for c in later.replay()] == [4, 5, 6]
             assert await _events_read(conns["operator"], topology) == {
-                "persisted": 1 + len(SESSIONS), "started": 1 + len(SESSIONS)}  # fmt: skip
+                "persisted": 1 + len(SESSIONS),
+                "started": 1 + len(SESSIONS),
+            }
             # Everything above ran without a single violation ...
             assert {u: c.violations() for u, c in conns.items()} == {u: [] for u in conns}
             # ... and what each must not do is refused.

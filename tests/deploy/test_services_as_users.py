@@ -58,8 +58,11 @@ def _service(args: list[str], env: dict[str, str], log: Path) -> Iterator[subpro
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tokenwire", *args],
-            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         yield proc
     finally:
@@ -117,10 +120,20 @@ async def _publish_step(url: str) -> None:
     try:
         for ordinal, chunk in enumerate(STEP):
             request_time = T0 - 250_000_000 if ordinal == 0 else None
-            envelope = ChunkEnvelope("sess-a", 0, 0, ordinal, T0 + ordinal, "prov", "mod", chunk,
-                                     request_time_ns=request_time)  # fmt: skip
-            await publisher.publish(json_encoder.encode(envelope), "sess-a", 0, 0, ordinal,
-                                    first=ordinal == 0)  # fmt: skip
+            envelope = ChunkEnvelope(
+                "sess-a",
+                0,
+                0,
+                ordinal,
+                T0 + ordinal,
+                "prov",
+                "mod",
+                chunk,
+                request_time_ns=request_time,
+            )
+            await publisher.publish(
+                json_encoder.encode(envelope), "sess-a", 0, 0, ordinal, first=ordinal == 0
+            )
         await publisher.wait_acked("sess-a", 0, 0)
     finally:
         await publisher.close()
@@ -135,11 +148,13 @@ def test_gateway_and_telemetry_serve_as_their_users_without_provisioning(tmp_pat
         asyncio.run(_publish_step(node.url("gateway")))
         gw_port, metrics_port = free_port(), free_port()
         gw_env = _service_env(
-            tmp_path, node.url("gateway"), TOKENWIRE_GATEWAY_ADDR=f"127.0.0.1:{gw_port}",
+            tmp_path,
+            node.url("gateway"),
+            TOKENWIRE_GATEWAY_ADDR=f"127.0.0.1:{gw_port}",
             TOKENWIRE_STORE=f"sqlite:///{tmp_path / 'store.db'}",
             TOKENWIRE_GATEWAY_KEYS_FILE=str(_keys_file(tmp_path / "keys.toml")),
             TOKENWIRE_SCRIPTED_BASE_URL=f"http://127.0.0.1:{free_port()}/v1",  # refuses
-        )  # fmt: skip
+        )
         tel_env = _service_env(tmp_path, node.url("telemetry"))
         tel_args = ["telemetry", "--metrics-addr", f"127.0.0.1:{metrics_port}"]
         gw_log, tel_log = tmp_path / "gateway.log", tmp_path / "telemetry.log"

@@ -22,25 +22,40 @@ RUN_LIMIT_S = 240
 
 def _clean_env(tmp_path: Path) -> dict[str, str]:
     """The environment of a user outside the checkout: no tokenwire settings, no PYTHONPATH."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TOKENWIRE_", "PYTHON", "VIRTUAL_ENV"))}  # fmt: skip
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TOKENWIRE_", "PYTHON", "VIRTUAL_ENV"))
+    }
     return {**env, "TOKENWIRE_DATA_DIR": str(tmp_path / "data")}
 
 
 def _run(exe: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(exe), *args], cwd=cwd, env=_clean_env(cwd), capture_output=True,
-                          text=True, timeout=RUN_LIMIT_S, check=False)  # fmt: skip
+    return subprocess.run(
+        [str(exe), *args],
+        cwd=cwd,
+        env=_clean_env(cwd),
+        capture_output=True,
+        text=True,
+        timeout=RUN_LIMIT_S,
+        check=False,
+    )
 
 
 def test_the_wheel_carries_the_typed_package_its_data_and_metadata(built: Built) -> None:
     names = set(built.wheel_names())
-    for needed in ("tokenwire/py.typed", "tokenwire/replay/viewer.html",
-                   "tokenwire/store/migrations/sqlite/0001_initial.sql",
-                   "tokenwire/store/migrations/postgres/0001_initial.sql"):  # fmt: skip
+    for needed in (
+        "tokenwire/py.typed",
+        "tokenwire/replay/viewer.html",
+        "tokenwire/store/migrations/sqlite/0001_initial.sql",
+        "tokenwire/store/migrations/postgres/0001_initial.sql",
+    ):
         assert needed in names
-    sources = {p.relative_to(ROOT / "src").as_posix()
-               for p in (ROOT / "src" / "tokenwire").rglob("*")
-               if p.is_file() and "__pycache__" not in p.parts}  # fmt: skip
+    sources = {
+        p.relative_to(ROOT / "src").as_posix()
+        for p in (ROOT / "src" / "tokenwire").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
     assert {n for n in names if n.startswith("tokenwire/")} == sources
     meta = Parser().parsestr(built.wheel_text(".dist-info/METADATA"))
     requires = meta.get_all("Requires-Dist") or []
@@ -58,8 +73,12 @@ def test_the_wheel_carries_the_typed_package_its_data_and_metadata(built: Built)
 def test_the_sdist_builds_the_same_package(built: Built) -> None:
     with tarfile.open(built.sdist) as archive:
         names = {n.split("/", 1)[1] for n in archive.getnames() if "/" in n}
-    assert {"pyproject.toml", "README.md", "src/tokenwire/py.typed",
-            "src/tokenwire/replay/viewer.html"} <= names  # fmt: skip
+    assert {
+        "pyproject.toml",
+        "README.md",
+        "src/tokenwire/py.typed",
+        "src/tokenwire/replay/viewer.html",
+    } <= names
 
 
 def test_the_installed_wheel_runs_the_demo_outside_the_checkout(
@@ -71,9 +90,13 @@ def test_the_installed_wheel_runs_the_demo_outside_the_checkout(
     assert shown.stdout.strip() == f"tokenwire, version {version('tokenwire')}"
     where = subprocess.run(
         [str(installed.venv / "bin" / "python"), "-c", "import tokenwire as t; print(t.__file__)"],
-        cwd=tmp_path, env=_clean_env(tmp_path), capture_output=True, text=True, check=True,
+        cwd=tmp_path,
+        env=_clean_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=True,
         timeout=RUN_LIMIT_S,
-    )  # fmt: skip
+    )
     assert Path(where.stdout.strip()).is_relative_to(installed.venv)
     demo = _run(installed.tokenwire, "demo", "--sessions", "3", cwd=tmp_path)
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
@@ -90,8 +113,9 @@ def test_without_extras_the_optional_parts_say_which_extra_they_need(
     demo = _run(bare.tokenwire, "demo", "--sessions", "1", cwd=cwd)
     assert demo.returncode == 2, demo.stderr
     assert "pip install 'tokenwire[demo]'" in demo.stderr
-    pg = _run(bare.tokenwire, "messages", "s-1", "--store", "postgresql://u@127.0.0.1:1/db",
-              cwd=cwd)  # fmt: skip
+    pg = _run(
+        bare.tokenwire, "messages", "s-1", "--store", "postgresql://u@127.0.0.1:1/db", cwd=cwd
+    )
     assert pg.returncode == 2, pg.stderr
     assert "pip install 'tokenwire[postgres]'" in pg.stderr
     sqlite = _run(bare.tokenwire, "messages", "s-1", cwd=cwd)

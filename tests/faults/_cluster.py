@@ -24,8 +24,12 @@ from tokenwire.broker import Topology
 HEALTH_BOUND_S = 60.0
 Target = Literal["stream-leader", "follower", "gateway-node", "kv-leader", "consumer-leader"]
 TARGETS: tuple[Target, ...] = (
-    "stream-leader", "follower", "gateway-node", "kv-leader", "consumer-leader"
-)  # fmt: skip
+    "stream-leader",
+    "follower",
+    "gateway-node",
+    "kv-leader",
+    "consumer-leader",
+)
 
 
 @dataclass

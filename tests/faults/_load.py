@@ -52,8 +52,7 @@ SESSIONS = int(_size("TOKENWIRE_FAULTS_SESSIONS", 30, 1))
 STORE_OUTAGE_S = _size("TOKENWIRE_FAULTS_STORE_OUTAGE_S", 0.0, 0.0)
 """How long the store faults keep the store down at least (0, CI: as long as the load's
 remaining turns, ~5 s; ``make faults``: 10 s, with as many more turns as that needs)."""
-SCRIPTED = ScriptedSettings(seed=15, length=24, fragment_size=3, token_rate=40.0,
-                            sentinel="FAULTS")  # fmt: skip
+SCRIPTED = ScriptedSettings(seed=15, length=24, fragment_size=3, token_rate=40.0, sentinel="FAULTS")
 STEP_TIMEOUT_S = 90.0
 MID_STREAM_EVENTS = 6
 DRAIN_BOUND_S = 90.0
@@ -106,8 +105,9 @@ class Load:
                 history = [*history, {"role": "assistant", "content": result.error}]
 
         limits = httpx.Limits(max_connections=self.sessions + 8)
-        async with httpx.AsyncClient(base_url=base_url, timeout=STEP_TIMEOUT_S,
-                                     limits=limits) as client:  # fmt: skip
+        async with httpx.AsyncClient(
+            base_url=base_url, timeout=STEP_TIMEOUT_S, limits=limits
+        ) as client:
             await asyncio.gather(*(one(i, client) for i in range(self.sessions)))
         self.first_turn_done.set()
 
@@ -118,8 +118,9 @@ class Load:
         headers = {"authorization": f"Bearer {GATEWAY_KEY}", "x-tokenwire-session": session}
         started = time.monotonic()
         try:
-            async with client.stream("POST", "/v1/chat/completions", json=body,
-                                     headers=headers) as response:  # fmt: skip
+            async with client.stream(
+                "POST", "/v1/chat/completions", json=body, headers=headers
+            ) as response:
                 raw = await self._read(response, later_turn=len(messages) > 1)
         except httpx.HTTPError as exc:
             return StepResult(session, turn, messages, False, f"{type(exc).__name__}")
@@ -158,8 +159,12 @@ def _text_of(raw: bytes) -> str:
 
 
 def expected_message(result: StepResult) -> Any:
-    body = {"model": "text", "messages": result.messages, "stream": True,
-            "stream_options": {"include_usage": True}}  # fmt: skip
+    body = {
+        "model": "text",
+        "messages": result.messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     headers = {"X-Tokenwire-Session": result.session}
     return expected_outcome("text", body, SCRIPTED, headers=headers, dialect="openai").message
 

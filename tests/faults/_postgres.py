@@ -38,14 +38,26 @@ class OwnPostgres:
         command = [str(self.bindir / args[0]), *args[1:]]
         if os.geteuid() == 0:
             command = ["runuser", "-u", "postgres", "--", *command]
-        result = subprocess.run(command, capture_output=True, text=True,
-                                timeout=CTL_TIMEOUT_S, check=False)  # fmt: skip
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=CTL_TIMEOUT_S, check=False
+        )
         assert result.returncode == 0, result.stdout + result.stderr
 
     def start(self) -> None:
         options = f"-p {self.port} -k {self.datadir} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._run("pg_ctl", "-D", str(self.datadir), "-o", options, "-w", "-t", "30",
-                  "-l", str(self.datadir / "server.log"), "start")  # fmt: skip
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.datadir),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "30",
+            "-l",
+            str(self.datadir / "server.log"),
+            "start",
+        )
 
     def stop(self) -> None:
         """An immediate shutdown: connections die as in a crash."""

@@ -42,8 +42,11 @@ class Service:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "tokenwire", *self.args],
-                env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         return self
 
     def wait_ready(self) -> Service:
@@ -101,9 +104,15 @@ def _base_env(
 
 
 def gateway(
-    workdir: Path, nats_urls: str, store_url: str, scripted_url: str, tag: str, shards: int = 1,
+    workdir: Path,
+    nats_urls: str,
+    store_url: str,
+    scripted_url: str,
+    *,
+    tag: str,
+    shards: int = 1,
     registry_shards: int = 1,
-) -> Service:  # fmt: skip
+) -> Service:
     port = free_port()
     env = _base_env(workdir, nats_urls, store_url, shards, registry_shards) | {
         "TOKENWIRE_GATEWAY_ADDR": f"127.0.0.1:{port}",
@@ -122,6 +131,7 @@ def assembler(
     workdir: Path,
     nats_urls: str,
     store_url: str,
+    *,
     tag: str,
     abandon_s: float = 5.0,
     shards: int = 1,

@@ -94,10 +94,15 @@ async def soak(workdir: Path, minutes: float, seed: int, sessions: int = 30) -> 
         await asyncio.to_thread(provision, cluster.urls("provisioner"), 3)
         store_url = f"sqlite:///{workdir / 'store.db'}"
         port = free_port()
-        gateway = svc.gateway(workdir, cluster.urls("gateway"), store_url,
-                              f"http://127.0.0.1:{port}", "soak")  # fmt: skip
-        assemblers = [svc.assembler(workdir, cluster.urls("assembler"), store_url, f"s{i}", 60.0)
-                      for i in (1, 2)]  # fmt: skip
+        gateway = svc.gateway(
+            workdir, cluster.urls("gateway"), store_url, f"http://127.0.0.1:{port}", tag="soak"
+        )
+        assemblers = [
+            svc.assembler(
+                workdir, cluster.urls("assembler"), store_url, tag=f"s{i}", abandon_s=60.0
+            )
+            for i in (1, 2)
+        ]
         conn = await connect_as("operator", cluster.urls("operator"))
         store = open_store(store_url)
         try:
@@ -107,8 +112,15 @@ async def soak(workdir: Path, minutes: float, seed: int, sessions: int = 30) -> 
                 deadline = time.monotonic() + minutes * 60
                 async with ScriptedServer(SCRIPTED, port=port):
                     while result.rounds == 0 or time.monotonic() < deadline:
-                        await _round(rng, cluster, gateway, assemblers, conn.nc, store,
-                                     result, sessions)  # fmt: skip
+                        await _round(
+                            rng,
+                            cluster,
+                            services=(gateway, assemblers),
+                            operator=conn.nc,
+                            store=store,
+                            result=result,
+                            sessions=sessions,
+                        )
         finally:
             await store.close()
             await close(conn)
@@ -117,7 +129,8 @@ async def soak(workdir: Path, minutes: float, seed: int, sessions: int = 30) -> 
     return result
 
 
-async def _round(rng, cluster, gateway, assemblers, operator, store, result, sessions):
+async def _round(rng, cluster, *, services, operator, store, result, sessions):
+    gateway, assemblers = services
     fault = rng.choice(FAULTS)
     result.rounds += 1
     result.faults.append(fault)
@@ -158,8 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="tokenwire-soak-") as tmp:
         result = asyncio.run(soak(Path(tmp), args.minutes, args.seed, args.sessions))
-    summary = {"case": "soak", "promise": "lost 0, duplicated 0, refused 0",
-               "seed": args.seed, "minutes": args.minutes, **result.summary()}  # fmt: skip
+    summary = {
+        "case": "soak",
+        "promise": "lost 0, duplicated 0, refused 0",
+        "seed": args.seed,
+        "minutes": args.minutes,
+        **result.summary(),
+    }
     print(json.dumps(summary, indent=2))
     if args.report:
         with args.report.open("a", encoding="utf-8") as out:

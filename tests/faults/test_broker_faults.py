@@ -55,10 +55,13 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         provision(cluster.urls("provisioner"), replicas=3)
         store_url = f"sqlite:///{workdir / 'store.db'}"
         port = free_port()
-        gateway = svc.gateway(workdir, cluster.urls("gateway"), store_url,
-                              f"http://127.0.0.1:{port}", "b")  # fmt: skip
+        gateway = svc.gateway(
+            workdir, cluster.urls("gateway"), store_url, f"http://127.0.0.1:{port}", tag="b"
+        )
         # the abandonment timeout must outlast an election (see docs/reliability.md)
-        assembler = svc.assembler(workdir, cluster.urls("assembler"), store_url, "b", 60.0)
+        assembler = svc.assembler(
+            workdir, cluster.urls("assembler"), store_url, tag="b", abandon_s=60.0
+        )
         with svc.running(gateway, assembler):
             gateway.wait_ready()
             assembler.wait_ready()
@@ -120,14 +123,25 @@ async def _case(rig: Rig, target: Target) -> None:
             + [("http", a) for a in load.answers]
         )
         failures = Counter(r.error[:200] for r in load.results if not r.ok)
-        record(f"SIGKILL {target} ({victim.name}), restart", "0 lost, 0 duplicated, verify ok",
-               sessions=SESSIONS, steps_ok=tally.ok, steps_failed=tally.failed,
-               stored=tally.stored_messages, errors_stored=tally.stored_errors,
-               chunks=tally.chunks, lost=tally.lost, duplicated=tally.duplicated,
-               wrong=tally.wrong, verified=tally.verified, outage_s=round(outage_s, 1),
-               latency_s={k: round(v, 2) for k, v in percentiles(load.latencies()).items()},
-               secrets_found=len(found), failures=dict(failures),
-               victim_held=held)  # fmt: skip
+        record(
+            f"SIGKILL {target} ({victim.name}), restart",
+            "0 lost, 0 duplicated, verify ok",
+            sessions=SESSIONS,
+            steps_ok=tally.ok,
+            steps_failed=tally.failed,
+            stored=tally.stored_messages,
+            errors_stored=tally.stored_errors,
+            chunks=tally.chunks,
+            lost=tally.lost,
+            duplicated=tally.duplicated,
+            wrong=tally.wrong,
+            verified=tally.verified,
+            outage_s=round(outage_s, 1),
+            latency_s={k: round(v, 2) for k, v in percentiles(load.latencies()).items()},
+            secrets_found=len(found),
+            failures=dict(failures),
+            victim_held=held,
+        )
         assert tally.differences == [], (failures, tally.differences)
         assert (tally.lost, tally.duplicated, tally.wrong) == (0, 0, 0)
         assert tally.verified == SESSIONS

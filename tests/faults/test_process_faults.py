@@ -58,9 +58,12 @@ async def _gateway_case(tmp_path: Path) -> None:
     store_url = f"sqlite:///{tmp_path / 'store.db'}"
     port = free_port()
     with single_node(tmp_path) as node:
-        gateway = svc.gateway(tmp_path, node.url("gateway"), store_url,
-                              f"http://127.0.0.1:{port}", "g")  # fmt: skip
-        assembler = svc.assembler(tmp_path, node.url("assembler"), store_url, "g", ABANDON_S)
+        gateway = svc.gateway(
+            tmp_path, node.url("gateway"), store_url, f"http://127.0.0.1:{port}", tag="g"
+        )
+        assembler = svc.assembler(
+            tmp_path, node.url("assembler"), store_url, tag="g", abandon_s=ABANDON_S
+        )
         conn = await connect_as("operator", node.url("operator"))
         store = open_store(store_url)
         load = Load(tag="gw-kill", sessions=SESSIONS)
@@ -83,8 +86,13 @@ async def _gateway_case(tmp_path: Path) -> None:
         finally:
             await store.close()
             await close(conn)
-    record("SIGKILL the gateway mid-stream", "in-flight steps recorded abandoned, never messages",
-           sessions=SESSIONS, **outcome, secrets_found=len(found))  # fmt: skip
+    record(
+        "SIGKILL the gateway mid-stream",
+        "in-flight steps recorded abandoned, never messages",
+        sessions=SESSIONS,
+        **outcome,
+        secrets_found=len(found),
+    )
     assert outcome["wrong"] == 0
     assert outcome["lost"] == 0
     assert outcome["abandoned"] >= 1  # the kill really caught steps in flight
@@ -94,12 +102,16 @@ async def _gateway_case(tmp_path: Path) -> None:
 async def _abandoned_not_messages(operator: Client, store: Store, load: Load) -> dict[str, int]:
     """Wait until every step with chunks in the broker has an outcome; then classify them."""
     results = {(r.session, r.turn): r for r in load.results}
-    due = {(load.session(i), t) for i in range(load.sessions)
-           for t in await _turns_in_broker(operator, load.session(i))}  # fmt: skip
+    due = {
+        (load.session(i), t)
+        for i in range(load.sessions)
+        for t in await _turns_in_broker(operator, load.session(i))
+    }
     deadline = time.monotonic() + DRAIN_BOUND_S
     while True:
-        outcomes = {(o.session, o.turn): o for s in {k[0] for k in due}
-                    for o in await store.messages(s)}  # fmt: skip
+        outcomes = {
+            (o.session, o.turn): o for s in {k[0] for k in due} for o in await store.messages(s)
+        }
         if due <= set(outcomes) or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.25)
@@ -130,10 +142,13 @@ async def _assembler_case(tmp_path: Path) -> None:
     store_url = f"sqlite:///{tmp_path / 'store.db'}"
     port = free_port()
     with single_node(tmp_path) as node:
-        gateway = svc.gateway(tmp_path, node.url("gateway"), store_url,
-                              f"http://127.0.0.1:{port}", "a")  # fmt: skip
-        first = svc.assembler(tmp_path, node.url("assembler"), store_url, "a1", 60.0)
-        standby = svc.assembler(tmp_path, node.url("assembler"), store_url, "a2", 60.0)
+        gateway = svc.gateway(
+            tmp_path, node.url("gateway"), store_url, f"http://127.0.0.1:{port}", tag="a"
+        )
+        first = svc.assembler(tmp_path, node.url("assembler"), store_url, tag="a1", abandon_s=60.0)
+        standby = svc.assembler(
+            tmp_path, node.url("assembler"), store_url, tag="a2", abandon_s=60.0
+        )
         conn = await connect_as("operator", node.url("operator"))
         store = open_store(store_url)
         load = Load(tag="asm-kill", sessions=SESSIONS)
@@ -148,17 +163,28 @@ async def _assembler_case(tmp_path: Path) -> None:
                     await running
                 await wait_drained(store, load)
                 tally = await check(store, load, conn.nc, TOPOLOGY)
-                found = leaks(files([gateway.log, first.log, standby.log])
-                              + [("http", a) for a in load.answers])  # fmt: skip
+                found = leaks(
+                    files([gateway.log, first.log, standby.log])
+                    + [("http", a) for a in load.answers]
+                )
         finally:
             await store.close()
             await close(conn)
-    record("SIGKILL one of two assemblers", "standby takes over: 0 lost, 0 duplicated",
-           sessions=SESSIONS, steps_ok=tally.ok, steps_failed=tally.failed,
-           stored=tally.stored_messages, chunks=tally.chunks, lost=tally.lost,
-           duplicated=tally.duplicated, wrong=tally.wrong, verified=tally.verified,
-           latency_s={k: round(v, 2) for k, v in percentiles(load.latencies()).items()},
-           secrets_found=len(found))  # fmt: skip
+    record(
+        "SIGKILL one of two assemblers",
+        "standby takes over: 0 lost, 0 duplicated",
+        sessions=SESSIONS,
+        steps_ok=tally.ok,
+        steps_failed=tally.failed,
+        stored=tally.stored_messages,
+        chunks=tally.chunks,
+        lost=tally.lost,
+        duplicated=tally.duplicated,
+        wrong=tally.wrong,
+        verified=tally.verified,
+        latency_s={k: round(v, 2) for k, v in percentiles(load.latencies()).items()},
+        secrets_found=len(found),
+    )
     assert tally.differences == []
     assert (tally.lost, tally.duplicated, tally.wrong) == (0, 0, 0)
     assert tally.verified == SESSIONS

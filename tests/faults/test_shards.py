@@ -64,11 +64,25 @@ async def _case(workdir: Path, cluster: Cluster) -> None:
     store_url = f"sqlite:///{workdir / 'store.db'}"
     port = free_port()
     scripted_url = f"http://127.0.0.1:{port}"
-    gateway = svc.gateway(workdir, cluster.urls("gateway"), store_url, scripted_url, "k",
-                          shards=SHARDS, registry_shards=REGISTRY_SHARDS)  # fmt: skip
+    gateway = svc.gateway(
+        workdir,
+        cluster.urls("gateway"),
+        store_url,
+        scripted_url,
+        tag="k",
+        shards=SHARDS,
+        registry_shards=REGISTRY_SHARDS,
+    )
     # the abandonment timeout must outlast an election (see docs/reliability.md)
-    assembler = svc.assembler(workdir, cluster.urls("assembler"), store_url, "k", 60.0,
-                              shards=SHARDS, registry_shards=REGISTRY_SHARDS)  # fmt: skip
+    assembler = svc.assembler(
+        workdir,
+        cluster.urls("assembler"),
+        store_url,
+        tag="k",
+        abandon_s=60.0,
+        shards=SHARDS,
+        registry_shards=REGISTRY_SHARDS,
+    )
     store = open_store(store_url)
     load = Load(tag="k4", sessions=SESSIONS)
     try:
@@ -96,20 +110,33 @@ async def _case(workdir: Path, cluster: Cluster) -> None:
         await asyncio.to_thread(provision, cluster.urls("provisioner"), 3, SHARDS, REGISTRY_SHARDS)
         respread = Counter((await shard_leaders(operator, TOPOLOGY)).values())
         failures = Counter(r.error[:200] for r in load.results if not r.ok)
-        record(f"K={SHARDS} shards, R3: SIGKILL of the node leading the most shards, restart",
-               "0 lost, 0 duplicated, verify ok; leaders on 2+ nodes; every shard used",
-               victim=victim.name, victim_led=per_node[victim.name], sessions=SESSIONS,
-               steps_ok=tally.ok, steps_failed=tally.failed,
-               stored=tally.stored_messages, errors_stored=tally.stored_errors,
-               chunks=tally.chunks, lost=tally.lost, duplicated=tally.duplicated,
-               wrong=tally.wrong, verified=tally.verified, outage_s=round(outage_s, 1),
-               latency_s={k: round(v, 2) for k, v in percentiles(load.latencies()).items()},
-               leaders_before=dict(per_node), leaders_after=dict(Counter(after.values())),
-               leaders_reprovisioned=dict(respread),
-               messages_per_stream=messages, registry_leaders=registry_leaders,
-               registry_keys_per_bucket=registry, events_leaders=events_leaders,
-               events_per_stream=events,
-               failures=dict(failures))  # fmt: skip
+        record(
+            f"K={SHARDS} shards, R3: SIGKILL of the node leading the most shards, restart",
+            "0 lost, 0 duplicated, verify ok; leaders on 2+ nodes; every shard used",
+            victim=victim.name,
+            victim_led=per_node[victim.name],
+            sessions=SESSIONS,
+            steps_ok=tally.ok,
+            steps_failed=tally.failed,
+            stored=tally.stored_messages,
+            errors_stored=tally.stored_errors,
+            chunks=tally.chunks,
+            lost=tally.lost,
+            duplicated=tally.duplicated,
+            wrong=tally.wrong,
+            verified=tally.verified,
+            outage_s=round(outage_s, 1),
+            latency_s={k: round(v, 2) for k, v in percentiles(load.latencies()).items()},
+            leaders_before=dict(per_node),
+            leaders_after=dict(Counter(after.values())),
+            leaders_reprovisioned=dict(respread),
+            messages_per_stream=messages,
+            registry_leaders=registry_leaders,
+            registry_keys_per_bucket=registry,
+            events_leaders=events_leaders,
+            events_per_stream=events,
+            failures=dict(failures),
+        )
         assert all(n > 0 for n in messages.values()), messages  # every shard took sessions
         assert all(n > 0 for n in registry.values()), registry  # every registry bucket too
         assert all(n > 0 for n in events.values()), events  # and every events stream

@@ -56,9 +56,16 @@ async def _outage(running: asyncio.Task[None]) -> None:
 async def _run(tmp_path: Path, store_url: str, case: str, down, up) -> None:
     port = free_port()
     with single_node(tmp_path) as node:
-        gateway = svc.gateway(tmp_path, node.url("gateway"), f"sqlite:///{tmp_path / 'gw.db'}",
-                              f"http://127.0.0.1:{port}", case)  # fmt: skip
-        assembler = svc.assembler(tmp_path, node.url("assembler"), store_url, case, 60.0)
+        gateway = svc.gateway(
+            tmp_path,
+            node.url("gateway"),
+            f"sqlite:///{tmp_path / 'gw.db'}",
+            f"http://127.0.0.1:{port}",
+            tag=case,
+        )
+        assembler = svc.assembler(
+            tmp_path, node.url("assembler"), store_url, tag=case, abandon_s=60.0
+        )
         conn = await connect_as("operator", node.url("operator"))
         load = Load(tag=case, sessions=SESSIONS, turns=TURNS)
         with svc.running(gateway, assembler):
@@ -84,13 +91,22 @@ async def _run(tmp_path: Path, store_url: str, case: str, down, up) -> None:
                 await close(conn)
             found = leaks(files([gateway.log, assembler.log]) + [("http", a) for a in load.answers])
             failed_commits = assembler.text().count("commit failed")
-    record(f"store outage: {case}", "0 lost, backlog drained", sessions=SESSIONS,
-           steps_ok=tally.ok, stored=tally.stored_messages, lost=tally.lost,
-           duplicated=tally.duplicated, wrong=tally.wrong, verified=tally.verified,
-           outage_s=round(outage_s, 1),
-           latency_s={k: round(v, 2) for k, v in percentiles(load.latencies()).items()},
-           failed_commits=failed_commits, backlog_at_recovery=backlog,
-           secrets_found=len(found))  # fmt: skip
+    record(
+        f"store outage: {case}",
+        "0 lost, backlog drained",
+        sessions=SESSIONS,
+        steps_ok=tally.ok,
+        stored=tally.stored_messages,
+        lost=tally.lost,
+        duplicated=tally.duplicated,
+        wrong=tally.wrong,
+        verified=tally.verified,
+        outage_s=round(outage_s, 1),
+        latency_s={k: round(v, 2) for k, v in percentiles(load.latencies()).items()},
+        failed_commits=failed_commits,
+        backlog_at_recovery=backlog,
+        secrets_found=len(found),
+    )
     assert failed_commits >= 1 or backlog >= 1  # the assembler really met the outage
     assert tally.differences == []
     assert (tally.lost, tally.duplicated, tally.wrong, tally.failed) == (0, 0, 0, 0)
@@ -106,8 +122,9 @@ async def test_a_postgres_outage_under_load_loses_nothing(tmp_path: Path) -> Non
             pg.start()
             return -1  # not measured: the failed commits prove the outage
 
-        await asyncio.wait_for(_run(tmp_path, pg.url, "postgres-down", pg.stop, start),
-                               CASE_BOUND_S)  # fmt: skip
+        await asyncio.wait_for(
+            _run(tmp_path, pg.url, "postgres-down", pg.stop, start), CASE_BOUND_S
+        )
 
 
 @pytest.mark.slow
@@ -127,5 +144,6 @@ async def test_an_unwritable_sqlite_file_under_load_loses_nothing(tmp_path: Path
         db.execute("ROLLBACK")
         return completed - int(stored)
 
-    await asyncio.wait_for(_run(tmp_path, f"sqlite:///{path}", "sqlite-locked", lock, unlock),
-                           CASE_BOUND_S)  # fmt: skip
+    await asyncio.wait_for(
+        _run(tmp_path, f"sqlite:///{path}", "sqlite-locked", lock, unlock), CASE_BOUND_S
+    )

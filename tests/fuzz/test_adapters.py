@@ -34,25 +34,49 @@ from tokenwire.schemas import Message, ReasoningDelta, RecordedError, TextDelta,
 
 EXAMPLES = int(os.environ.get("TOKENWIRE_FUZZ_EXAMPLES", "30"))
 FUZZ = settings(
-    max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 1000,
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=EXAMPLES <= 1000,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)  # fmt: skip
+)
 
 ADAPTERS: dict[str, tuple[Callable[[], Normaliser], tuple[str, ...], tuple[str, ...]]] = {
     # name: (normaliser, recording folders, event names it knows)
-    "openai-chat": (OpenAIChatNormaliser,
-                    ("openai", "deepseek", "groq", "openrouter", "vllm", "azure-openai"),
-                    ("message",)),
-    "anthropic": (AnthropicNormaliser, ("anthropic",),
-                  ("message_start", "content_block_start", "content_block_delta",
-                   "content_block_stop", "message_delta", "message_stop", "ping", "error")),
+    "openai-chat": (
+        OpenAIChatNormaliser,
+        ("openai", "deepseek", "groq", "openrouter", "vllm", "azure-openai"),
+        ("message",),
+    ),
+    "anthropic": (
+        AnthropicNormaliser,
+        ("anthropic",),
+        (
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop",
+            "ping",
+            "error",
+        ),
+    ),
     "gemini": (GeminiNormaliser, ("google",), ("message",)),
-    "openai-responses": (OpenAIResponsesNormaliser, ("openai-responses",),
-                         ("response.created", "response.output_text.delta",
-                          "response.output_item.added", "response.output_item.done",
-                          "response.function_call_arguments.delta", "response.completed",
-                          "response.failed", "error")),
-}  # fmt: skip
+    "openai-responses": (
+        OpenAIResponsesNormaliser,
+        ("openai-responses",),
+        (
+            "response.created",
+            "response.output_text.delta",
+            "response.output_item.added",
+            "response.output_item.done",
+            "response.function_call_arguments.delta",
+            "response.completed",
+            "response.failed",
+            "error",
+        ),
+    ),
+}
 
 
 @contextmanager
@@ -68,8 +92,10 @@ def reported(capsys: pytest.CaptureFixture[str], name: str) -> Iterator[list[int
             took = time.perf_counter() - start
             peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             with capsys.disabled():
-                print(f"\nfuzz {name}: {cases[0]} cases in {took:.0f} s "
-                      f"({cases[0] / took:.1f}/s), peak RSS {peak_mib:.0f} MiB")  # fmt: skip
+                print(
+                    f"\nfuzz {name}: {cases[0]} cases in {took:.0f} s "
+                    f"({cases[0] / took:.1f}/s), peak RSS {peak_mib:.0f} MiB"
+                )
 
 
 def recordings(folders: tuple[str, ...]) -> list[bytes]:
@@ -106,11 +132,32 @@ def mutated(bodies: list[bytes]) -> st.SearchStrategy[bytes]:
 
 def random_sse(event_names: tuple[str, ...]) -> st.SearchStrategy[bytes]:
     """SSE framing around JSON-ish data that uses the dialect's own keys."""
-    keys = st.sampled_from(["choices", "delta", "content", "tool_calls", "index", "id",
-                            "function", "arguments", "finish_reason", "usage", "type",
-                            "text", "partial_json", "candidates", "parts", "output_index",
-                            "item", "response", "error", "message", "thinking",
-                            "signature"])  # fmt: skip
+    keys = st.sampled_from(
+        [
+            "choices",
+            "delta",
+            "content",
+            "tool_calls",
+            "index",
+            "id",
+            "function",
+            "arguments",
+            "finish_reason",
+            "usage",
+            "type",
+            "text",
+            "partial_json",
+            "candidates",
+            "parts",
+            "output_index",
+            "item",
+            "response",
+            "error",
+            "message",
+            "thinking",
+            "signature",
+        ]
+    )
     json_values = st.recursive(
         st.none() | st.booleans() | st.integers(-3, 10**6) | st.text(max_size=20),
         lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=5),
@@ -124,10 +171,13 @@ def random_sse(event_names: tuple[str, ...]) -> st.SearchStrategy[bytes]:
         out = []
         for _ in range(draw(st.integers(0, 25))):
             name = draw(st.sampled_from(event_names))
-            data = draw(st.one_of(
-                json_values.map(json.dumps), st.just("[DONE]"),
-                st.text(max_size=30),
-            ))  # fmt: skip
+            data = draw(
+                st.one_of(
+                    json_values.map(json.dumps),
+                    st.just("[DONE]"),
+                    st.text(max_size=30),
+                )
+            )
             head = b"" if name == "message" else b"event: " + name.encode() + b"\n"
             sep = draw(st.sampled_from([b"\n\n", b"\r\n\r\n", b"\n"]))
             out.append(head + b"data: " + data.encode("utf-8", "surrogatepass") + sep)
@@ -140,10 +190,12 @@ def check(body: bytes, make: Callable[[], Normaliser], cuts: list[int]) -> None:
     chunks = normalise_bytes(body, make(), sorted(min(c, len(body)) for c in cuts))
     check_contract(chunks)
     streamed = sum(
-        len(c.text.encode("utf-8", "surrogatepass")) if isinstance(c, TextDelta | ReasoningDelta)
+        len(c.text.encode("utf-8", "surrogatepass"))
+        if isinstance(c, TextDelta | ReasoningDelta)
         else len(c.arguments_delta.encode("utf-8", "surrogatepass"))
-        for c in chunks if isinstance(c, TextDelta | ReasoningDelta | ToolCallDelta)
-    )  # fmt: skip
+        for c in chunks
+        if isinstance(c, TextDelta | ReasoningDelta | ToolCallDelta)
+    )
     assert streamed <= len(body), "an adapter made more content than it read"
     assert isinstance(fold(chunks), Message | RecordedError)
 

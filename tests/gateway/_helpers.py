@@ -108,9 +108,14 @@ def make_rig(
 
     clock = itertools.count(CLOCK_START_NS, 1_000_000)
     deps = GatewayDeps(
-        upstream=upstream, sink=sink, steps=steps, clock_ns=lambda: next(clock), new_id=new_id,
-        otel=otel or no_otel(), history=MemoryStepSource(sink),
-    )  # fmt: skip
+        upstream=upstream,
+        sink=sink,
+        steps=steps,
+        clock_ns=lambda: next(clock),
+        new_id=new_id,
+        otel=otel or no_otel(),
+        history=MemoryStepSource(sink),
+    )
     base = {"keys": frozenset({GATEWAY_KEY}), "provider_env": provider_env()}
     gw_settings = GatewaySettings(**{**base, **settings})
     return Rig(create_app(gw_settings, deps), sink, steps, upstream, gw_settings, ids)

@@ -54,9 +54,12 @@ FINISH = {
 
 
 def settings_for(
-    scripted_url: str, topology: Topology, *, upstream_env: Mapping[str, str] | None = None,
+    scripted_url: str,
+    topology: Topology,
+    *,
+    upstream_env: Mapping[str, str] | None = None,
     **over: Any,
-) -> GatewaySettings:  # fmt: skip
+) -> GatewaySettings:
     """``upstream_env``: more provider variables (another upstream's base URL and key)."""
     env = {
         "OPENAI_API_KEY": OPENAI_KEY,
@@ -67,17 +70,25 @@ def settings_for(
         **(upstream_env or {}),
     }
     base: dict[str, Any] = {
-        "port": 0, "keys": frozenset({GATEWAY_KEY}), "provider_env": env,
-        "partitions": topology.partitions, "ack_timeout_s": 10.0,
-    }  # fmt: skip
+        "port": 0,
+        "keys": frozenset({GATEWAY_KEY}),
+        "provider_env": env,
+        "partitions": topology.partitions,
+        "ack_timeout_s": 10.0,
+    }
     return GatewaySettings(**{**base, **over})
 
 
 @contextlib.asynccontextmanager
 async def gateway(
-    nc: Client, topology: Topology, scripted_url: str, clock: Any, *,
-    upstream_env: Mapping[str, str] | None = None, **over: Any,
-) -> AsyncIterator[str]:  # fmt: skip
+    nc: Client,
+    topology: Topology,
+    scripted_url: str,
+    clock: Any,
+    *,
+    upstream_env: Mapping[str, str] | None = None,
+    **over: Any,
+) -> AsyncIterator[str]:
     """A gateway on ``topology`` with the injected clock; yields its URL."""
     real = await broker_deps(nc, topology)
     deps = dataclasses.replace(real.deps, clock_ns=clock)
@@ -107,8 +118,11 @@ class Case:
 
     @property
     def headers(self) -> dict[str, str]:
-        return {"x-tokenwire-session": self.session, "x-tokenwire-turn": "0",
-                "x-tokenwire-step": "0"}  # fmt: skip
+        return {
+            "x-tokenwire-session": self.session,
+            "x-tokenwire-turn": "0",
+            "x-tokenwire-step": "0",
+        }
 
     def model(self) -> str:
         return f"{self.provider}/{self.scenario}"
@@ -127,9 +141,11 @@ class Sent:
 def openai_client(url: str, sent: Sent, retries: int = 0) -> openai.AsyncOpenAI:
     http = httpx.AsyncClient(event_hooks={"request": [sent.hook]}, timeout=30)
     return openai.AsyncOpenAI(
-        base_url=url + "/v1", api_key=GATEWAY_KEY, max_retries=retries,
+        base_url=url + "/v1",
+        api_key=GATEWAY_KEY,
+        max_retries=retries,
         http_client=http,  # type: ignore[arg-type]  # the SDK takes httpx clients too
-    )  # fmt: skip
+    )
 
 
 def anthropic_client(url: str, sent: Sent, retries: int = 0) -> anthropic.AsyncAnthropic:
@@ -144,16 +160,23 @@ async def final_answer(url: str, case: Case, sent: Sent, retries: int = 0) -> di
     user = [{"role": "user", "content": "resume me"}]
     headers = case.headers
     if case.caller == "messages":
-        async with anthropic_client(url, sent, retries) as client, client.messages.stream(
-            model=case.model(), max_tokens=100, messages=user,  # type: ignore[arg-type]
-            extra_headers=headers,
-        ) as stream:  # fmt: skip
+        async with (
+            anthropic_client(url, sent, retries) as client,
+            client.messages.stream(
+                model=case.model(),
+                max_tokens=100,
+                messages=user,  # type: ignore[arg-type]
+                extra_headers=headers,
+            ) as stream,
+        ):
             return (await stream.get_final_message()).model_dump()
     async with openai_client(url, sent, retries) as oa:
         if case.caller == "chat":
             async with oa.chat.completions.stream(
-                model=case.model(), messages=user, extra_headers=headers,  # type: ignore[arg-type]
-            ) as chat:  # fmt: skip
+                model=case.model(),
+                messages=user,  # type: ignore[arg-type]
+                extra_headers=headers,
+            ) as chat:
                 return (await chat.get_final_completion()).model_dump()
         async with oa.responses.stream(
             model=case.model(), input="resume me", extra_headers=headers
@@ -164,14 +187,18 @@ async def final_answer(url: str, case: Case, sent: Sent, retries: int = 0) -> di
 async def cut_run(url: str, case: Case, body: bytes) -> int:
     """Send the request as the SDK did and drop the connection at the case's cut point;
     returns the bytes read."""
-    headers = {**case.headers, "authorization": f"Bearer {GATEWAY_KEY}",
-               "content-type": "application/json"}  # fmt: skip
+    headers = {
+        **case.headers,
+        "authorization": f"Bearer {GATEWAY_KEY}",
+        "content-type": "application/json",
+    }
     if case.caller == "messages":
         headers["anthropic-version"] = "2023-06-01"
     read = 0
     async with httpx.AsyncClient(timeout=30) as client:
-        request = client.build_request("POST", url + PATHS[case.caller], content=body,
-                                       headers=headers)  # fmt: skip
+        request = client.build_request(
+            "POST", url + PATHS[case.caller], content=body, headers=headers
+        )
         response = await client.send(request, stream=True)
         try:
             assert response.status_code == 200, await response.aread()

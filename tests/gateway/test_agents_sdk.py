@@ -40,9 +40,12 @@ async def gateway(nc, topology):
         )
         real = await broker_deps(nc, topology)
         settings = GatewaySettings(
-            port=0, keys=frozenset({GATEWAY_KEY}), provider_env=env,
-            partitions=topology.partitions, ack_timeout_s=10.0,
-        )  # fmt: skip
+            port=0,
+            keys=frozenset({GATEWAY_KEY}),
+            provider_env=env,
+            partitions=topology.partitions,
+            ack_timeout_s=10.0,
+        )
         try:
             async with GatewayServer(settings, real.deps) as server:
                 yield server.url, scripted

@@ -105,6 +105,10 @@ def test_bounded_labels_admit_well_formed_values_up_to_the_limit() -> None:
     labels = BoundedLabels(limit=2, fallback="other")
     assert labels.known("a") == "other"
     assert [labels.admit(v) for v in ("a", "bad value", "b", "c", "a")] == [
-        "a", "other", "b", "other", "a",
-    ]  # fmt: skip
+        "a",
+        "other",
+        "b",
+        "other",
+        "a",
+    ]
     assert labels.known("b") == "b"

@@ -31,9 +31,12 @@ async def gateway(nc, topology):
         }
         real = await broker_deps(nc, topology)
         settings = GatewaySettings(
-            port=0, keys=frozenset({GATEWAY_KEY}), provider_env=env,
-            partitions=topology.partitions, ack_timeout_s=10.0,
-        )  # fmt: skip
+            port=0,
+            keys=frozenset({GATEWAY_KEY}),
+            provider_env=env,
+            partitions=topology.partitions,
+            ack_timeout_s=10.0,
+        )
         try:
             async with GatewayServer(settings, real.deps) as server:
                 yield server.url, scripted
@@ -122,9 +125,15 @@ async def test_openapi_describes_every_route(gateway) -> None:
         doc = (await client.get(url + "/openapi.json")).json()
     assert doc["openapi"] == "3.1.0"
     served = {
-        "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/models",
-        "/openapi.json", "/healthz", "/readyz", "/metrics",
-    }  # fmt: skip
+        "/v1/chat/completions",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/v1/models",
+        "/openapi.json",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+    }
     assert served <= set(doc["paths"])
     params = {p["name"] for p in doc["paths"]["/v1/chat/completions"]["post"]["parameters"]}
     assert {"x-tokenwire-session", "x-tokenwire-drop-params"} <= params

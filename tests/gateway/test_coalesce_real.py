@@ -47,10 +47,13 @@ async def _rig(nc: Client, topology: Topology, coalesce_ms: int = 0) -> AsyncIte
     async with ScriptedServer(PACED) as scripted:
         real = await broker_deps(nc, topology)
         settings = GatewaySettings(
-            port=0, keys=frozenset({GATEWAY_KEY}),
+            port=0,
+            keys=frozenset({GATEWAY_KEY}),
             provider_env=provider_env(TOKENWIRE_SCRIPTED_BASE_URL=scripted.url),
-            partitions=topology.partitions, ack_timeout_s=10.0, coalesce_ms=coalesce_ms,
-        )  # fmt: skip
+            partitions=topology.partitions,
+            ack_timeout_s=10.0,
+            coalesce_ms=coalesce_ms,
+        )
         try:
             async with GatewayServer(settings, real.deps) as server:
                 port = int(server.url.rsplit(":", 1)[1])
@@ -86,11 +89,15 @@ class Answer:
 
 async def _post(port: int, session: str, extra: dict[str, str]) -> Answer:
     """One streamed chat completion on a raw socket: the status, headers and chunks."""
-    body = json.dumps(
-        {"model": "scripted/text", "messages": MESSAGES, "stream": True}
-    ).encode()  # fmt: skip
-    head = {**AUTH, **extra, "x-tokenwire-session": session, "host": "127.0.0.1",
-            "content-type": "application/json", "content-length": str(len(body))}  # fmt: skip
+    body = json.dumps({"model": "scripted/text", "messages": MESSAGES, "stream": True}).encode()
+    head = {
+        **AUTH,
+        **extra,
+        "x-tokenwire-session": session,
+        "host": "127.0.0.1",
+        "content-type": "application/json",
+        "content-length": str(len(body)),
+    }
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         writer.write(b"POST /v1/chat/completions HTTP/1.1\r\n")
@@ -119,8 +126,9 @@ async def _chunks(reader: asyncio.StreamReader, headers: dict[str, str]) -> list
 
 def _expected_text(session: str) -> str:
     body = sent_body("openai", "text", MESSAGES)
-    want = expected_outcome("text", body, PACED, headers={"X-Tokenwire-Session": session},
-                            dialect="openai")  # fmt: skip
+    want = expected_outcome(
+        "text", body, PACED, headers={"X-Tokenwire-Session": session}, dialect="openai"
+    )
     return want.text
 
 

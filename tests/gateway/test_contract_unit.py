@@ -33,9 +33,11 @@ from tokenwire.services.gateway import GatewayDeps, GatewaySettings, Route, crea
 AUTH = {"authorization": f"Bearer {GATEWAY_KEY}"}
 # An Anthropic caller of an OpenAI provider: the caller's events are encoded from the chunks.
 BODY = {
-    "model": "openai/gpt-4o", "max_tokens": 16, "stream": True,
+    "model": "openai/gpt-4o",
+    "max_tokens": 16,
+    "stream": True,
     "messages": [{"role": "user", "content": "x"}],
-}  # fmt: skip
+}
 
 
 class ChunkUpstream:
@@ -77,11 +79,13 @@ def _event(frame: str) -> tuple[str, dict[str, Any]]:
 
 async def test_a_block_end_of_another_kind_ends_the_step_as_the_fold_records_it() -> None:
     broken = BlockEnd(index=0, block=ToolCallBlock(id="c", name="f", arguments="{}"))
-    response, sink = await _post([
-        [BlockStart(index=0, block_type="text"), TextDelta(index=0, text="hi")],
-        [broken, TextDelta(index=0, text=" more")],
-        [Finish(reason="stop")],
-    ])  # fmt: skip
+    response, sink = await _post(
+        [
+            [BlockStart(index=0, block_type="text"), TextDelta(index=0, text="hi")],
+            [broken, TextDelta(index=0, text=" more")],
+            [Finish(reason="stop")],
+        ]
+    )
     published = [m.envelope.chunk for m in sink.messages]
     recorded = fold(published)
     assert isinstance(recorded, RecordedError)
@@ -108,10 +112,12 @@ async def test_a_block_end_of_another_kind_ends_the_step_as_the_fold_records_it(
 
 
 async def test_a_well_formed_stream_ends_normally() -> None:
-    response, sink = await _post([
-        [BlockStart(index=0, block_type="text"), TextDelta(index=0, text="hi")],
-        [Finish(reason="stop")],
-    ])  # fmt: skip
+    response, sink = await _post(
+        [
+            [BlockStart(index=0, block_type="text"), TextDelta(index=0, text="hi")],
+            [Finish(reason="stop")],
+        ]
+    )
     assert [name for name, _ in map(_event, response.text.strip().split("\n\n"))][-1] == (
         "message_stop"
     )

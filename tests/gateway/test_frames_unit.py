@@ -177,7 +177,9 @@ async def test_a_flush_waits_for_every_linger_send_even_one_its_wait_lets_start(
         sent.append(ordinal)
 
     def head(ordinal: int, time_ns: int) -> tuple[bytes, int]:
-        return frame_head("s", 0, 0, ordinal, time_ns, "p", "m"), 10_000
+        return frame_head(
+            session="s", turn=0, step=0, ordinal=ordinal, time_ns=time_ns, provider="p", model="m"
+        ), 10_000
 
     framer = Framer(0.01, head, send)
     await framer.add(TextDelta(0, "a"), 1, 0)
@@ -206,7 +208,9 @@ async def test_append_takes_chunks_without_a_wait_until_the_next_would_overfill_
         sent.append(payload)
 
     def head(ordinal: int, time_ns: int) -> tuple[bytes, int]:
-        return frame_head("s", 0, 0, ordinal, time_ns, "p", "m"), limit
+        return frame_head(
+            session="s", turn=0, step=0, ordinal=ordinal, time_ns=time_ns, provider="p", model="m"
+        ), limit
 
     framer = Framer(0.0, head, send)
     chunk = TextDelta(0, "x" * 40)

@@ -45,18 +45,26 @@ def gateways(count: int, nats_url: str, scripted_url: str, tmp: Path) -> Iterato
     try:
         for i in range(count):
             port = free_port()
-            env = base | provider_env(TOKENWIRE_SCRIPTED_BASE_URL=scripted_url) | {
-                "TOKENWIRE_NATS_URL": nats_url,
-                "TOKENWIRE_PROVISION": "0",
-                "TOKENWIRE_GATEWAY_KEYS": GATEWAY_KEY,
-                "TOKENWIRE_GATEWAY_ADDR": f"127.0.0.1:{port}",
-                "TOKENWIRE_DATA_DIR": str(tmp / f"data{i}"),
-            }  # fmt: skip
+            env = (
+                base
+                | provider_env(TOKENWIRE_SCRIPTED_BASE_URL=scripted_url)
+                | {
+                    "TOKENWIRE_NATS_URL": nats_url,
+                    "TOKENWIRE_PROVISION": "0",
+                    "TOKENWIRE_GATEWAY_KEYS": GATEWAY_KEY,
+                    "TOKENWIRE_GATEWAY_ADDR": f"127.0.0.1:{port}",
+                    "TOKENWIRE_DATA_DIR": str(tmp / f"data{i}"),
+                }
+            )
             with (tmp / f"gateway{i}.log").open("wb") as out:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "tokenwire", "gateway"],
-                    env=env, stdout=out, stderr=subprocess.STDOUT,
-                ))  # fmt: skip
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "tokenwire", "gateway"],
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
             urls.append(f"http://127.0.0.1:{port}")
         yield urls
     finally:

@@ -27,9 +27,12 @@ async def gateway(nc, topology):
         )
         real = await broker_deps(nc, topology)
         settings = GatewaySettings(
-            port=0, keys=frozenset({GATEWAY_KEY}), provider_env=env,
-            partitions=topology.partitions, ack_timeout_s=10.0,
-        )  # fmt: skip
+            port=0,
+            keys=frozenset({GATEWAY_KEY}),
+            provider_env=env,
+            partitions=topology.partitions,
+            ack_timeout_s=10.0,
+        )
         try:
             async with GatewayServer(settings, real.deps) as server:
                 yield server.url, scripted
@@ -99,9 +102,10 @@ async def test_an_explicit_steps_failure_is_not_retried_into_a_conflict(gateway,
     ) as oa:
         with pytest.raises(openai.RateLimitError) as info:
             await oa.chat.completions.create(
-                model="scripted/http-429", messages=[{"role": "user", "content": "x"}],
+                model="scripted/http-429",
+                messages=[{"role": "user", "content": "x"}],
                 stream=stream,
-            )  # fmt: skip
+            )
     headers = info.value.response.headers
     assert (headers["x-should-retry"], headers["retry-after"]) == ("false", "1")
     assert headers["x-tokenwire-step"] == "0"
@@ -112,9 +116,10 @@ async def test_an_explicit_steps_failure_is_not_retried_into_a_conflict(gateway,
     ) as oa:
         with pytest.raises(openai.InternalServerError) as again:
             await oa.chat.completions.create(
-                model="scripted/http-429", messages=[{"role": "user", "content": "x"}],
+                model="scripted/http-429",
+                messages=[{"role": "user", "content": "x"}],
                 stream=stream,
-            )  # fmt: skip
+            )
     assert again.value.status_code == 502
     assert again.value.response.headers["x-should-retry"] == "false"
     assert "429" in again.value.message or "rate" in again.value.message.lower()

@@ -71,8 +71,9 @@ class Stack:
         return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=20.0)
 
     async def envelopes(self, session: str) -> list[object]:
-        chunks = [c async for batch in stored_chunks(self.nc, self.topology, session)
-                  for c in batch]  # fmt: skip
+        chunks = [
+            c async for batch in stored_chunks(self.nc, self.topology, session) for c in batch
+        ]
         return [e for _, data in chunks for e in chunk_envelopes(data)]
 
 
@@ -114,15 +115,19 @@ async def anthropic_call(url: str, key: str, session: str, **headers: str) -> st
 async def stack(
     nc: Client, nats_url: str, topology: Topology, sqlite_url: str, tmp_path: Path
 ) -> AsyncIterator[Stack]:
-    env = {"TOKENWIRE_GATEWAY_KEYS_FILE": str(keys_file(tmp_path / "keys.toml")),
-           "TOKENWIRE_GATEWAY_KEYS": KEY_FLAT, "TOKENWIRE_GATEWAY_ADDR": "127.0.0.1:0"}  # fmt: skip
+    env = {
+        "TOKENWIRE_GATEWAY_KEYS_FILE": str(keys_file(tmp_path / "keys.toml")),
+        "TOKENWIRE_GATEWAY_KEYS": KEY_FLAT,
+        "TOKENWIRE_GATEWAY_ADDR": "127.0.0.1:0",
+    }
     store = open_store(sqlite_url)
     async with ScriptedServer(ScriptedSettings(seed=3, length=12)) as scripted:
         settings = replace(
             GatewaySettings.from_env(env),
             provider_env=provider_env(TOKENWIRE_SCRIPTED_BASE_URL=scripted.url),
-            partitions=topology.partitions, ack_timeout_s=10.0,
-        )  # fmt: skip
+            partitions=topology.partitions,
+            ack_timeout_s=10.0,
+        )
         real = await broker_deps(nc, topology)
         routes = events_router(lambda: nc, topology, lambda: store).routes
         deps = replace(real.deps, extra_routes=routes)
@@ -177,8 +182,10 @@ def _shape(response: httpx.Response, session: str) -> tuple[int, str, dict[str, 
 async def test_a_tenant_reads_its_own_sessions_and_others_are_unknown(stack: Stack) -> None:
     s = stack.sessions
     unknown = f"kz-{uuid.uuid4().hex[:8]}"  # the same length as the others
-    for key, own, others in ((KEY_A, s["a"], (s["b"], s["flat"])),
-                             (KEY_B, s["b"], (s["a"], s["flat"]))):  # fmt: skip
+    for key, own, others in (
+        (KEY_A, s["a"], (s["b"], s["flat"])),
+        (KEY_B, s["b"], (s["a"], s["flat"])),
+    ):
         async with stack.http(key) as client:
             for answer in await _events(client, own):
                 assert answer.status_code == 200, answer.text
@@ -205,9 +212,14 @@ async def test_operators_and_the_flat_list_read_every_session(stack: Stack) -> N
 
 async def test_without_a_valid_key_every_route_is_401(stack: Stack) -> None:
     session = stack.sessions["a"]
-    paths = ["/v1/sessions", *(p.format(s=session) for p in EVENT_PATHS),
-             f"/v1/sessions/{session}/messages", f"/v1/sessions/{session}/usage",
-             "/v1/usage", "/v1/models"]  # fmt: skip
+    paths = [
+        "/v1/sessions",
+        *(p.format(s=session) for p in EVENT_PATHS),
+        f"/v1/sessions/{session}/messages",
+        f"/v1/sessions/{session}/usage",
+        "/v1/usage",
+        "/v1/models",
+    ]
     for key in (None, "tw-wrong-SENTINEL-key", KEY_A[:-1]):
         async with stack.http(key) as client:
             for path in paths:
@@ -232,8 +244,9 @@ async def test_a_tenant_cannot_write_into_another_tenants_session(stack: Stack) 
     assert by_anthropic.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
     # An explicit triple that A used is a 404 too, not a 409 that would tell it exists.
     with pytest.raises(openai.NotFoundError):
-        await openai_call(stack.url, KEY_B, a_session, **{"X-Tokenwire-Turn": "0",
-                                                          "X-Tokenwire-Step": "0"})  # fmt: skip
+        await openai_call(
+            stack.url, KEY_B, a_session, **{"X-Tokenwire-Turn": "0", "X-Tokenwire-Step": "0"}
+        )
     # Nor may an operator key without team-a's tenant add steps to it (it may read it).
     with pytest.raises(openai.NotFoundError):
         await openai_call(stack.url, KEY_OPS, a_session)

@@ -239,7 +239,10 @@ def test_keys_hash_warns_of_short_keys_and_refuses_bad_input() -> None:
     assert short.exit_code == 0
     assert short.stdout == sha("abc") + "\n"
     assert "can be guessed" in short.stderr
-    for args, stdin in ((["keys", "hash"], ""), (["keys", "hash", "--name", 'x"y'], "k" * 40),
-                        (["keys", "hash", "--operator"], "k" * 40)):  # fmt: skip
+    for args, stdin in (
+        (["keys", "hash"], ""),
+        (["keys", "hash", "--name", 'x"y'], "k" * 40),
+        (["keys", "hash", "--operator"], "k" * 40),
+    ):
         refused = runner.invoke(cli, args, input=stdin)
         assert isinstance(refused.exception, UsageError), args

@@ -97,8 +97,14 @@ SCHEMA = {"type": "object", "properties": {}, "additionalProperties": False}
 STRICT_TOOLS: dict[str, tuple[dict[str, Any], str]] = {
     # caller: (the body's strict tools, the entry naming the flag)
     "chat": (
-        {"tools": [{"type": "function", "function": {"name": "f", "parameters": SCHEMA,
-                                                      "strict": True}}]},
+        {
+            "tools": [
+                {
+                    "type": "function",
+                    "function": {"name": "f", "parameters": SCHEMA, "strict": True},
+                }
+            ]
+        },
         "tools.function.strict",
     ),
     "anthropic": (
@@ -109,7 +115,7 @@ STRICT_TOOLS: dict[str, tuple[dict[str, Any], str]] = {
         {"tools": [{"type": "function", "name": "f", "parameters": SCHEMA, "strict": True}]},
         "tools.strict",
     ),
-}  # fmt: skip
+}
 CARRIED = [
     (caller, target)
     for caller in STRICT_TOOLS
@@ -144,8 +150,11 @@ async def test_a_strict_tool_toward_gemini_is_refused_or_dropped_on_opt_in(calle
 
 
 async def test_a_non_strict_tool_stays_non_strict_toward_responses() -> None:
-    got = await send("chat", "responses", {"tools": [{"type": "function", "function": {
-        "name": "f", "parameters": SCHEMA}}]})  # fmt: skip
+    got = await send(
+        "chat",
+        "responses",
+        {"tools": [{"type": "function", "function": {"name": "f", "parameters": SCHEMA}}]},
+    )
     assert got.provider is not None
     assert got.provider["tools"][0]["strict"] is False
 
@@ -156,22 +165,58 @@ IMAGE = "https://example.invalid/cat.png"
 REFUSED: list[tuple[str, str, dict[str, Any], str]] = [
     # (caller, target, extra body, the entry named)
     *[
-        ("chat", target, {"messages": [{"role": "user", "name": "alice", "content": "hi"}]},
-         "messages.name")
+        (
+            "chat",
+            target,
+            {"messages": [{"role": "user", "name": "alice", "content": "hi"}]},
+            "messages.name",
+        )
         for target in ("anthropic", "responses", "gemini")
     ],
     *[
-        ("chat", target, {"messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": IMAGE, "detail": "low"}}]}]},
-         "messages.content.image_url.detail")
+        (
+            "chat",
+            target,
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image_url", "image_url": {"url": IMAGE, "detail": "low"}}
+                        ],
+                    }
+                ]
+            },
+            "messages.content.image_url.detail",
+        )
         for target in ("anthropic", "responses", "gemini")
     ],
-    ("chat", "anthropic", {"messages": [{"role": "user", "content": [
-        {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}]},
-     "messages.content.cache_control"),
-    ("chat", "anthropic", {"response_format": {"type": "json_schema", "json_schema": {
-        "name": "w", "description": "the weather now", "schema": SCHEMA}}},
-     "response_format.json_schema.description"),
+    (
+        "chat",
+        "anthropic",
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}
+                    ],
+                }
+            ]
+        },
+        "messages.content.cache_control",
+    ),
+    (
+        "chat",
+        "anthropic",
+        {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "w", "description": "the weather now", "schema": SCHEMA},
+            }
+        },
+        "response_format.json_schema.description",
+    ),
     ("chat", "anthropic", {"user": "u-1", "safety_identifier": "s-1"}, "safety_identifier"),
     ("responses", "chat", {"user": "u-1", "safety_identifier": "s-1"}, "safety_identifier"),
     ("responses", "anthropic", {"user": "u-1", "safety_identifier": "s-1"}, "safety_identifier"),
@@ -180,30 +225,76 @@ REFUSED: list[tuple[str, str, dict[str, Any], str]] = [
         for target in ("chat", "anthropic", "gemini")
     ],
     ("responses", "anthropic", {"reasoning": {"effort": "low", "mode": "pro"}}, "reasoning.mode"),
-    ("responses", "chat", {"input": [{"role": "user", "content": [
-        {"type": "input_image", "image_url": IMAGE, "detail": "high"}]}]},
-     "input.content.detail"),
-    ("responses", "chat", {"tools": [{"type": "function", "name": "f", "parameters": SCHEMA,
-                                      "strict": False, "output_schema": SCHEMA}]},
-     "tools.output_schema"),
+    (
+        "responses",
+        "chat",
+        {
+            "input": [
+                {
+                    "role": "user",
+                    "content": [{"type": "input_image", "image_url": IMAGE, "detail": "high"}],
+                }
+            ]
+        },
+        "input.content.detail",
+    ),
+    (
+        "responses",
+        "chat",
+        {
+            "tools": [
+                {
+                    "type": "function",
+                    "name": "f",
+                    "parameters": SCHEMA,
+                    "strict": False,
+                    "output_schema": SCHEMA,
+                }
+            ]
+        },
+        "tools.output_schema",
+    ),
     *[
-        ("anthropic", target, {"messages": [
-            {"role": "user", "content": "go"},
-            {"role": "assistant", "content": [
-                {"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "t1", "content": "boom",
-                 "is_error": True}]},
-        ]}, "messages.content.is_error")
+        (
+            "anthropic",
+            target,
+            {
+                "messages": [
+                    {"role": "user", "content": "go"},
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}],
+                    },
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "tool_result",
+                                "tool_use_id": "t1",
+                                "content": "boom",
+                                "is_error": True,
+                            }
+                        ],
+                    },
+                ]
+            },
+            "messages.content.is_error",
+        )
         for target in ("chat", "responses")
     ],
-    ("anthropic", "chat", {"tools": [{"name": "f", "input_schema": SCHEMA,
-                                      "input_examples": [{"city": "Oslo"}]}]},
-     "tools.input_examples"),
-    ("anthropic", "gemini", {"thinking": {"type": "enabled", "budget_tokens": 2000,
-                                          "display": "omitted"}},
-     "thinking.display"),
-]  # fmt: skip
+    (
+        "anthropic",
+        "chat",
+        {"tools": [{"name": "f", "input_schema": SCHEMA, "input_examples": [{"city": "Oslo"}]}]},
+        "tools.input_examples",
+    ),
+    (
+        "anthropic",
+        "gemini",
+        {"thinking": {"type": "enabled", "budget_tokens": 2000, "display": "omitted"}},
+        "thinking.display",
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -230,8 +321,20 @@ async def test_the_same_value_in_user_and_safety_identifier_is_one_id() -> None:
 
 
 async def test_image_detail_auto_asks_for_nothing() -> None:
-    got = await send("chat", "anthropic", {"messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": IMAGE, "detail": "auto"}}]}]})  # fmt: skip
+    got = await send(
+        "chat",
+        "anthropic",
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": IMAGE, "detail": "auto"}}
+                    ],
+                }
+            ]
+        },
+    )
     assert got.provider is not None
     assert got.provider["messages"][0]["content"] == [
         {"type": "image", "source": {"type": "url", "url": IMAGE}}
@@ -239,21 +342,37 @@ async def test_image_detail_auto_asks_for_nothing() -> None:
 
 
 async def test_an_error_tool_result_is_carried_to_gemini() -> None:
-    got = await send("anthropic", "gemini", {"messages": [
-        {"role": "user", "content": "go"},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f",
-                                           "input": {}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
-                                      "content": "boom", "is_error": True}]},
-    ]})  # fmt: skip
+    got = await send(
+        "anthropic",
+        "gemini",
+        {
+            "messages": [
+                {"role": "user", "content": "go"},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "t1",
+                            "content": "boom",
+                            "is_error": True,
+                        }
+                    ],
+                },
+            ]
+        },
+    )
     assert got.provider is not None
     result = got.provider["contents"][-1]["parts"][0]["functionResponse"]
     assert result == {"name": "f", "response": {"error": "boom"}}
 
 
 async def test_a_reasoning_summary_request_is_read_not_refused() -> None:
-    got = await send("responses", "anthropic", {"reasoning": {"effort": "low",
-                                                              "summary": "auto"}})  # fmt: skip
+    got = await send("responses", "anthropic", {"reasoning": {"effort": "low", "summary": "auto"}})
     assert got.status == 200, got.body
     assert got.provider is not None
     assert got.provider["thinking"] == {"type": "enabled", "budget_tokens": 1024}
@@ -265,8 +384,20 @@ async def test_an_anthropic_image_from_the_files_api_is_a_400_not_an_empty_image
 ) -> None:
     """A ``file`` source has neither data nor url: it was sent as ``data:image/*;base64,None``
     (OpenAI) or ``inlineData.data: null`` (Gemini)."""
-    got = await send("anthropic", target, {"messages": [{"role": "user", "content": [
-        {"type": "image", "source": {"type": "file", "file_id": "file_011"}}]}]})  # fmt: skip
+    got = await send(
+        "anthropic",
+        target,
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image", "source": {"type": "file", "file_id": "file_011"}}
+                    ],
+                }
+            ]
+        },
+    )
     assert got.status == 400
     assert got.provider is None
     assert "file" in got.body["error"]["message"]
@@ -296,8 +427,13 @@ async def test_a_dropped_field_is_listed_once() -> None:
 
 def _chunk(delta: dict[str, Any], logprobs: Any, finish: str | None = None) -> str:
     choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-    body = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
-            "model": "gpt-4o", "choices": [choice]}  # fmt: skip
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "gpt-4o",
+        "choices": [choice],
+    }
     return "data: " + msgspec.json.encode(body).decode() + "\n\n"
 
 
@@ -316,8 +452,12 @@ async def test_non_streaming_logprobs_are_never_answered_null() -> None:
     logprobs, so ``logprobs: true`` was answered ``"logprobs": null`` with a 200. Carrying
     them would be the other faithful answer; the gateway refuses."""
     rig = _rig(LOGPROBS_STREAM)
-    body = {"model": "openai/gpt-4o", "messages": [{"role": "user", "content": "hi"}],
-            "logprobs": True, "top_logprobs": 2}  # fmt: skip
+    body = {
+        "model": "openai/gpt-4o",
+        "messages": [{"role": "user", "content": "hi"}],
+        "logprobs": True,
+        "top_logprobs": 2,
+    }
     async with rig.client(authorization=f"Bearer {GATEWAY_KEY}") as client:
         response = await client.post("/v1/chat/completions", json=body)
         assert response.status_code == 400, response.json()
@@ -332,12 +472,15 @@ async def test_non_streaming_logprobs_are_never_answered_null() -> None:
 
 
 FOLDED_CASES = [
-    ("chat", {"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"}},
-     "modalities,audio"),
+    (
+        "chat",
+        {"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"}},
+        "modalities,audio",
+    ),
     ("chat", {"logprobs": False}, None),  # asks for nothing
     ("responses", {"include": ["reasoning.encrypted_content"]}, "include"),
     ("responses", {"top_logprobs": 3}, "top_logprobs"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("caller", "extra", "dropped"), FOLDED_CASES)
@@ -362,8 +505,12 @@ async def test_what_a_folded_answer_cannot_carry_is_refused_for_non_streaming_ca
 
 async def test_streaming_logprobs_are_forwarded_as_sent() -> None:
     rig = _rig(LOGPROBS_STREAM)
-    body = {"model": "openai/gpt-4o", "messages": [{"role": "user", "content": "hi"}],
-            "logprobs": True, "stream": True}  # fmt: skip
+    body = {
+        "model": "openai/gpt-4o",
+        "messages": [{"role": "user", "content": "hi"}],
+        "logprobs": True,
+        "stream": True,
+    }
     async with rig.client(authorization=f"Bearer {GATEWAY_KEY}") as client:
         response = await client.post("/v1/chat/completions", json=body)
     assert response.status_code == 200

@@ -18,11 +18,26 @@ USER = {"role": "user", "content": "hi"}
         ([USER], True),
         ([{"role": "system", "content": "be brief"}, USER], True),
         ([USER, {"role": "assistant", "content": "hello"}, USER], False),
-        ([USER, {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-          {"role": "tool", "tool_call_id": "c1", "content": "42"}], False),
+        (
+            [
+                USER,
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{}"},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "42"},
+            ],
+            False,
+        ),
     ],
-)  # fmt: skip
+)
 def test_openai_chat(messages: list[dict[str, Any]], opens: bool) -> None:
     req = OPENAI_CHAT.parse({"model": "m", "messages": messages})
     assert req.opens_conversation is opens
@@ -47,10 +62,16 @@ def test_anthropic_messages(messages: list[dict[str, Any]], opens: bool) -> None
         ([USER], True),
         ([{"type": "message", "role": "developer", "content": "be brief"}, USER], True),
         ([USER, {"type": "message", "role": "assistant", "content": "hello"}, USER], False),
-        ([USER, {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
-          {"type": "function_call_output", "call_id": "c1", "output": "42"}], False),
+        (
+            [
+                USER,
+                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "42"},
+            ],
+            False,
+        ),
     ],
-)  # fmt: skip
+)
 def test_openai_responses(input_: Any, opens: bool) -> None:
     req = OPENAI_RESPONSES.parse({"model": "m", "input": input_})
     assert req.opens_conversation is opens

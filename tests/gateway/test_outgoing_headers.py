@@ -118,9 +118,12 @@ def provider_env(provider: RecordingProvider) -> dict[str, str]:
 
 def gateway_settings(env: dict[str, str], topology: Topology | None = None) -> GatewaySettings:
     return GatewaySettings(
-        port=0, keys=frozenset({GATEWAY_KEY}), provider_env=env, ack_timeout_s=10.0,
+        port=0,
+        keys=frozenset({GATEWAY_KEY}),
+        provider_env=env,
+        ack_timeout_s=10.0,
         partitions=topology.partitions if topology is not None else 16,
-    )  # fmt: skip
+    )
 
 
 # -- configuration: refused when the gateway starts --------------------------------------------

@@ -57,9 +57,12 @@ async def gateway(nc, topology):
         )
         real = await broker_deps(nc, topology)
         settings = GatewaySettings(
-            port=0, keys=frozenset({GATEWAY_KEY}), provider_env=env,
-            partitions=topology.partitions, ack_timeout_s=10.0,
-        )  # fmt: skip
+            port=0,
+            keys=frozenset({GATEWAY_KEY}),
+            provider_env=env,
+            partitions=topology.partitions,
+            ack_timeout_s=10.0,
+        )
         try:
             async with GatewayServer(settings, real.deps) as server:
                 yield server.url, scripted
@@ -139,9 +142,13 @@ async def test_a_refused_field_is_a_400_naming_it(gateway) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["responses-text", "responses-parallel-function-calls", "responses-reasoning-summary",
-     "responses-incomplete-max-output-tokens"],
-)  # fmt: skip
+    [
+        "responses-text",
+        "responses-parallel-function-calls",
+        "responses-reasoning-summary",
+        "responses-incomplete-max-output-tokens",
+    ],
+)
 def test_encoded_events_fold_back_to_the_recordings_message(name: str) -> None:
     """Recording -> chunks -> our Responses events -> the Responses normaliser -> the same fold."""
     body = (recordings_dir() / "openai-responses" / f"{name}.sse").read_bytes()
@@ -166,9 +173,13 @@ def _event_kinds(body: bytes) -> list[tuple[str, int]]:
 
 @pytest.mark.parametrize(
     "name",
-    ["responses-text", "responses-parallel-function-calls",
-     "responses-reasoning-then-function-call", "responses-incomplete-max-output-tokens"],
-)  # fmt: skip
+    [
+        "responses-text",
+        "responses-parallel-function-calls",
+        "responses-reasoning-then-function-call",
+        "responses-incomplete-max-output-tokens",
+    ],
+)
 def test_encoded_events_are_the_recordings_own_events(name: str) -> None:
     """Re-rendered from its chunks (a resumed Responses step, ``GET /v1/responses/{id}``),
     a recording whose events all carry chunks gets OpenAI's own event kinds in OpenAI's
@@ -190,9 +201,12 @@ async def responses_gateway(nc, topology):
         env = provider_env(TOKENWIRE_OPENAI_RESPONSES_BASE_URL=scripted.url + "/v1")
         real = await broker_deps(nc, topology)
         settings = GatewaySettings(
-            port=0, keys=frozenset({GATEWAY_KEY}), provider_env=env,
-            partitions=topology.partitions, ack_timeout_s=10.0,
-        )  # fmt: skip
+            port=0,
+            keys=frozenset({GATEWAY_KEY}),
+            provider_env=env,
+            partitions=topology.partitions,
+            ack_timeout_s=10.0,
+        )
         try:
             async with GatewayServer(settings, real.deps) as server:
                 yield server.url, scripted, recording.read_bytes()

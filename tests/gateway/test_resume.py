@@ -202,11 +202,13 @@ async def test_resumers_past_the_cap_get_429_with_retry_after(
         httpx.AsyncClient(timeout=30) as client,
     ):
         path = url + "/v1/chat/completions"
-        first = await client.send(client.build_request("POST", path, content=body,
-                                                       headers=headers), stream=True)  # fmt: skip
+        first = await client.send(
+            client.build_request("POST", path, content=body, headers=headers), stream=True
+        )
         await first.aclose()  # cut at once: the step reads on
-        holder = await client.send(client.build_request("POST", path, content=body,
-                                                        headers=headers), stream=True)  # fmt: skip
+        holder = await client.send(
+            client.build_request("POST", path, content=body, headers=headers), stream=True
+        )
         assert holder.headers["x-tokenwire-resumed"] == "true"
         refused = await client.post(path, content=body, headers=headers)
         assert refused.status_code == 429
@@ -297,8 +299,9 @@ async def test_the_sdks_own_retry_with_an_idempotency_key_resumes_the_step(
         assert len(scripted.received) == before + 1
         with pytest.raises(openai.ConflictError, match="same Idempotency-Key"):
             await client.chat.completions.create(
-                model=slow["model"], messages=[{"role": "user", "content": "else"}],
+                model=slow["model"],
+                messages=[{"role": "user", "content": "else"}],
                 extra_headers=keyed,
-            )  # fmt: skip
+            )
     assert answer.model_dump() == expected.model_dump()
     assert answer.id.startswith("chatcmpl-")

@@ -154,9 +154,13 @@ def rerendered_event(event: dict[str, Any], response_id: str, kinds: dict[int, s
 
 @pytest.mark.parametrize("provider", UPSTREAMS)
 async def test_a_cut_step_on_a_recorded_upstream_resumes_without_a_second_call(
-    provider: str, upstream: RecordedUpstream, nc: Client, topology: Topology, nats_url: str,
+    provider: str,
+    upstream: RecordedUpstream,
+    nc: Client,
+    topology: Topology,
+    nats_url: str,
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     print(f"RESUME_SEED={SEED}")
     clock = fixed_clock()
     env = upstream_env(upstream)
@@ -203,10 +207,11 @@ async def test_a_forwarded_responses_stream_resumes_with_starting_after(
     session = {"x-tokenwire-session": f"retrieve-up-{rng.randrange(1 << 30)}-{scenario}"}
     async with (
         scripted_server() as scripted,
-        gateway(nc, topology, scripted.url, fixed_clock(), upstream_env=upstream_env(upstream))
-        as url,
+        gateway(
+            nc, topology, scripted.url, fixed_clock(), upstream_env=upstream_env(upstream)
+        ) as url,
         openai_client(url, Sent()) as client,
-    ):  # fmt: skip
+    ):
         before = upstream.calls("openai-responses")
         seen = [
             e.model_dump()

@@ -98,9 +98,12 @@ class _Live:
                     real.deps, extra_routes=routes, store=lambda: store
                 )  # as the gateway's run() wires it
                 settings = GatewaySettings(
-                    port=0, keys=frozenset({GATEWAY_KEY}), provider_env=env,
-                    partitions=topology.partitions, ack_timeout_s=10.0,
-                )  # fmt: skip
+                    port=0,
+                    keys=frozenset({GATEWAY_KEY}),
+                    provider_env=env,
+                    partitions=topology.partitions,
+                    ack_timeout_s=10.0,
+                )
                 try:
                     async with GatewayServer(settings, real.deps) as server:
                         self.url = server.url
@@ -149,14 +152,17 @@ OPERATIONS = sorted(
     (method.upper(), path)
     for path, item in openapi_document("0")["paths"].items()
     for method in item
-)  # fmt: skip
+)
 """The operations, known at collection; a test checks the served document has no others.
 (Schemathesis's own lazy ``from_fixture`` loader fails on pytest 9, which dropped the
 ``Node._nodeid`` it rewrites, so each operation's cases come from ``as_strategy``.)"""
 FUZZ = settings(
-    max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 100, database=None,
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=EXAMPLES <= 100,
+    database=None,
     suppress_health_check=list(HealthCheck),
-)  # fmt: skip
+)
 
 
 def dialect_error(path: str, status: int, body: Any) -> str | None:
@@ -250,16 +256,21 @@ def check_answer(case: Any, response: Any) -> None:
 @pytest.mark.parametrize(
     ("path", "body", "ok"),
     [
-        ("/v1/messages", {"type": "error", "error": {"type": "not_found_error", "message": "m"}},
-         True),
+        (
+            "/v1/messages",
+            {"type": "error", "error": {"type": "not_found_error", "message": "m"}},
+            True,
+        ),
         ("/v1/messages", {"error": {"type": "invalid_request_error", "message": "m"}}, False),
-        ("/v1/chat/completions", {"error": {"message": "m", "type": "t", "param": None,
-                                            "code": None}}, True),
-        ("/v1/chat/completions", {"type": "error", "error": {"type": "t", "message": "m"}},
-         False),
+        (
+            "/v1/chat/completions",
+            {"error": {"message": "m", "type": "t", "param": None, "code": None}},
+            True,
+        ),
+        ("/v1/chat/completions", {"type": "error", "error": {"type": "t", "message": "m"}}, False),
         ("/v1/models", {"error": {"type": "t"}}, False),
     ],
-)  # fmt: skip
+)
 def test_the_dialect_oracle_tells_the_shapes_apart(path: str, body: Any, ok: bool) -> None:
     assert (dialect_error(path, 400, body) is None) == ok
 

@@ -16,20 +16,31 @@ ANTHROPIC_ECHO = (
     b'"usage":{"input_tokens":3,"output_tokens":0}}}\n\n'
     b"event: error\ndata: "
     + json.dumps(
-        {"type": "error", "error": {"type": "overloaded_error",
-                                    "message": f"upstream rejected key {ANTHROPIC_KEY}"}}
+        {
+            "type": "error",
+            "error": {
+                "type": "overloaded_error",
+                "message": f"upstream rejected key {ANTHROPIC_KEY}",
+            },
+        }
     ).encode()
     + b"\n\n"
-)  # fmt: skip
+)
 
 OPENAI_ECHO = (
     b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o",'
     b'"choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null}]}'
     b"\n\ndata: "
-    + json.dumps({"error": {"message": f"Incorrect API key provided: {OPENAI_KEY}",
-                            "type": "invalid_request_error"}}).encode()
+    + json.dumps(
+        {
+            "error": {
+                "message": f"Incorrect API key provided: {OPENAI_KEY}",
+                "type": "invalid_request_error",
+            }
+        }
+    ).encode()
     + b"\n\n"
-)  # fmt: skip
+)
 
 
 async def _raw_stream(rig, path: str, body: dict[str, Any], **headers: str) -> bytes:

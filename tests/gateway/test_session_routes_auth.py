@@ -42,8 +42,13 @@ async def _get(app: Any, path: str, headers: dict[str, str] | None = None) -> ht
 
 async def test_session_routes_refuse_a_caller_without_the_key() -> None:
     app = _app(frozenset({GATEWAY_KEY}))
-    for path in ("/v1/sessions", "/v1/sessions/s-1/messages", "/v1/sessions/s-1/events",
-                 "/v1/sessions/s-1/usage", "/v1/usage"):  # fmt: skip
+    for path in (
+        "/v1/sessions",
+        "/v1/sessions/s-1/messages",
+        "/v1/sessions/s-1/events",
+        "/v1/sessions/s-1/usage",
+        "/v1/usage",
+    ):
         response = await _get(app, path)
         assert response.status_code == 401, path
         assert response.json()["error"]["type"] == "authentication_error"

@@ -17,7 +17,15 @@ NO_TRACER = trace.NoOpTracerProvider().get_tracer("test")
 
 
 def start_step_span(headers, rng, tracer=NO_TRACER, recording=False):
-    return _start(headers, rng, tracer, recording, "chat m", {"gen_ai.request.model": "m"}, 1)
+    return _start(
+        headers,
+        rng,
+        tracer=tracer,
+        recording=recording,
+        name="chat m",
+        attributes={"gen_ai.request.model": "m"},
+        start_ns=1,
+    )
 
 
 def test_a_fresh_context_is_what_the_propagator_would_inject() -> None:

@@ -172,10 +172,13 @@ async def test_tool_round_trip_to_gemini_names_results_after_their_calls():
         {"type": "function", "function": {"name": "v", "parameters": {"type": "object"}}},
     ]
     body = {
-        "model": "gemini/gemini-2.5-flash", "messages": messages, "tools": tools,
+        "model": "gemini/gemini-2.5-flash",
+        "messages": messages,
+        "tools": tools,
         "tool_choice": {"type": "function", "function": {"name": "w"}},
-        "top_p": 0.5, "stop": ["END"],
-    }  # fmt: skip
+        "top_p": 0.5,
+        "stop": ["END"],
+    }
     async with rig.client(authorization=f"Bearer {GATEWAY_KEY}") as client:
         response = await client.post("/v1/chat/completions", json=body)
     assert response.status_code == 200, response.text
@@ -234,12 +237,15 @@ async def test_a_gemini_thought_signature_goes_back_with_its_call():
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": call["id"], "type": "function",
-                 "function": {"name": call["name"], "arguments": call["arguments"]}}
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": call["arguments"]},
+                }
             ],
         },
         {"role": "tool", "tool_call_id": call["id"], "content": "France"},
-    ]  # fmt: skip
+    ]
     async with rig.client(authorization=f"Bearer {GATEWAY_KEY}") as client:
         response = await client.post(
             "/v1/chat/completions", json={"model": "gemini/gemini-2.5-flash", "messages": history}
@@ -257,10 +263,12 @@ async def test_a_gemini_thought_signature_goes_back_with_its_call():
     assert sent_back[1] == {
         "role": "model",
         "parts": [
-            {"functionCall": {"name": "get_country", "args": {}},
-             "thoughtSignature": recorded_signature}
+            {
+                "functionCall": {"name": "get_country", "args": {}},
+                "thoughtSignature": recorded_signature,
+            }
         ],
-    }  # fmt: skip
+    }
     assert sent_back[2] == {
         "role": "user",
         "parts": [{"functionResponse": {"name": "get_country", "response": {"result": "France"}}}],
@@ -388,8 +396,11 @@ async def test_tool_round_trip_to_responses_keeps_call_ids():
 
 async def test_stop_sequences_cannot_reach_responses_400():
     rig = make_rig(recording("openai-responses/responses-text.sse"))
-    body = {"model": "openai-responses/gpt-4o", "messages": [{"role": "user", "content": "x"}],
-            "stop": ["END"]}  # fmt: skip
+    body = {
+        "model": "openai-responses/gpt-4o",
+        "messages": [{"role": "user", "content": "x"}],
+        "stop": ["END"],
+    }
     async with rig.client(authorization=f"Bearer {GATEWAY_KEY}") as client:
         response = await client.post("/v1/chat/completions", json=body)
     assert response.status_code == 400
@@ -466,12 +477,15 @@ def openai_history(call_id: str) -> list[dict[str, Any]]:
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": call_id, "type": "function",
-                 "function": {"name": "get_country", "arguments": "{}"}}
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": "get_country", "arguments": "{}"},
+                }
             ],
         },
         {"role": "tool", "tool_call_id": call_id, "content": "France"},
-    ]  # fmt: skip
+    ]
 
 
 async def test_signed_ids_go_plain_to_an_openai_compatible_provider():
@@ -508,11 +522,15 @@ async def test_signed_ids_go_plain_from_an_anthropic_caller_to_anthropic():
     rig = make_rig(recording("anthropic/messages-text-short.sse"))
     messages: list[MessageParam] = [
         {"role": "user", "content": "country?"},
-        {"role": "assistant", "content": [
-            {"type": "tool_use", "id": SIGNED, "name": "get_country", "input": {}}]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": SIGNED, "content": "France"}]},
-    ]  # fmt: skip
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": SIGNED, "name": "get_country", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": SIGNED, "content": "France"}],
+        },
+    ]
     async with rig.anthropic() as client:
         await client.messages.create(
             model="anthropic/claude-sonnet-4-5", max_tokens=10, messages=messages

@@ -515,38 +515,84 @@ RESPONSES_TOOLS = [{"type": "function", "name": "get_weather", "parameters": {"t
 _SCHEMA_FORMAT = {"type": "json_schema", "json_schema": {"name": "w", "schema": SCHEMA}}
 SAMPLES: dict[str, dict[str, Any]] = {
     "openai-chat": {
-        "tools": WEATHER_OA, "tool_choice": "required", "max_tokens": 77,
-        "max_completion_tokens": 77, "temperature": 0.3, "top_p": 0.4, "stop": ["Z"],
-        "response_format": _SCHEMA_FORMAT, "reasoning_effort": "low",
-        "parallel_tool_calls": False, "user": "u", "safety_identifier": "s",
-        "metadata": {"k": "v"}, "seed": 1, "store": True, "frequency_penalty": 0.1,
-        "presence_penalty": 0.2, "logit_bias": {"1": 1}, "logprobs": True, "top_logprobs": 2,
-        "service_tier": "flex", "modalities": ["text"], "audio": {"voice": "x"},
+        "tools": WEATHER_OA,
+        "tool_choice": "required",
+        "max_tokens": 77,
+        "max_completion_tokens": 77,
+        "temperature": 0.3,
+        "top_p": 0.4,
+        "stop": ["Z"],
+        "response_format": _SCHEMA_FORMAT,
+        "reasoning_effort": "low",
+        "parallel_tool_calls": False,
+        "user": "u",
+        "safety_identifier": "s",
+        "metadata": {"k": "v"},
+        "seed": 1,
+        "store": True,
+        "frequency_penalty": 0.1,
+        "presence_penalty": 0.2,
+        "logit_bias": {"1": 1},
+        "logprobs": True,
+        "top_logprobs": 2,
+        "service_tier": "flex",
+        "modalities": ["text"],
+        "audio": {"voice": "x"},
         "prediction": {"type": "content", "content": "x"},
-        "web_search_options": {"search_context_size": "low"}, "verbosity": "low",
-        "prompt_cache_key": "k", "functions": [{"name": "f"}], "function_call": "auto",
-        "stream": True, "stream_options": {"include_usage": True}, "n": 1,
+        "web_search_options": {"search_context_size": "low"},
+        "verbosity": "low",
+        "prompt_cache_key": "k",
+        "functions": [{"name": "f"}],
+        "function_call": "auto",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "n": 1,
     },
     "anthropic-messages": {
-        "system": "s", "tools": WEATHER_AN, "tool_choice": {"type": "any"}, "max_tokens": 77,
-        "temperature": 0.3, "top_p": 0.4, "top_k": 3, "stop_sequences": ["Z"],
-        "metadata": {"user_id": "u"}, "thinking": {"type": "enabled", "budget_tokens": 1500},
-        "service_tier": "auto", "container": "c", "stream": True,
+        "system": "s",
+        "tools": WEATHER_AN,
+        "tool_choice": {"type": "any"},
+        "max_tokens": 77,
+        "temperature": 0.3,
+        "top_p": 0.4,
+        "top_k": 3,
+        "stop_sequences": ["Z"],
+        "metadata": {"user_id": "u"},
+        "thinking": {"type": "enabled", "budget_tokens": 1500},
+        "service_tier": "auto",
+        "container": "c",
+        "stream": True,
         "mcp_servers": [{"type": "url", "url": "http://127.0.0.1:9", "name": "m"}],
         "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]},
     },
     "openai-responses": {
-        "instructions": "s", "tools": RESPONSES_TOOLS, "tool_choice": "required",
-        "max_output_tokens": 77, "temperature": 0.3, "top_p": 0.4,
+        "instructions": "s",
+        "tools": RESPONSES_TOOLS,
+        "tool_choice": "required",
+        "max_output_tokens": 77,
+        "temperature": 0.3,
+        "top_p": 0.4,
         "text": {"format": {"type": "json_schema", "name": "w", "schema": SCHEMA}},
-        "reasoning": {"effort": "low"}, "store": True, "include": ["x"],
-        "previous_response_id": "r", "conversation": "c", "prompt": {"id": "p"},
-        "truncation": "auto", "service_tier": "flex", "prompt_cache_key": "k",
-        "top_logprobs": 2, "background": True, "max_tool_calls": 3,
-        "stream_options": {"include_obfuscation": False}, "parallel_tool_calls": False,
-        "user": "u", "safety_identifier": "s", "metadata": {"k": "v"}, "stream": True,
+        "reasoning": {"effort": "low"},
+        "store": True,
+        "include": ["x"],
+        "previous_response_id": "r",
+        "conversation": "c",
+        "prompt": {"id": "p"},
+        "truncation": "auto",
+        "service_tier": "flex",
+        "prompt_cache_key": "k",
+        "top_logprobs": 2,
+        "background": True,
+        "max_tool_calls": 3,
+        "stream_options": {"include_obfuscation": False},
+        "parallel_tool_calls": False,
+        "user": "u",
+        "safety_identifier": "s",
+        "metadata": {"k": "v"},
+        "stream": True,
     },
-}  # fmt: skip
+}
 BASES: dict[str, dict[str, Any]] = {
     "openai-chat": {**OA_BASE, "tools": WEATHER_OA},
     "anthropic-messages": {**AN_BASE, "tools": WEATHER_AN},
@@ -594,27 +640,43 @@ _RESPONSES_IMAGE = {
 }
 PSEUDO_OF: dict[tuple[str, str], dict[str, Any]] = {
     # (caller, nested entry): the body holding it; without it is the same body without the key
-    ("openai-chat", "messages.name"): {"messages": [{"role": "user", "name": "a",
-                                                     "content": "hi"}]},
-    ("openai-chat", "messages.content.image_url.detail"): {"messages": [
-        {"role": "user", "content": [_CHAT_IMAGE]}]},
-    ("openai-chat", "tools.function.strict"): {"tools": [{"type": "function", "function": {
-        "name": "get_weather", "parameters": _STRICT_SCHEMA, "strict": True}}]},
-    ("anthropic-messages", "tools.strict"): {"tools": [{"name": "get_weather",
-                                                        "input_schema": _STRICT_SCHEMA,
-                                                        "strict": True}]},
+    ("openai-chat", "messages.name"): {
+        "messages": [{"role": "user", "name": "a", "content": "hi"}]
+    },
+    ("openai-chat", "messages.content.image_url.detail"): {
+        "messages": [{"role": "user", "content": [_CHAT_IMAGE]}]
+    },
+    ("openai-chat", "tools.function.strict"): {
+        "tools": [
+            {
+                "type": "function",
+                "function": {"name": "get_weather", "parameters": _STRICT_SCHEMA, "strict": True},
+            }
+        ]
+    },
+    ("anthropic-messages", "tools.strict"): {
+        "tools": [{"name": "get_weather", "input_schema": _STRICT_SCHEMA, "strict": True}]
+    },
     ("anthropic-messages", "messages.content.is_error"): {"messages": _TOOL_RESULTS},
-    ("openai-responses", "tools.strict"): {"tools": [{"type": "function", "name": "get_weather",
-                                                      "parameters": _STRICT_SCHEMA,
-                                                      "strict": True}]},
-    ("openai-responses", "reasoning.summary"): {"reasoning": {"effort": "low",
-                                                              "summary": "auto"}},
-    ("openai-responses", "reasoning.generate_summary"): {"reasoning": {
-        "effort": "low", "generate_summary": "auto"}},
+    ("openai-responses", "tools.strict"): {
+        "tools": [
+            {
+                "type": "function",
+                "name": "get_weather",
+                "parameters": _STRICT_SCHEMA,
+                "strict": True,
+            }
+        ]
+    },
+    ("openai-responses", "reasoning.summary"): {"reasoning": {"effort": "low", "summary": "auto"}},
+    ("openai-responses", "reasoning.generate_summary"): {
+        "reasoning": {"effort": "low", "generate_summary": "auto"}
+    },
     ("openai-responses", "text.verbosity"): {"text": {"verbosity": "low"}},
-    ("openai-responses", "input.content.detail"): {"input": [
-        {"role": "user", "content": [_RESPONSES_IMAGE]}]},
-}  # fmt: skip
+    ("openai-responses", "input.content.detail"): {
+        "input": [{"role": "user", "content": [_RESPONSES_IMAGE]}]
+    },
+}
 
 
 def _without_nested(body: dict[str, Any], entry: str) -> dict[str, Any]:
@@ -631,8 +693,16 @@ def _without_nested(body: dict[str, Any], entry: str) -> dict[str, Any]:
     return {k: strip(v) if k == field else v for k, v in body.items()}
 
 
-NO_EFFECT = {"model", "messages", "input", "stream", "stream_options", "n",
-             "reasoning.summary", "reasoning.generate_summary"}  # fmt: skip
+NO_EFFECT = {
+    "model",
+    "messages",
+    "input",
+    "stream",
+    "stream_options",
+    "n",
+    "reasoning.summary",
+    "reasoning.generate_summary",
+}
 """Translated entries that change nothing in the provider body by design (docs table)."""
 ROUTE_OF = {
     "anthropic-messages": "anthropic/claude",

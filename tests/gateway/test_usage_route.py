@@ -40,9 +40,12 @@ def _no_upstream(route: object, body: bytes) -> Any:
 
 def _deps(store: Store | None, owners: MemorySessionOwners | None = None) -> GatewayDeps:
     return GatewayDeps(
-        upstream=CannedUpstream(_no_upstream), sink=MemoryPublisher(), steps=MemoryStepRegistry(),
-        store=(lambda: store) if store is not None else None, owners=owners,
-    )  # fmt: skip
+        upstream=CannedUpstream(_no_upstream),
+        sink=MemoryPublisher(),
+        steps=MemoryStepRegistry(),
+        store=(lambda: store) if store is not None else None,
+        owners=owners,
+    )
 
 
 @pytest.fixture
@@ -61,9 +64,12 @@ def lines() -> list[StepUsage]:
 
 def as_totals(row: dict[str, Any]) -> UsageTotals:
     return UsageTotals(
-        steps=row["steps"], reported=row["reported"], priced=row["priced"],
-        cost_pusd=row["cost_pusd"] or 0, **{n: row[n] for n in TOKEN_FIELDS},
-    )  # fmt: skip
+        steps=row["steps"],
+        reported=row["reported"],
+        priced=row["priced"],
+        cost_pusd=row["cost_pusd"] or 0,
+        **{n: row[n] for n in TOKEN_FIELDS},
+    )
 
 
 async def _get(app: Any, path: str, headers: dict[str, str] | None = None) -> httpx.Response:

@@ -21,9 +21,12 @@ Scenario = Callable[..., AsyncIterator[bytes]]
 
 def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
     body = {
-        "id": "chatcmpl-hostile", "object": "chat.completion.chunk", "created": 1,
-        "model": "hostile", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }  # fmt: skip
+        "id": "chatcmpl-hostile",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "hostile",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
 
@@ -120,8 +123,12 @@ async def many_open_calls(count: str = "70") -> AsyncIterator[bytes]:
     """``count`` tool calls streamed at once (all open until the finish)."""
     yield event({"role": "assistant"})
     for i in range(int(count)):
-        call = {"index": i, "id": f"call_{i}", "type": "function",
-                "function": {"name": "f", "arguments": '{"i": '}}  # fmt: skip
+        call = {
+            "index": i,
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": "f", "arguments": '{"i": '},
+        }
         yield event({"tool_calls": [call]})
     for i in range(int(count)):
         yield event({"tool_calls": [{"index": i, "function": {"arguments": f"{i}}}"}}]})
@@ -131,10 +138,14 @@ async def many_open_calls(count: str = "70") -> AsyncIterator[bytes]:
 
 
 SCENARIOS: dict[str, Scenario] = {
-    "big-text": big_text, "big-args": big_args, "endless": endless,
-    "keepalive-only": keepalive_only, "empty-events": empty_events, "after-done": after_done,
+    "big-text": big_text,
+    "big-args": big_args,
+    "endless": endless,
+    "keepalive-only": keepalive_only,
+    "empty-events": empty_events,
+    "after-done": after_done,
     "many-open-calls": many_open_calls,
-}  # fmt: skip
+}
 
 
 class HostileUpstream:

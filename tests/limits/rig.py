@@ -36,9 +36,12 @@ class Rig:
 
     def openai(self, session: str) -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(
-            base_url=f"{self.url}/v1", api_key=GATEWAY_KEY, max_retries=0, timeout=120,
+            base_url=f"{self.url}/v1",
+            api_key=GATEWAY_KEY,
+            max_retries=0,
+            timeout=120,
             default_headers={"X-Tokenwire-Session": session},
-        )  # fmt: skip
+        )
 
     async def recorded(self, session: str) -> Message | RecordedError:
         """Drain the broker into the store (burst assembler); the session's one outcome."""
@@ -81,10 +84,13 @@ async def limit_rig(
     async with HostileUpstream(extra) as upstream:
         real = await broker_deps(nc, topology)
         gateway = GatewaySettings(
-            port=0, keys=frozenset({GATEWAY_KEY}),
+            port=0,
+            keys=frozenset({GATEWAY_KEY}),
             provider_env=provider_env(TOKENWIRE_OPENAI_BASE_URL=f"{upstream.url}/v1"),
-            partitions=topology.partitions, ack_timeout_s=30.0, **settings,
-        )  # fmt: skip
+            partitions=topology.partitions,
+            ack_timeout_s=30.0,
+            **settings,
+        )
         try:
             async with GatewayServer(gateway, real.deps) as server:
                 yield Rig(server.url, nc, topology, nats_url, store_url, upstream)

@@ -80,8 +80,10 @@ async def test_slow_headers_and_slow_bodies_answer_408_in_dialect(rig, path):
     status, body, _ = await exchange(rig.url, partial)
     assert status == 408
     assert_dialect(path, body)
-    started = request(path, AUTH_HEADER, b"content-type: application/json",
-                      b"content-length: 100") + b'{"model"'  # fmt: skip
+    started = (
+        request(path, AUTH_HEADER, b"content-type: application/json", b"content-length: 100")
+        + b'{"model"'
+    )
     status, body, _ = await exchange(rig.url, started)
     assert status == 408
     assert_dialect(path, body)
@@ -91,8 +93,10 @@ AUTH_HEADER = b"authorization: " + AUTH["authorization"].encode()
 
 
 async def test_over_the_connection_limit_answers_503_with_retry_after(rig):
-    idle = [await asyncio.open_connection(*rig.url.removeprefix("http://").split(":"))
-            for _ in range(EDGE.max_connections)]  # fmt: skip
+    idle = [
+        await asyncio.open_connection(*rig.url.removeprefix("http://").split(":"))
+        for _ in range(EDGE.max_connections)
+    ]
     try:
         status, body, head = await exchange(rig.url, request("/v1/messages", AUTH_HEADER))
         assert status == 503

@@ -37,8 +37,7 @@ def publish(chunks: list[StreamChunk], limit: int) -> list[StreamChunk]:
 
 def test_a_large_delta_splits_into_fitting_deltas_that_fold_to_the_same_text() -> None:
     text = 'é"x\\' * 5000  # escaping and UTF-8 make the encoded size larger than len()
-    chunks: list[StreamChunk] = [TextDelta(0, text), BlockEnd(0, TextBlock(text)),
-                                 Finish("stop")]  # fmt: skip
+    chunks: list[StreamChunk] = [TextDelta(0, text), BlockEnd(0, TextBlock(text)), Finish("stop")]
     published = publish(chunks, 4096)
     assert all(len(json_encoder.encode(c)) <= 4096 for c in published)
     assert len(published) > 3
@@ -76,8 +75,11 @@ def test_a_block_kind_that_never_streams_cannot_be_fitted() -> None:
 
 
 def test_old_payloads_without_by_reference_fold_as_before() -> None:
-    chunks: list[StreamChunk] = [TextDelta(0, "hi"), BlockEnd(0, TextBlock("hello")),
-                                 Finish("stop")]  # fmt: skip
+    chunks: list[StreamChunk] = [
+        TextDelta(0, "hi"),
+        BlockEnd(0, TextBlock("hello")),
+        Finish("stop"),
+    ]
     folded = fold(chunks)
     assert isinstance(folded, Message)
     assert folded.text == "hello"  # the block-end's own content stays authoritative

@@ -45,8 +45,9 @@ async def test_other_sessions_keep_committing_beside_endless_steps(
     try:
         async with limit_rig(nc, topology, nats_url, sqlite_url, max_step_chunks=400) as rig:
             long_ids = [f"long-{i}-{uuid.uuid4().hex[:6]}" for i in range(2)]
-            longs = [asyncio.create_task(stream_text(rig.openai(s), "endless:10"))
-                     for s in long_ids]  # fmt: skip
+            longs = [
+                asyncio.create_task(stream_text(rig.openai(s), "endless:10")) for s in long_ids
+            ]
 
             async def outcome(session: str) -> bool:
                 events = await store.session_events(session)

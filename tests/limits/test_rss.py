@@ -42,16 +42,25 @@ async def gateway_process(
 ) -> AsyncIterator[tuple[str, psutil.Process]]:
     port = free_port()
     env = {
-        **os.environ, "TOKENWIRE_NATS_URL": nats_url,
-        "TOKENWIRE_GATEWAY_ADDR": f"127.0.0.1:{port}", "TOKENWIRE_GATEWAY_KEYS": GATEWAY_KEY,
-        "TOKENWIRE_OPENAI_BASE_URL": f"{upstream}/v1", "OPENAI_API_KEY": "sk-hostile",
-        "TOKENWIRE_PARTITIONS": "2", "TOKENWIRE_GATEWAY_MAX_STEP_SECONDS": "8",
+        **os.environ,
+        "TOKENWIRE_NATS_URL": nats_url,
+        "TOKENWIRE_GATEWAY_ADDR": f"127.0.0.1:{port}",
+        "TOKENWIRE_GATEWAY_KEYS": GATEWAY_KEY,
+        "TOKENWIRE_OPENAI_BASE_URL": f"{upstream}/v1",
+        "OPENAI_API_KEY": "sk-hostile",
+        "TOKENWIRE_PARTITIONS": "2",
+        "TOKENWIRE_GATEWAY_MAX_STEP_SECONDS": "8",
         "TOKENWIRE_GATEWAY_HEADER_TIMEOUT_S": "2",
-    }  # fmt: skip
+    }
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tokenwire", "gateway", env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "tokenwire",
+        "gateway",
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         async with asyncio.timeout(60), httpx.AsyncClient(base_url=url) as client:
@@ -72,8 +81,11 @@ async def gateway_process(
 
 
 async def stream_for(url: str, model: str, reads: int) -> None:
-    body = {"model": f"openai/{model}", "stream": True,
-            "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
+    body = {
+        "model": f"openai/{model}",
+        "stream": True,
+        "messages": [{"role": "user", "content": "x"}],
+    }
     headers = {"authorization": f"Bearer {GATEWAY_KEY}"}
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:  # noqa: SIM117
         async with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:

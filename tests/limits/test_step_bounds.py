@@ -79,8 +79,11 @@ async def test_a_step_whose_caller_left_stops_reading_at_a_bound(
 ):
     async with limit_rig(nc, topology, nats_url, sqlite_url, max_step_chunks=2000) as rig:
         sid = session()
-        body = {"model": "openai/endless:1", "messages": [{"role": "user", "content": "x"}],
-                "stream": True}  # fmt: skip
+        body = {
+            "model": "openai/endless:1",
+            "messages": [{"role": "user", "content": "x"}],
+            "stream": True,
+        }
         async with httpx.AsyncClient(base_url=rig.url, timeout=30) as client:
             headers = {**AUTH, "x-tokenwire-session": sid}
             async with client.stream(
@@ -101,8 +104,11 @@ async def test_events_that_carry_nothing_are_forwarded_not_kept(nc, topology, na
     forwards what it read at once."""
     async with limit_rig(nc, topology, nats_url, sqlite_url, max_step_seconds=3.0) as rig:
         sid = session()
-        body = {"model": "openai/empty-events", "stream": True,
-                "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
+        body = {
+            "model": "openai/empty-events",
+            "stream": True,
+            "messages": [{"role": "user", "content": "x"}],
+        }
         received = 0
         async with httpx.AsyncClient(base_url=rig.url, timeout=30) as client:
             headers = {**AUTH, "x-tokenwire-session": sid}
@@ -190,9 +196,12 @@ async def anthropic_caller(rig: Rig, sid: str, started: asyncio.Event) -> tuple[
     """Another dialect: every chunk encoded as an Anthropic event."""
     text, ending = "", ""
     async with anthropic.AsyncAnthropic(
-        base_url=rig.url, api_key=GATEWAY_KEY, max_retries=0, timeout=120,
+        base_url=rig.url,
+        api_key=GATEWAY_KEY,
+        max_retries=0,
+        timeout=120,
         default_headers={"X-Tokenwire-Session": sid},
-    ) as client:  # fmt: skip
+    ) as client:
         try:
             async with client.messages.stream(
                 model="openai/burst", max_tokens=64, messages=[{"role": "user", "content": "x"}]
@@ -215,8 +224,14 @@ async def test_a_bound_inside_one_read_leaves_the_caller_and_the_log_equal(
     caller (the log held ~200 words the caller never saw); now the caller gets exactly the
     events whose chunks were published, then the error."""
     started = asyncio.Event()
-    async with limit_rig(nc, topology, nats_url, sqlite_url, extra={"burst": burst_after(started)},
-                         max_step_chunks=200) as rig:  # fmt: skip
+    async with limit_rig(
+        nc,
+        topology,
+        nats_url,
+        sqlite_url,
+        extra={"burst": burst_after(started)},
+        max_step_chunks=200,
+    ) as rig:
         sid = session()
         text, ending = await caller(rig, sid, started)
         await assert_limit(rig, sid, ending, "max_step_chunks")

@@ -200,10 +200,16 @@ async def test_one_client_span_per_call_tokens_errors_and_no_content(
 
 
 PINNED = {
-    "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model", "server.address",
-    "server.port", "gen_ai.conversation.id", "tokenwire.session", "tokenwire.turn",
+    "gen_ai.operation.name",
+    "gen_ai.provider.name",
+    "gen_ai.request.model",
+    "server.address",
+    "server.port",
+    "gen_ai.conversation.id",
+    "tokenwire.session",
+    "tokenwire.turn",
     "tokenwire.step",
-}  # fmt: skip
+}
 
 
 def _check_client_span(call: Call, span: Any) -> None:
@@ -231,13 +237,14 @@ def _check_client_span(call: Call, span: Any) -> None:
         got = {
             k: attrs.get(f"gen_ai.usage.{name}")
             for k, name in (
-                ("input", "input_tokens"), ("output", "output_tokens"),
+                ("input", "input_tokens"),
+                ("output", "output_tokens"),
                 ("cache_read", "cache_read.input_tokens"),
                 ("cache_write", "cache_write.input_tokens"),
                 ("reasoning", "reasoning.output_tokens"),
             )
             if k in expected
-        }  # fmt: skip
+        }
         assert got == expected
         # streamed calls: the provider's own id and model, as the recording names them
         response_id, response_model = _recorded_head(recording)
@@ -283,11 +290,12 @@ def _check_metrics(receiver: OtlpReceiver, prometheus: str, consumer: TelemetryM
     for provider, recording in (("deepseek", DEEPSEEK), ("anthropic", ANTHROPIC)):
         expected = _recorded_usage(recording)
         for kind, name in (
-            ("input", conventions.USAGE_INPUT), ("output", conventions.USAGE_OUTPUT),
+            ("input", conventions.USAGE_INPUT),
+            ("output", conventions.USAGE_OUTPUT),
             ("cache_read", conventions.USAGE_CACHE_READ),
             ("reasoning", conventions.USAGE_REASONING),
             ("cache_write", conventions.USAGE_CACHE_WRITE),
-        ):  # fmt: skip
+        ):
             points = receiver.received.metric_points(name)
             got = sum(p.as_int for _, p, a in points if a["gen_ai.provider.name"] == provider)
             assert got == expected.get(kind, 0), (provider, kind)
@@ -295,16 +303,31 @@ def _check_metrics(receiver: OtlpReceiver, prometheus: str, consumer: TelemetryM
     errors_total = _sample(prometheus, "tokenwire_gateway_call_errors_total")
     assert errors_total == len(CALLS) - ok
     deepseek = _recorded_usage(DEEPSEEK)
-    assert _sample(prometheus, 'tokenwire_gateway_tokens_total{model="deepseek-reasoner"'
-                   ',provider="deepseek",type="reasoning"}') == deepseek["reasoning"]  # fmt: skip
-    assert _sample(prometheus, 'tokenwire_gateway_tokens_total{model="deepseek-reasoner"'
-                   ',provider="deepseek",type="cache_read"}') == deepseek["cache_read"]  # fmt: skip
+    assert (
+        _sample(
+            prometheus,
+            'tokenwire_gateway_tokens_total{model="deepseek-reasoner"'
+            ',provider="deepseek",type="reasoning"}',
+        )
+        == deepseek["reasoning"]
+    )
+    assert (
+        _sample(
+            prometheus,
+            'tokenwire_gateway_tokens_total{model="deepseek-reasoner"'
+            ',provider="deepseek",type="cache_read"}',
+        )
+        == deepseek["cache_read"]
+    )
     starts = consumer.registry.get_sample_value
     assert sum(
-        starts("tokenwire_stream_starts_total", {"provider": c.model.split("/")[0],
-                                                 "model": c.model.split("/")[1]}) or 0
+        starts(
+            "tokenwire_stream_starts_total",
+            {"provider": c.model.split("/")[0], "model": c.model.split("/")[1]},
+        )
+        or 0
         for c in {c.model: c for c in CALLS}.values()
-    ) == sum(c.started for c in CALLS)  # fmt: skip
+    ) == sum(c.started for c in CALLS)
     failed = starts(
         "tokenwire_telemetry_failed_calls_total",
         {"provider": "scripted", "model": "other", "error_type": "rate_limit_exceeded"},

@@ -72,69 +72,183 @@ def U(inp: int, out: int, cached: int | None, reasoning: int | None) -> TokenUsa
 
 
 CASES = [
-    Case("openai/chat-text-include-usage.sse", "stop", U(14, 8, 0, 0),
-         [TextBlock("The capital of Mexico is Mexico City.")]),
-    Case("openai/chat-single-tool-call-fragmented-args.sse", "tool-calls", U(423, 15, 0, 0),
-         [ToolCallBlock("call_Vz0Sie91Ap56nH0ThKGrZXT7", "get_weather",
-                        '{"city":"Mexico City"}')]),
-    Case("openai/chat-parallel-tool-calls-fragmented-usage.sse", "tool-calls", U(75, 53, 0, 0),
-         [ToolCallBlock("call_M26z19sncd7b4LBgzKRRbaUE", "secret_retrieval_tool",
-                        '{"password": "mellon"}'),
-          ToolCallBlock("call_KPXe5NX7IcKkaBUhc6dto2QV", "secret_retrieval_tool",
-                        '{"password": "radiance"}')]),
-    Case("openai/chat-parallel-tool-calls-no-usage.sse", "tool-calls", None,
-         [ToolCallBlock("call_cCPjAyfwTzboEKjVlqFrArNF", "get_current_weather",
-                        '{"location": "San Francisco"}'),
-          ToolCallBlock("call_Zi4He1Ns0mozwT6f85nW1BOW", "get_current_weather",
-                        '{"location": "Boston"}')]),
-    Case("openai/chat-parallel-tool-calls-empty-args.sse", "tool-calls", U(364, 40, 0, 0),
-         [ToolCallBlock("call_3rqTYrA6H21AYUaRGP4F66oq", "get_country", "{}"),
-          ToolCallBlock("call_Xw9XMKBJU48kAAd78WgIswDx", "get_product_name", "{}")]),
-    Case("openai/chat-finish-length-usage.sse", "max-tokens", U(14, 50, 0, 0), None,
-         ["Here is a list of all 50 U.S. states:\n\n1. Alabama\n"], ["9. Florida\n10"], ["text"]),
+    Case(
+        "openai/chat-text-include-usage.sse",
+        "stop",
+        U(14, 8, 0, 0),
+        [TextBlock("The capital of Mexico is Mexico City.")],
+    ),
+    Case(
+        "openai/chat-single-tool-call-fragmented-args.sse",
+        "tool-calls",
+        U(423, 15, 0, 0),
+        [ToolCallBlock("call_Vz0Sie91Ap56nH0ThKGrZXT7", "get_weather", '{"city":"Mexico City"}')],
+    ),
+    Case(
+        "openai/chat-parallel-tool-calls-fragmented-usage.sse",
+        "tool-calls",
+        U(75, 53, 0, 0),
+        [
+            ToolCallBlock(
+                "call_M26z19sncd7b4LBgzKRRbaUE", "secret_retrieval_tool", '{"password": "mellon"}'
+            ),
+            ToolCallBlock(
+                "call_KPXe5NX7IcKkaBUhc6dto2QV", "secret_retrieval_tool", '{"password": "radiance"}'
+            ),
+        ],
+    ),
+    Case(
+        "openai/chat-parallel-tool-calls-no-usage.sse",
+        "tool-calls",
+        None,
+        [
+            ToolCallBlock(
+                "call_cCPjAyfwTzboEKjVlqFrArNF",
+                "get_current_weather",
+                '{"location": "San Francisco"}',
+            ),
+            ToolCallBlock(
+                "call_Zi4He1Ns0mozwT6f85nW1BOW", "get_current_weather", '{"location": "Boston"}'
+            ),
+        ],
+    ),
+    Case(
+        "openai/chat-parallel-tool-calls-empty-args.sse",
+        "tool-calls",
+        U(364, 40, 0, 0),
+        [
+            ToolCallBlock("call_3rqTYrA6H21AYUaRGP4F66oq", "get_country", "{}"),
+            ToolCallBlock("call_Xw9XMKBJU48kAAd78WgIswDx", "get_product_name", "{}"),
+        ],
+    ),
+    Case(
+        "openai/chat-finish-length-usage.sse",
+        "max-tokens",
+        U(14, 50, 0, 0),
+        None,
+        ["Here is a list of all 50 U.S. states:\n\n1. Alabama\n"],
+        ["9. Florida\n10"],
+        ["text"],
+    ),
     # Reasoning model cut off while thinking: every completion token was reasoning.
     Case("openai/chat-finish-length-reasoning-only.sse", "max-tokens", U(13, 0, 0, 50), []),
-    Case("openai/chat-refusal-structured-output.sse", "refusal", U(64, 13, 0, 0),
-         [TextBlock("I'm very sorry, but I can't assist with that request.")]),
-    Case("openai/legacy-completions-finish-length.sse", "max-tokens", None,
-         [TextBlock(".\n\nGetting naked\n\nHow does opentelemetry know when someone is "
-                    "streaming your IP")]),
-    Case("azure-openai/chat-text-content-filter.sse", "stop", None,
-         [TextBlock("Why did the Opentelemetry developer bring a ladder to the coding "
-                    "competition? \n\nBecause they wanted to reach new traces!")]),
+    Case(
+        "openai/chat-refusal-structured-output.sse",
+        "refusal",
+        U(64, 13, 0, 0),
+        [TextBlock("I'm very sorry, but I can't assist with that request.")],
+    ),
+    Case(
+        "openai/legacy-completions-finish-length.sse",
+        "max-tokens",
+        None,
+        [
+            TextBlock(
+                ".\n\nGetting naked\n\nHow does opentelemetry know when someone is "
+                "streaming your IP"
+            )
+        ],
+    ),
+    Case(
+        "azure-openai/chat-text-content-filter.sse",
+        "stop",
+        None,
+        [
+            TextBlock(
+                "Why did the Opentelemetry developer bring a ladder to the coding "
+                "competition? \n\nBecause they wanted to reach new traces!"
+            )
+        ],
+    ),
     # DeepSeek: prompt_cache_hit_tokens taken out of prompt_tokens; reasoning out of completion.
-    Case("deepseek/reasoner-reasoning-content-usage.sse", "stop", U(6, 212 - 198, 0, 198), None,
-         ['Hmm, the user just said "Hello".', "Hello there! \U0001f60a How can I help you today?"],
-         ["", "today?"], ["reasoning", "text"]),
-    Case("deepseek/chat-text-usage.sse", "stop", U(12, 89, 0, None), None,
-         ["Sure! Here's a techy joke for you:"], [" \U0001f604"], ["text"]),
-    Case("deepseek/chat-reasoning-tool-call-cache-hit.sse", "tool-calls",
-         U(339 - 320, 83 - 39, 320, 39),
-         [ReasoningBlock("The user is asking for the weather in San Francisco. I need to use the "
-                         "weather tool to get this information. Let me invoke the weather tool "
-                         'with the location parameter set to "San Francisco".'),
-          ToolCallBlock("call_00_ioIn7yN9p1ZOMNpDLwd4MgAF", "weather",
-                        '{"location": "San Francisco"}')]),
-    Case("deepseek/chat-finish-length.sse", "max-tokens", U(13, 400, 0, None), None,
-         ["## **Holiday Name:** Starlight Remembrance"], [" looking at"], ["text"]),
+    Case(
+        "deepseek/reasoner-reasoning-content-usage.sse",
+        "stop",
+        U(6, 212 - 198, 0, 198),
+        None,
+        ['Hmm, the user just said "Hello".', "Hello there! \U0001f60a How can I help you today?"],
+        ["", "today?"],
+        ["reasoning", "text"],
+    ),
+    Case(
+        "deepseek/chat-text-usage.sse",
+        "stop",
+        U(12, 89, 0, None),
+        None,
+        ["Sure! Here's a techy joke for you:"],
+        [" \U0001f604"],
+        ["text"],
+    ),
+    Case(
+        "deepseek/chat-reasoning-tool-call-cache-hit.sse",
+        "tool-calls",
+        U(339 - 320, 83 - 39, 320, 39),
+        [
+            ReasoningBlock(
+                "The user is asking for the weather in San Francisco. I need to use the "
+                "weather tool to get this information. Let me invoke the weather tool "
+                'with the location parameter set to "San Francisco".'
+            ),
+            ToolCallBlock(
+                "call_00_ioIn7yN9p1ZOMNpDLwd4MgAF", "weather", '{"location": "San Francisco"}'
+            ),
+        ],
+    ),
+    Case(
+        "deepseek/chat-finish-length.sse",
+        "max-tokens",
+        U(13, 400, 0, None),
+        None,
+        ["## **Holiday Name:** Starlight Remembrance"],
+        [" looking at"],
+        ["text"],
+    ),
     # OpenRouter: cached_tokens 679 of 687 prompt tokens; 118 of 187 completion tokens reasoning.
-    Case("openrouter/chat-cached-tokens-usage.sse", "stop", U(687 - 679, 187 - 118, 679, 118),
-         None, ["I'm Grok, an AI built by xAI."], ["What's on your mind?"], ["text"]),
+    Case(
+        "openrouter/chat-cached-tokens-usage.sse",
+        "stop",
+        U(687 - 679, 187 - 118, 679, 118),
+        None,
+        ["I'm Grok, an AI built by xAI."],
+        ["What's on your mind?"],
+        ["text"],
+    ),
     # vLLM: finish_reason on the last content chunk itself.
-    Case("vllm/chat-finish-length-stop-reason-null.sse", "max-tokens", None,
-         [TextBlock("<|im_end|>doctor\n<|im_end|>supervisor\n<")]),
+    Case(
+        "vllm/chat-finish-length-stop-reason-null.sse",
+        "max-tokens",
+        None,
+        [TextBlock("<|im_end|>doctor\n<|im_end|>supervisor\n<")],
+    ),
     # Errors mid-stream: what arrived stays emitted (an unfinished block), then finish {error}.
-    Case("groq/chat-midstream-error-tool-use-failed.sse", "error", None, None,
-         ["We need to call"], [" Let's do that."], ["reasoning"],
-         StepError("Tool call validation failed: tool call validation failed: parameters for "
-                   "tool get_something_by_name did not match schema: errors: [missing "
-                   "properties: 'name', additionalProperties 'invalid_param' not allowed]",
-                   retryable=False, code="tool_use_failed")),
+    Case(
+        "groq/chat-midstream-error-tool-use-failed.sse",
+        "error",
+        None,
+        None,
+        ["We need to call"],
+        [" Let's do that."],
+        ["reasoning"],
+        StepError(
+            "Tool call validation failed: tool call validation failed: parameters for "
+            "tool get_something_by_name did not match schema: errors: [missing "
+            "properties: 'name', additionalProperties 'invalid_param' not allowed]",
+            retryable=False,
+            code="tool_use_failed",
+        ),
+    ),
     # 11 reasoning tokens reported against 10 completion tokens: not folded in, so kept as is.
-    Case("openrouter/chat-midstream-error-finish-length.sse", "error", U(43, 10, 0, 11), None,
-         ["We need to respond to a greeting. The user"], [""], ["reasoning"],
-         StepError("Token limit reached", retryable=False, code="400")),
-]  # fmt: skip
+    Case(
+        "openrouter/chat-midstream-error-finish-length.sse",
+        "error",
+        U(43, 10, 0, 11),
+        None,
+        ["We need to respond to a greeting. The user"],
+        [""],
+        ["reasoning"],
+        StepError("Token limit reached", retryable=False, code="400"),
+    ),
+]
 IDS = [c.path for c in CASES]
 
 

@@ -68,34 +68,75 @@ QUOTA = (
     "https://platform.openai.com/docs/guides/error-codes/api-errors."
 )
 CASES = [
-    Case("responses-text.sse", "stop", U(16, 11, 0, 0),
-         "resp_0360bd45725b0a010068f966a4c4a881959717ba17b93477ef",
-         [TextBlock("4200 + 42 equals 4242.")]),
-    Case("responses-reasoning-then-function-call.sse", "tool-calls", U(53, 469 - 448, 0, 448),
-         "resp_0050471a34b36ae60068c97b94a480819587a9d70cf2979b33",
-         ["reasoning:", ToolCallBlock("call_CWXgs68YprAjp6t0371hiPOI", "final_result",
-                                      '{"result":6666}')]),
-    Case("responses-parallel-function-calls.sse", "tool-calls", U(36, 54, 0, 0),
-         "resp_0c3b09d20eedf2d30068f966b9b7048190b7501a24a1447ec0",
-         [ToolCallBlock("call_sKC7OABqf2A2PTLCm0CLeRWV", "secret_retrieval_tool",
-                        '{"password":"mellon"}'),
-          ToolCallBlock("call_OdR3s3xop0vtgkDyWRMLafuH", "secret_retrieval_tool",
-                        '{"password":"radiance"}')]),
-    Case("responses-incomplete-max-output-tokens.sse", "max-tokens", U(14, 50, 0, 0),
-         "resp_0cca8afa69cc6ca90068f966c4826c8193ae5b3f5ad5030e49",
-         ["text:Sure! Here is a list of all 50 U.S. states:\n\n1. Alabama"]),
-    Case("responses-reasoning-summary.sse", "stop", U(32, 839 - 832, 0, 832),
-         "resp_0a1097cbfef27a8c00696afa23fb9c819693455c72eabd7718",
-         ["reasoning:**Exploring prime numbers**\n\nI need to find prime numbers less than 400",
-          TextBlock("3")]),
+    Case(
+        "responses-text.sse",
+        "stop",
+        U(16, 11, 0, 0),
+        "resp_0360bd45725b0a010068f966a4c4a881959717ba17b93477ef",
+        [TextBlock("4200 + 42 equals 4242.")],
+    ),
+    Case(
+        "responses-reasoning-then-function-call.sse",
+        "tool-calls",
+        U(53, 469 - 448, 0, 448),
+        "resp_0050471a34b36ae60068c97b94a480819587a9d70cf2979b33",
+        [
+            "reasoning:",
+            ToolCallBlock("call_CWXgs68YprAjp6t0371hiPOI", "final_result", '{"result":6666}'),
+        ],
+    ),
+    Case(
+        "responses-parallel-function-calls.sse",
+        "tool-calls",
+        U(36, 54, 0, 0),
+        "resp_0c3b09d20eedf2d30068f966b9b7048190b7501a24a1447ec0",
+        [
+            ToolCallBlock(
+                "call_sKC7OABqf2A2PTLCm0CLeRWV", "secret_retrieval_tool", '{"password":"mellon"}'
+            ),
+            ToolCallBlock(
+                "call_OdR3s3xop0vtgkDyWRMLafuH", "secret_retrieval_tool", '{"password":"radiance"}'
+            ),
+        ],
+    ),
+    Case(
+        "responses-incomplete-max-output-tokens.sse",
+        "max-tokens",
+        U(14, 50, 0, 0),
+        "resp_0cca8afa69cc6ca90068f966c4826c8193ae5b3f5ad5030e49",
+        ["text:Sure! Here is a list of all 50 U.S. states:\n\n1. Alabama"],
+    ),
+    Case(
+        "responses-reasoning-summary.sse",
+        "stop",
+        U(32, 839 - 832, 0, 832),
+        "resp_0a1097cbfef27a8c00696afa23fb9c819693455c72eabd7718",
+        [
+            "reasoning:**Exploring prime numbers**\n\nI need to find prime numbers less than 400",
+            TextBlock("3"),
+        ],
+    ),
     # 8320 of the 9463 input tokens were cache reads; 512 of the 582 output tokens reasoning.
-    Case("responses-web-search-cached-tokens.sse", "stop", U(9463 - 8320, 582 - 512, 8320, 512),
-         "resp_00a60507bf41223d0068c9d2fbf93481a0ba2a7796ae2cab4c",
-         ["reasoning:", "reasoning:",
-          "text:San Francisco weather today (Tuesday, September 16, 2025): Mostly sunny"]),
-    Case("responses-error-insufficient-quota.sse", "error", None, "", [],
-         StepError(QUOTA, retryable=False, code="insufficient_quota")),
-]  # fmt: skip
+    Case(
+        "responses-web-search-cached-tokens.sse",
+        "stop",
+        U(9463 - 8320, 582 - 512, 8320, 512),
+        "resp_00a60507bf41223d0068c9d2fbf93481a0ba2a7796ae2cab4c",
+        [
+            "reasoning:",
+            "reasoning:",
+            "text:San Francisco weather today (Tuesday, September 16, 2025): Mostly sunny",
+        ],
+    ),
+    Case(
+        "responses-error-insufficient-quota.sse",
+        "error",
+        None,
+        "",
+        [],
+        StepError(QUOTA, retryable=False, code="insufficient_quota"),
+    ),
+]
 IDS = [c.path for c in CASES]
 
 
@@ -217,12 +258,13 @@ def test_body_ending_before_response_completed_is_an_error() -> None:
 
 def test_refusal_part_is_text_and_finishes_refusal() -> None:
     out = run(
-        ev("response.content_part.added", output_index=0, content_index=0,
-           part={"type": "refusal"}),
+        ev(
+            "response.content_part.added", output_index=0, content_index=0, part={"type": "refusal"}
+        ),
         ev("response.refusal.delta", output_index=0, content_index=0, delta="No."),
         ev("response.content_part.done", output_index=0, content_index=0),
         ev("response.completed", response={"id": "r1"}),
-    )  # fmt: skip
+    )
     check_contract(out)
     assert ended_blocks(out) == [TextBlock("No.")]
     assert out[-1] == Finish(reason="refusal", replay_state={"response_id": "r1"})

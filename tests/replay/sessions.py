@@ -69,16 +69,17 @@ def step_0() -> list[StreamChunk]:
     """Reasoning, text, two interleaved tool calls with block-ends, finish tool-calls."""
     chunks: list[StreamChunk] = [BlockStart(index=0, block_type="reasoning")]
     chunks += [ReasoningDelta(index=0, text=t) for t in split(REASONING_0)]
-    chunks += [BlockEnd(index=0, block=ReasoningBlock(REASONING_0, signature="sig")),
-               BlockStart(index=1, block_type="text")]  # fmt: skip
+    chunks += [
+        BlockEnd(index=0, block=ReasoningBlock(REASONING_0, signature="sig")),
+        BlockStart(index=1, block_type="text"),
+    ]
     chunks += [TextDelta(index=1, text=t) for t in split(TEXT_0)]
     chunks.append(BlockEnd(index=1, block=TextBlock(TEXT_0)))
     a, b = _tool_fragments(2, CALLS_0[0]), _tool_fragments(3, CALLS_0[1])
     for i in range(max(len(a), len(b))):  # parallel calls interleave
         chunks += a[i : i + 1] + b[i : i + 1]
     chunks += [BlockEnd(index=2, block=CALLS_0[0]), BlockEnd(index=3, block=CALLS_0[1])]
-    chunks += [Usage(TokenUsage(input_tokens=120, output_tokens=60)),
-               Finish(reason="tool-calls")]  # fmt: skip
+    chunks += [Usage(TokenUsage(input_tokens=120, output_tokens=60)), Finish(reason="tool-calls")]
     return chunks
 
 
@@ -119,8 +120,19 @@ def envelopes(
         now += TTFC_NS
         for ordinal, chunk in enumerate(chunks):
             first = request if ordinal == 0 else None
-            out.append(ChunkEnvelope(session, turn, step, ordinal, now, "scripted", "tools",
-                                     chunk, request_time_ns=first))  # fmt: skip
+            out.append(
+                ChunkEnvelope(
+                    session,
+                    turn,
+                    step,
+                    ordinal,
+                    now,
+                    "scripted",
+                    "tools",
+                    chunk,
+                    request_time_ns=first,
+                )
+            )
             now += CHUNK_GAP_NS
     return out
 
@@ -133,13 +145,16 @@ async def publish(
     the number of messages."""
     publisher = await ChunkPublisher(nc, topology).start()
     count = 0
-    messages = framed(items, frame_size) if frame_size else (
-        (env, json_encoder.encode(env)) for env in items
-    )  # fmt: skip
+    messages = (
+        framed(items, frame_size)
+        if frame_size
+        else ((env, json_encoder.encode(env)) for env in items)
+    )
     try:
         for env, payload in messages:
-            await publisher.publish(payload, env.session, env.turn, env.step, env.ordinal,
-                                    first=env.ordinal == 0)  # fmt: skip
+            await publisher.publish(
+                payload, env.session, env.turn, env.step, env.ordinal, first=env.ordinal == 0
+            )
             count += 1
         await publisher.flush(30)
     finally:
@@ -159,8 +174,18 @@ async def commit_folded(store: Store, items: Sequence[ChunkEnvelope]) -> None:
     records = []
     for (turn, step), chunks in by_step(items).items():
         outcome = fold(e.chunk for e in chunks)
-        records.append(StepRecord(chunks[0].session, turn, step, "scripted", "tools", chunks,
-                                  outcome, chunks[-1].time_ns))  # fmt: skip
+        records.append(
+            StepRecord(
+                chunks[0].session,
+                turn,
+                step,
+                "scripted",
+                "tools",
+                chunks,
+                outcome,
+                chunks[-1].time_ns,
+            )
+        )
     await store.commit(records)
 
 

@@ -176,9 +176,12 @@ def test_verify_passes_on_a_clean_run(env, capsys):
 
 def test_verify_fails_naming_the_altered_step(env, capsys):
     session = recorded_session(env)
-    run_sql(env["TOKENWIRE_STORE"],
-            "UPDATE steps SET outcome = replace(outcome, 'Enjoy', 'Avoid') "
-            "WHERE session = %s AND turn = 1 AND step = 0", (session,))  # fmt: skip
+    run_sql(
+        env["TOKENWIRE_STORE"],
+        "UPDATE steps SET outcome = replace(outcome, 'Enjoy', 'Avoid') "
+        "WHERE session = %s AND turn = 1 AND step = 0",
+        (session,),
+    )
     assert main(["replay", session, "--verify"]) == 1
     captured = capsys.readouterr()
     assert captured.out.splitlines()[0].startswith("turn 1 step 0: message: text differs")
@@ -193,7 +196,11 @@ def test_messages_lists_outcomes_with_seq_ranges(env, capsys):
     assert main(["messages", session, "--json"]) == 0
     outcomes = jsonl(capsys.readouterr().out)
     assert [(o["type"], o["turn"], o["step"]) for o in outcomes] == [
-        ("message", 0, 0), ("message", 1, 0), ("message", 1, 1), ("error", 2, 0)]  # fmt: skip
+        ("message", 0, 0),
+        ("message", 1, 0),
+        ("message", 1, 1),
+        ("error", 2, 0),
+    ]
     sizes = {(t, s): len(c) for (t, s), c in _script_sizes().items()}
     assert [o["seq_end"] - o["seq_start"] + 1 for o in outcomes] == list(sizes.values())
     assert main(["messages", session]) == 0
@@ -266,9 +273,11 @@ async def test_a_killed_tail_resumes_from_its_last_id_missing_and_repeating_noth
     try:
         await publish(nc, t, sent[:half])
         argv = [sys.executable, "-m", "tokenwire", "tail", session, "--json"]
-        spawn: dict[str, Any] = {"stdout": asyncio.subprocess.PIPE,
-                                 "stderr": asyncio.subprocess.PIPE,
-                                 "env": {**os.environ, **env}}  # fmt: skip
+        spawn: dict[str, Any] = {
+            "stdout": asyncio.subprocess.PIPE,
+            "stderr": asyncio.subprocess.PIPE,
+            "env": {**os.environ, **env},
+        }
         first = await asyncio.create_subprocess_exec(*argv, **spawn)
         before = await _read_lines(first, 30)
         first.kill()  # SIGKILL: no chance to say anything
@@ -287,7 +296,8 @@ async def test_a_killed_tail_resumes_from_its_last_id_missing_and_repeating_noth
     events = before + after
     assert [e["envelope"]["ordinal"] for e in events] == [e.ordinal for e in sent]
     assert [(e["envelope"]["turn"], e["envelope"]["step"]) for e in events] == [
-        (e.turn, e.step) for e in sent]  # fmt: skip
+        (e.turn, e.step) for e in sent
+    ]
     seqs = [e["seq"] for e in events]
     assert seqs == sorted(set(seqs))  # nothing repeated
     assert f"--from-seq {seqs[-1] + 1}" in err.decode()
@@ -295,9 +305,12 @@ async def test_a_killed_tail_resumes_from_its_last_id_missing_and_repeating_noth
 
 def test_verify_of_many_sessions_prints_one_summary(env, capsys):
     clean, altered = recorded_session(env), recorded_session(env)
-    run_sql(env["TOKENWIRE_STORE"],
-            "UPDATE steps SET outcome = replace(outcome, 'Enjoy', 'Avoid') "
-            "WHERE session = %s AND turn = 1 AND step = 0", (altered,))  # fmt: skip
+    run_sql(
+        env["TOKENWIRE_STORE"],
+        "UPDATE steps SET outcome = replace(outcome, 'Enjoy', 'Avoid') "
+        "WHERE session = %s AND turn = 1 AND step = 0",
+        (altered,),
+    )
     assert main(["replay", clean, recorded_session(env), "--verify"]) == 0
     captured = capsys.readouterr()
     assert "verified 2 sessions:" in captured.out
@@ -308,5 +321,6 @@ def test_verify_of_many_sessions_prints_one_summary(env, capsys):
     assert summary["sessions"] == 2
     assert summary["not_found"] == ["never-seen"]
     assert [(d["session"], d["turn"], d["step"]) for d in summary["differences"]] == [
-        (altered, 1, 0)]  # fmt: skip
+        (altered, 1, 0)
+    ]
     assert main(["replay", clean, altered, "--max"]) == 2  # only --verify takes several

@@ -36,23 +36,30 @@ async def gateway_url(nc, topology):
 
 async def call(url: str, session: str, scenario: str) -> tuple[str, list[tuple[str, str]]]:
     """Stream one completion; return the text and the tool calls the caller assembled."""
-    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=GATEWAY_KEY, max_retries=0,
-                                default_headers={"X-Tokenwire-Session": session})  # fmt: skip
+    client = openai.AsyncOpenAI(
+        base_url=f"{url}/v1",
+        api_key=GATEWAY_KEY,
+        max_retries=0,
+        default_headers={"X-Tokenwire-Session": session},
+    )
     text = ""
     calls: dict[int, tuple[str, str]] = {}
     try:
         stream = await client.chat.completions.create(
-            model=f"scripted/{scenario}", stream=True,
+            model=f"scripted/{scenario}",
+            stream=True,
             messages=[{"role": "user", "content": f"hello {scenario}"}],
-        )  # fmt: skip
+        )
         async for chunk in stream:
             for choice in chunk.choices:
                 text += choice.delta.content or ""
                 for call in choice.delta.tool_calls or []:
                     name, args = calls.get(call.index, ("", ""))
                     fn = call.function
-                    calls[call.index] = (name + (fn.name or "") if fn else name,
-                                         args + (fn.arguments or "") if fn else args)  # fmt: skip
+                    calls[call.index] = (
+                        name + (fn.name or "") if fn else name,
+                        args + (fn.arguments or "") if fn else args,
+                    )
     finally:
         await client.close()
     return text, [calls[i] for i in sorted(calls)]

@@ -69,8 +69,11 @@ async def test_tool_calls_show_only_once_complete(nc, topology):
     session = new_session()
     await publish(nc, topology, envelopes(session))
     events = await collect(nc, topology, session)
-    first_call = next(i for i, e in enumerate(events) if any(
-        s.__struct_config__.tag == "tool-call" for s in e.shown))  # fmt: skip
+    first_call = next(
+        i
+        for i, e in enumerate(events)
+        if any(s.__struct_config__.tag == "tool-call" for s in e.shown)
+    )
     # It shows on the chunk that carried its block-end, not on any fragment before it.
     assert events[first_call].envelope.chunk.__struct_config__.tag == "block-end"
 
@@ -90,8 +93,11 @@ async def test_out_of_order_publish_is_reassembled_by_ordinal(nc, topology):
 
     assert [e.envelope for e in events] == swapped  # stored out of order...
     assert dict(seen(events).text) == EXPECTED_TEXT  # ...shown in order
-    held = [e for e in events if (e.envelope.turn, e.envelope.step) == (1, 0)
-            and e.envelope.ordinal in (7, 8, 9)]  # fmt: skip
+    held = [
+        e
+        for e in events
+        if (e.envelope.turn, e.envelope.step) == (1, 0) and e.envelope.ordinal in (7, 8, 9)
+    ]
     assert all(e.shown == () for e in held)  # waiting for 5 and 6
 
 
@@ -143,8 +149,10 @@ async def test_paced_keeps_the_original_timing_scaled_and_caps_long_gaps():
     from tokenwire.schemas import ChunkEnvelope
 
     times_s = [0.0, 0.1, 0.3, 0.3, 100.3]  # a 100 s pause between turns
-    envs = [ChunkEnvelope("s", 0, 0, i, int(t * 1e9), "p", "m", TextDelta(0, "x"))
-            for i, t in enumerate(times_s)]  # fmt: skip
+    envs = [
+        ChunkEnvelope("s", 0, 0, i, int(t * 1e9), "p", "m", TextDelta(0, "x"))
+        for i, t in enumerate(times_s)
+    ]
     events = [ReplayEvent(i + 1, e) for i, e in enumerate(envs)]
     now = [0.0]
     slept: list[float] = []
@@ -157,8 +165,7 @@ async def test_paced_keeps_the_original_timing_scaled_and_caps_long_gaps():
         for e in events:
             yield e
 
-    out = [e async for e in paced(source(), 2.0, max_gap_s=5.0, clock=lambda: now[0],
-                                  sleep=sleep)]  # fmt: skip
+    out = [e async for e in paced(source(), 2.0, max_gap_s=5.0, clock=lambda: now[0], sleep=sleep)]
     assert out == events
     assert slept == [0.05, 0.1, 2.5]  # 0.1/2, 0.2/2, nothing for 0, min(100, 5)/2
     assert [e async for e in paced(source(), None, sleep=sleep)] == events

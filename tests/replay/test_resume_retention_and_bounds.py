@@ -114,9 +114,10 @@ async def seqs_of(nc, topology: Topology, session: str) -> list[int]:
 
 
 @pytest.mark.parametrize(
-    ("length", "removed"), [(40, 3), (5000, 3), (5000, 4500)],
+    ("length", "removed"),
+    [(40, 3), (5000, 3), (5000, 4500)],
     ids=["short-step", "step-past-the-reorder-window", "most-of-a-long-step"],
-)  # fmt: skip
+)
 async def test_a_step_whose_first_chunks_retention_removed_is_not_retained_not_a_wrong_outcome(
     nc, topology, store, length, removed
 ):
@@ -127,11 +128,16 @@ async def test_a_step_whose_first_chunks_retention_removed_is_not_retained_not_a
     reporting anything."""
     session = new_session()
     script: dict[tuple[int, int], list[StreamChunk]] = {
-        (0, 0): [*(TextDelta(0, f"w{i} ") for i in range(length)),
-                 Usage(TokenUsage(input_tokens=9, output_tokens=length)), Finish("stop")],
-        (0, 1): [*(TextDelta(0, t) for t in split("All of this step is retained.")),
-                 Finish("stop")],
-    }  # fmt: skip
+        (0, 0): [
+            *(TextDelta(0, f"w{i} ") for i in range(length)),
+            Usage(TokenUsage(input_tokens=9, output_tokens=length)),
+            Finish("stop"),
+        ],
+        (0, 1): [
+            *(TextDelta(0, t) for t in split("All of this step is retained.")),
+            Finish("stop"),
+        ],
+    }
     sent = envelopes(session, script)
     await publish(nc, topology, sent)
     await commit_as_the_assembler(store, sent)
@@ -184,8 +190,16 @@ async def test_a_retained_chunk_the_assembler_rejects_is_a_chunks_difference_not
         (0, 0): [*text, Finish("stop")] if complete else text
     }
     sent = envelopes(session, script)
-    bad = ChunkEnvelope(session, 0, 0, -1 if complete else 6000, sent[-1].time_ns + 1,
-                        "scripted", "tools", TextDelta(0, "injected"))  # fmt: skip
+    bad = ChunkEnvelope(
+        session,
+        0,
+        0,
+        -1 if complete else 6000,
+        sent[-1].time_ns + 1,
+        "scripted",
+        "tools",
+        TextDelta(0, "injected"),
+    )
     on_stream = [*sent[:3], bad, *sent[3:]]
     await publish(nc, topology, on_stream)
     await commit_as_the_assembler(store, on_stream)
@@ -402,7 +416,16 @@ async def test_a_paused_read_leaves_no_consumer_and_resumes_at_the_next_seq(nc, 
     policy = SlowReaderPolicy(queue_bound=8, max_pause_s=60.0)
     queue = ClientQueue(policy, (1, 0), stats)
     producer = asyncio.create_task(
-        produce(nc, topology, session, (1, 0), False, queue, policy, stats)
+        produce(
+            nc,
+            topology,
+            session,
+            start=(1, 0),
+            follow=False,
+            queue=queue,
+            policy=policy,
+            stats=stats,
+        )
     )
     try:
 

@@ -102,8 +102,9 @@ async def test_last_event_id_resumes_exactly_while_following_live(nc, topology, 
         last_id = [i for kind, i, _ in first if kind == "chunk"][-1]
 
         async def rest():
-            return await sse_events(client, url, count=len(sent) - 20,
-                                    headers={"Last-Event-ID": last_id})  # fmt: skip
+            return await sse_events(
+                client, url, count=len(sent) - 20, headers={"Last-Event-ID": last_id}
+            )
 
         task = asyncio.create_task(rest())
         await asyncio.sleep(0.2)
@@ -157,7 +158,11 @@ async def test_sessions_and_messages_come_from_the_store(nc, topology, store, ba
     assert [s["session"] for s in listed["sessions"]] == [session]
     assert listed["sessions"][0]["chunks"] == len(sent)
     assert [(m["type"], m["turn"], m["step"]) for m in messages["messages"]] == [
-        ("message", 0, 0), ("message", 1, 0), ("message", 1, 1), ("error", 2, 0)]  # fmt: skip
+        ("message", 0, 0),
+        ("message", 1, 0),
+        ("message", 1, 1),
+        ("error", 2, 0),
+    ]
     assert missing.status_code == 404
 
 
@@ -192,8 +197,9 @@ def parse_sse(text: str) -> list[tuple[str, str | None, dict[str, Any] | None]]:
                 name, _, value = line.partition(":")
                 fields[name] = value.removeprefix(" ")
         if "data" in fields:
-            events.append((fields.get("event", "message"), fields.get("id"),
-                           json.loads(fields["data"])))  # fmt: skip
+            events.append(
+                (fields.get("event", "message"), fields.get("id"), json.loads(fields["data"]))
+            )
     return events
 
 
@@ -219,8 +225,9 @@ async def test_a_reader_that_does_not_read_is_told_it_lagged_and_never_blocks_th
     sock.setblocking(False)
     loop = asyncio.get_running_loop()
     await loop.sock_connect(sock, (host, int(port)))
-    request = (f"GET /v1/sessions/{session}/events HTTP/1.1\r\nHost: {host}\r\n"
-               "Connection: close\r\n\r\n")  # fmt: skip
+    request = (
+        f"GET /v1/sessions/{session}/events HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
     await loop.sock_sendall(sock, request.encode())
     try:
         await publish(nc, topology, sent)  # the pipeline side completes regardless
@@ -267,7 +274,8 @@ async def test_a_reader_that_does_not_read_is_told_it_lagged_and_never_blocks_th
     assert "lagged" not in [kind for kind, _, _ in rest]
 
     datas = [d for kind, _, d in events if kind == "chunk"] + [
-        d for kind, _, d in rest if kind == "chunk"]  # fmt: skip
+        d for kind, _, d in rest if kind == "chunk"
+    ]
     seqs = [d["seq"] for d in datas]
     assert seqs == sorted(set(seqs))  # nothing repeated
     assert seqs[-1] == others[-1].seq

@@ -55,8 +55,19 @@ def _session() -> tuple[list[ChunkEnvelope], str]:
     for step in range(STEPS):
         for k in range(STEP_CHUNKS):
             chunk = TextDelta(0, _text(step, k)) if k < STEP_CHUNKS - 1 else Finish("stop")
-            out.append(ChunkEnvelope(SESSION, 0, step, k, 1_000 + len(out), "scripted", "m",
-                                     chunk, request_time_ns=0 if k == 0 else None))  # fmt: skip
+            out.append(
+                ChunkEnvelope(
+                    SESSION,
+                    0,
+                    step,
+                    k,
+                    1_000 + len(out),
+                    "scripted",
+                    "m",
+                    chunk,
+                    request_time_ns=0 if k == 0 else None,
+                )
+            )
     text = "".join(_text(s, k) for s in range(STEPS) for k in range(STEP_CHUNKS - 1))
     return out, text
 
@@ -64,13 +75,23 @@ def _session() -> tuple[list[ChunkEnvelope], str]:
 @contextlib.asynccontextmanager
 async def gateway_process(nats_url: str, data: Path) -> AsyncIterator[tuple[str, psutil.Process]]:
     port = free_port()
-    env = {**os.environ, "TOKENWIRE_NATS_URL": nats_url, "TOKENWIRE_DATA_DIR": str(data),
-           "TOKENWIRE_GATEWAY_ADDR": f"127.0.0.1:{port}", "TOKENWIRE_GATEWAY_KEYS": GATEWAY_KEY,
-           "TOKENWIRE_PARTITIONS": "2"}  # fmt: skip
+    env = {
+        **os.environ,
+        "TOKENWIRE_NATS_URL": nats_url,
+        "TOKENWIRE_DATA_DIR": str(data),
+        "TOKENWIRE_GATEWAY_ADDR": f"127.0.0.1:{port}",
+        "TOKENWIRE_GATEWAY_KEYS": GATEWAY_KEY,
+        "TOKENWIRE_PARTITIONS": "2",
+    }
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tokenwire", "gateway", env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "tokenwire",
+        "gateway",
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         async with asyncio.timeout(60), httpx.AsyncClient(base_url=url) as client:
@@ -240,8 +261,10 @@ async def test_50_stalled_readers_hold_little_and_then_get_every_event_once(tmp_
 
             assert await asyncio.gather(*map(read_a_little, readers)) == ["more"] * READERS
             peak = await _settled_peak(proc)  # every reader stopped reading its socket
-            print(f"\ngateway RSS: {base / MB:.0f} MB before, {peak / MB:.0f} MB peak while "
-                  f"{READERS} readers stalled (+{(peak - base) / MB:.1f} MB)")  # fmt: skip
+            print(
+                f"\ngateway RSS: {base / MB:.0f} MB before, {peak / MB:.0f} MB peak while "
+                f"{READERS} readers stalled (+{(peak - base) / MB:.1f} MB)"
+            )
             assert peak - base < GROWTH_BOUND
 
             async with asyncio.timeout(240):

@@ -38,13 +38,17 @@ def env(ordinal: int, chunk, turn: int = 0, step: int = 0) -> ChunkEnvelope:
 
 def test_a_delta_only_tool_call_shows_at_the_finish_never_before():
     r = SessionRenderer()
-    shown = [r.render(env(0, ToolCallDelta(0, "c1", "f", '{"a"'))),
-             r.render(env(1, ToolCallDelta(0, "c1", None, ": 1}"))),
-             r.render(env(2, Finish("tool-calls")))]  # fmt: skip
+    shown = [
+        r.render(env(0, ToolCallDelta(0, "c1", "f", '{"a"'))),
+        r.render(env(1, ToolCallDelta(0, "c1", None, ": 1}"))),
+        r.render(env(2, Finish("tool-calls"))),
+    ]
     assert shown[0] == (ShownStepStart(None),)
     assert shown[1] == ()
-    assert shown[2] == (ShownToolCall(ToolCallBlock("c1", "f", '{"a": 1}')),
-                        ShownFinish("tool-calls"))  # fmt: skip
+    assert shown[2] == (
+        ShownToolCall(ToolCallBlock("c1", "f", '{"a": 1}')),
+        ShownFinish("tool-calls"),
+    )
 
 
 def test_a_text_block_that_only_came_as_block_end_is_shown_then():

@@ -65,12 +65,21 @@ async def viewer(nc, topology, sqlite_url):
 
 async def run_chromium(binary: str, tmp_path: Path, *args: str) -> bytes:
     proc = await asyncio.create_subprocess_exec(
-        binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--no-first-run", "--disable-component-update", "--disable-sync",
-        "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}",
-        "--virtual-time-budget=20000", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        binary,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--no-first-run",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=20000",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), 90)
     except TimeoutError:
@@ -121,8 +130,13 @@ async def test_stepping_moves_the_cursor_one_event_at_a_time(chromium, viewer, t
     assert REASONING_0[:17] not in replay
 
     shot = tmp_path / "viewer.png"
-    await run_chromium(chromium, tmp_path, f"--screenshot={shot}", "--window-size=1280,900",
-                       f"{url}/viewer?session={session}&steps=60")  # fmt: skip
+    await run_chromium(
+        chromium,
+        tmp_path,
+        f"--screenshot={shot}",
+        "--window-size=1280,900",
+        f"{url}/viewer?session={session}&steps=60",
+    )
     data = shot.read_bytes()
     assert data.startswith(PNG_SIGNATURE)
     assert len(data) > 10_000
@@ -130,8 +144,13 @@ async def test_stepping_moves_the_cursor_one_event_at_a_time(chromium, viewer, t
 
 def usage_text(line: StepUsage) -> str:
     """What the viewer must print for a ledger line (written out here from the line)."""
-    names = {"input_tokens": "in", "output_tokens": "out", "cache_read_tokens": "cache read",
-             "cache_write_tokens": "cache write", "reasoning_tokens": "reasoning"}  # fmt: skip
+    names = {
+        "input_tokens": "in",
+        "output_tokens": "out",
+        "cache_read_tokens": "cache read",
+        "cache_write_tokens": "cache write",
+        "reasoning_tokens": "reasoning",
+    }
     usage = line.usage
     counts = [f"{getattr(usage, k)} {v}" for k, v in names.items() if usage and getattr(usage, k)]
     tokens = f"tokens {' · '.join(counts)}" if counts else "no usage reported"
@@ -149,9 +168,15 @@ async def test_the_store_column_shows_each_steps_tokens_and_cost(
         step(session, 0, 0, PRICED),
         step(session, 0, 1, CLAUDE, provider="anthropic", model="claude-sonnet-4-5"),
         step(session, 1, 0, None),
-        step(session, 1, 1, TokenUsage(input_tokens=10, output_tokens=8), provider="scripted",
-             model="tools"),
-    ]  # fmt: skip
+        step(
+            session,
+            1,
+            1,
+            TokenUsage(input_tokens=10, output_tokens=8),
+            provider="scripted",
+            model="tools",
+        ),
+    ]
     await publish(nc, topology, [e for r in records for e in r.chunks])
     store = open_store(sqlite_url)
     try:

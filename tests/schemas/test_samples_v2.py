@@ -46,21 +46,40 @@ T0 = 1767225600000000000
 
 
 def _env(
-    session: str, turn: int, step: int, ordinal: int, time_ns: int, provider: str, model: str,
-    chunk: StreamChunk, **first: Any,
-) -> ChunkEnvelope:  # fmt: skip
-    return ChunkEnvelope(session, turn, step, ordinal, time_ns, provider, model, chunk, v=1,
-                         **first)  # fmt: skip
+    key: tuple[str, int, int],
+    ordinal: int,
+    time_ns: int,
+    route: tuple[str, str],
+    chunk: StreamChunk,
+    **first: Any,
+) -> ChunkEnvelope:
+    """An envelope of step ``key`` (session, turn, step) from ``route`` (provider, model)."""
+    (session, turn, step), (provider, model) = key, route
+    return ChunkEnvelope(
+        session=session,
+        turn=turn,
+        step=step,
+        ordinal=ordinal,
+        time_ns=time_ns,
+        provider=provider,
+        model=model,
+        chunk=chunk,
+        v=1,
+        **first,
+    )
 
 
 def _claude(ordinal: int, time_ns: int, chunk: StreamChunk, **first: Any) -> ChunkEnvelope:
-    return _env("sess-1", 2, 0, ordinal, time_ns, "anthropic", "claude-sonnet-4-5", chunk, **first)
+    return _env(
+        ("sess-1", 2, 0), ordinal, time_ns, ("anthropic", "claude-sonnet-4-5"), chunk, **first
+    )
 
 
 def _gpt(ordinal: int, time_ns: int, chunk: StreamChunk) -> ChunkEnvelope:
-    return _env("sess-1", 2, 1, ordinal, time_ns, "openai", "gpt-4o", chunk)
+    return _env(("sess-1", 2, 1), ordinal, time_ns, ("openai", "gpt-4o"), chunk)
 
 
+DEEPSEEK = ("deepseek", "deepseek-reasoner")
 T1 = T0 + 20_000_000
 T2 = T0 + 1_000_000_000
 T3 = T0 + 2_000_000_000
@@ -98,24 +117,12 @@ FRAMES: dict[str, list[ChunkEnvelope]] = {
         _gpt(11, T2 + 4100, Finish(reason="tool-calls")),
     ],
     "frame-reasoning-error.json": [
+        _env(("sess-2", 0, 0), 3, T3, DEEPSEEK, ReasoningDelta(index=0, text="hm")),
         _env(
-            "sess-2",
-            0,
-            0,
-            3,
-            T3,
-            "deepseek",
-            "deepseek-reasoner",
-            ReasoningDelta(index=0, text="hm"),
-        ),
-        _env(
-            "sess-2",
-            0,
-            0,
+            ("sess-2", 0, 0),
             4,
             T3 - 250,
-            "deepseek",
-            "deepseek-reasoner",
+            DEEPSEEK,
             Finish(
                 reason="error",
                 error=StepError(message="upstream closed", retryable=True, code="provider_error"),
@@ -144,11 +151,18 @@ def test_every_sample_has_an_expectation() -> None:
 def _frame(envelopes: list[ChunkEnvelope]) -> ChunkFrame:
     first = envelopes[0]
     return ChunkFrame(
-        session=first.session, turn=first.turn, step=first.step, ordinal=first.ordinal,
-        time_ns=first.time_ns, provider=first.provider, model=first.model,
-        request_time_ns=first.request_time_ns, key_name=first.key_name, tenant=first.tenant,
+        session=first.session,
+        turn=first.turn,
+        step=first.step,
+        ordinal=first.ordinal,
+        time_ns=first.time_ns,
+        provider=first.provider,
+        model=first.model,
+        request_time_ns=first.request_time_ns,
+        key_name=first.key_name,
+        tenant=first.tenant,
         chunks=[FramedChunk(e.time_ns - first.time_ns, e.chunk) for e in envelopes],
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize("name", sorted(FRAMES))
@@ -156,10 +170,17 @@ def test_a_frame_built_a_chunk_at_a_time_is_the_frame_encoded_whole(name: str) -
     envelopes = FRAMES[name]
     first = envelopes[0]
     head = frame_head(
-        first.session, first.turn, first.step, first.ordinal, first.time_ns, first.provider,
-        first.model, request_time_ns=first.request_time_ns, key_name=first.key_name,
+        session=first.session,
+        turn=first.turn,
+        step=first.step,
+        ordinal=first.ordinal,
+        time_ns=first.time_ns,
+        provider=first.provider,
+        model=first.model,
+        request_time_ns=first.request_time_ns,
+        key_name=first.key_name,
         tenant=first.tenant,
-    )  # fmt: skip
+    )
     items = [frame_item(e.time_ns - first.time_ns, e.chunk) for e in envelopes]
     built = head + b",".join(items) + FRAME_TAIL
     assert built == json_encoder.encode(_frame(envelopes))
@@ -167,7 +188,15 @@ def test_a_frame_built_a_chunk_at_a_time_is_the_frame_encoded_whole(name: str) -
 
 
 def test_a_model_name_that_looks_like_the_chunks_key_does_not_confuse_the_head() -> None:
-    head = frame_head("s", 0, 0, 1, 5, 'p"chunks":[', '"chunks":[x')
+    head = frame_head(
+        session="s",
+        turn=0,
+        step=0,
+        ordinal=1,
+        time_ns=5,
+        provider='p"chunks":[',
+        model='"chunks":[x',
+    )
     built = head + frame_item(0, TextDelta(0, "a")) + FRAME_TAIL
     [envelope] = chunk_envelopes(built)
     expected = ('p"chunks":[', '"chunks":[x', 1)
@@ -177,17 +206,26 @@ def test_a_model_name_that_looks_like_the_chunks_key_does_not_confuse_the_head()
 @pytest.mark.parametrize(
     ("payload", "message"),
     [
-        (b'{"v":2,"session":"s","turn":0,"step":0,"ordinal":1,"time_ns":1,"provider":"p",'
-         b'"model":"m","chunks":[]}', "at least one chunk"),
+        (
+            b'{"v":2,"session":"s","turn":0,"step":0,"ordinal":1,"time_ns":1,"provider":"p",'
+            b'"model":"m","chunks":[]}',
+            "at least one chunk",
+        ),
         (b'{"v":3,"session":"s","chunks":[]}', "schema version 3"),
-        (b'{"v":2,"session":"s","turn":0,"step":0,"ordinal":1,"time_ns":1,"provider":"p",'
-         b'"model":"m","chunks":[[0]]}', "chunks"),
-        (b'{"v":2,"session":"s","turn":0,"step":0,"ordinal":1,"time_ns":1,"provider":"p",'
-         b'"model":"m","chunks":[[0,{"type":"nope"}]]}', "nope"),
+        (
+            b'{"v":2,"session":"s","turn":0,"step":0,"ordinal":1,"time_ns":1,"provider":"p",'
+            b'"model":"m","chunks":[[0]]}',
+            "chunks",
+        ),
+        (
+            b'{"v":2,"session":"s","turn":0,"step":0,"ordinal":1,"time_ns":1,"provider":"p",'
+            b'"model":"m","chunks":[[0,{"type":"nope"}]]}',
+            "nope",
+        ),
         (b'{"turn":0,"v":2}', "session"),
         (b"not json", "JSON"),
     ],
-)  # fmt: skip
+)
 def test_a_payload_that_is_neither_version_is_a_decode_error(payload: bytes, message: str) -> None:
     with pytest.raises(msgspec.DecodeError, match=message):
         chunk_envelopes(payload)

@@ -41,8 +41,11 @@ async def test_a_busy_port_is_a_start_error() -> None:
 async def test_a_stream_waits_first_token_s_between_its_headers_and_its_first_event() -> None:
     """``first=0.3``: the headers come at once, the first event not before 0.3 s after them
     (a lower bound of the scripted wait, never an upper one)."""
-    body = {"model": "scripted/text?first=0.3", "stream": True,
-            "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+    body = {
+        "model": "scripted/text?first=0.3",
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     async with ScriptedServer(ScriptedSettings()) as server, httpx.AsyncClient() as client:
         url = server.url + "/v1/chat/completions"
         async with client.stream("POST", url, json=body, timeout=10) as response:

@@ -34,10 +34,18 @@ PRICE_VERSION = f"genai-prices {importlib.metadata.version('genai-prices')}"
 
 
 def step(
-    session: str, turn: int, step_: int, usage: TokenUsage | None, *, provider: str = "openai",
-    model: str = "gpt-4o-mini", at_ns: int = DAY_1, key: str | None = None,
-    tenant: str | None = None, failed: bool = False,
-) -> StepRecord:  # fmt: skip
+    session: str,
+    turn: int,
+    step_: int,
+    usage: TokenUsage | None,
+    *,
+    provider: str = "openai",
+    model: str = "gpt-4o-mini",
+    at_ns: int = DAY_1,
+    key: str | None = None,
+    tenant: str | None = None,
+    failed: bool = False,
+) -> StepRecord:
     """A step of three chunks (ordinal 0 carries the owner when given)."""
     chunks: list[StreamChunk] = [
         TextDelta(index=0, text="hi"),
@@ -62,11 +70,16 @@ def independent_cost(provider: str, model: str, u: TokenUsage, at_ns: int) -> in
     """genai-prices called directly: input includes cache, output includes reasoning."""
     cr, cw, rs = u.cache_read_tokens or 0, u.cache_write_tokens or 0, u.reasoning_tokens or 0
     price = calc_price(
-        Usage(input_tokens=(u.input_tokens or 0) + cr + cw, cache_read_tokens=cr,
-              cache_write_tokens=cw, output_tokens=(u.output_tokens or 0) + rs),
-        model, provider_id=provider, genai_request_timestamp=datetime.fromtimestamp(
-            at_ns / 1e9, UTC),
-    )  # fmt: skip
+        Usage(
+            input_tokens=(u.input_tokens or 0) + cr + cw,
+            cache_read_tokens=cr,
+            cache_write_tokens=cw,
+            output_tokens=(u.output_tokens or 0) + rs,
+        ),
+        model,
+        provider_id=provider,
+        genai_request_timestamp=datetime.fromtimestamp(at_ns / 1e9, UTC),
+    )
     return int((price.total_price * 10**12).to_integral_value(ROUND_HALF_EVEN))
 
 
@@ -80,13 +93,22 @@ SCRIPTED = TokenUsage(input_tokens=10, output_tokens=8)
 def fleet() -> list[StepRecord]:
     return [
         step("a", 0, 0, PRICED, key="ci", tenant="acme"),
-        step("a", 0, 1, CLAUDE, provider="anthropic", model="claude-sonnet-4-5", key="ci",
-             tenant="acme", at_ns=DAY_2),
+        step(
+            "a",
+            0,
+            1,
+            CLAUDE,
+            provider="anthropic",
+            model="claude-sonnet-4-5",
+            key="ci",
+            tenant="acme",
+            at_ns=DAY_2,
+        ),
         step("a", 1, 0, None, key="ci", tenant="acme"),  # the provider sent no usage
         step("b", 0, 0, SCRIPTED, provider="scripted", model="tools", key="dev", tenant="beta"),
         step("b", 0, 1, PRICED, failed=True, key="dev", tenant="beta", at_ns=DAY_2),
         step("c", 0, 0, TokenUsage(output_tokens=5)),  # no named keys; input not reported
-    ]  # fmt: skip
+    ]
 
 
 def expected_line(r: StepRecord) -> StepUsage:
@@ -102,11 +124,21 @@ def expected_line(r: StepRecord) -> StepUsage:
     else:
         cost = independent_cost(r.provider, r.model, usage, first.time_ns)
     return StepUsage(
-        r.session, r.turn, r.step, r.provider, r.model,
-        first.key_name or None, first.tenant or None,
-        datetime.fromtimestamp(first.time_ns / 1e9, UTC).date().isoformat(), first.time_ns,
-        r.outcome_kind, usage, cost, reason, PRICE_VERSION,
-    )  # fmt: skip
+        r.session,
+        r.turn,
+        r.step,
+        r.provider,
+        r.model,
+        first.key_name or None,
+        first.tenant or None,
+        datetime.fromtimestamp(first.time_ns / 1e9, UTC).date().isoformat(),
+        first.time_ns,
+        r.outcome_kind,
+        usage,
+        cost,
+        reason,
+        PRICE_VERSION,
+    )
 
 
 def totals(lines: list[StepUsage]) -> UsageTotals:

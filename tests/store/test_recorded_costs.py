@@ -64,8 +64,14 @@ def _chat(events: list[dict[str, Any]]) -> Raw:
         return Raw(model, None)
     details = usage.get("prompt_tokens_details") or {}
     cached = details.get("cached_tokens") or usage.get("prompt_cache_hit_tokens") or 0
-    return Raw(model, {"input_tokens": usage["prompt_tokens"], "cache_read_tokens": cached,
-                       "output_tokens": usage["completion_tokens"]})  # fmt: skip
+    return Raw(
+        model,
+        {
+            "input_tokens": usage["prompt_tokens"],
+            "cache_read_tokens": cached,
+            "output_tokens": usage["completion_tokens"],
+        },
+    )
 
 
 def _responses(events: list[dict[str, Any]]) -> Raw:
@@ -75,12 +81,22 @@ def _responses(events: list[dict[str, Any]]) -> Raw:
     if usage is None:
         return Raw(model, None)
     cached = (usage.get("input_tokens_details") or {}).get("cached_tokens") or 0
-    return Raw(model, {"input_tokens": usage["input_tokens"], "cache_read_tokens": cached,
-                       "output_tokens": usage["output_tokens"]})  # fmt: skip
+    return Raw(
+        model,
+        {
+            "input_tokens": usage["input_tokens"],
+            "cache_read_tokens": cached,
+            "output_tokens": usage["output_tokens"],
+        },
+    )
 
 
-_ANTHROPIC_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
-                   "output_tokens")  # fmt: skip
+_ANTHROPIC_KEYS = (
+    "input_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "output_tokens",
+)
 
 
 def _anthropic(events: list[dict[str, Any]]) -> Raw:
@@ -99,19 +115,28 @@ def _anthropic(events: list[dict[str, Any]]) -> Raw:
         counts = {k: sum(it.get(k) or 0 for it in final["iterations"]) for k in _ANTHROPIC_KEYS}
     write = counts.get("cache_creation_input_tokens", 0)
     read = counts.get("cache_read_input_tokens", 0)
-    return Raw(start["model"], {
-        "input_tokens": counts["input_tokens"] + write + read, "cache_write_tokens": write,
-        "cache_read_tokens": read, "output_tokens": counts["output_tokens"],
-    })  # fmt: skip
+    return Raw(
+        start["model"],
+        {
+            "input_tokens": counts["input_tokens"] + write + read,
+            "cache_write_tokens": write,
+            "cache_read_tokens": read,
+            "output_tokens": counts["output_tokens"],
+        },
+    )
 
 
 def _gemini(events: list[dict[str, Any]]) -> Raw:
     meta = events[-1]["usageMetadata"]
     output = meta.get("candidatesTokenCount", 0) + meta.get("thoughtsTokenCount", 0)
-    return Raw(events[-1]["modelVersion"], {
-        "input_tokens": meta["promptTokenCount"],
-        "cache_read_tokens": meta.get("cachedContentTokenCount", 0), "output_tokens": output,
-    })  # fmt: skip
+    return Raw(
+        events[-1]["modelVersion"],
+        {
+            "input_tokens": meta["promptTokenCount"],
+            "cache_read_tokens": meta.get("cachedContentTokenCount", 0),
+            "output_tokens": output,
+        },
+    )
 
 
 def raw_of(folder: str, body: bytes) -> Raw:
@@ -147,7 +172,7 @@ def independent_cost(raw: Raw, provider_id: str) -> int | None:
             provider_id=provider_id,
             genai_request_timestamp=datetime.fromtimestamp(AT_NS // 10**9, UTC),
         )
-    except LookupError:  # fmt: skip
+    except LookupError:
         return None
     return int((price.total_price * 10**12).to_integral_value(ROUND_HALF_EVEN))
 
@@ -165,8 +190,9 @@ async def test_the_cost_of_a_recorded_stream_is_genai_prices_on_its_raw_usage(
         ChunkEnvelope("rec", 0, 0, i, AT_NS + i, provider, raw.model, c)
         for i, c in enumerate(chunks)
     ]
-    await store.commit([StepRecord("rec", 0, 0, provider, raw.model, envelopes,
-                                   fold(chunks), AT_NS + len(chunks))])  # fmt: skip
+    await store.commit(
+        [StepRecord("rec", 0, 0, provider, raw.model, envelopes, fold(chunks), AT_NS + len(chunks))]
+    )
     [line] = await store.session_usage("rec")  # as the store keeps it
     if raw.usage is None:
         assert (line.usage, line.cost_pusd, line.cost_reason) == (None, None, "no usage reported")

@@ -54,10 +54,16 @@ async def _publish_steps(
         session, turn, step = f"sess-{k % 37}", k // 37, k % 3
         for ordinal, chunk in enumerate(_chunks(n)):
             env = ChunkEnvelope(
-                session=session, turn=turn, step=step, ordinal=ordinal,
-                time_ns=2_000_000 + ordinal, provider="scripted", model=f"m-{k % 2}",
-                chunk=chunk, request_time_ns=1_000_000 if ordinal == 0 else None,
-            )  # fmt: skip
+                session=session,
+                turn=turn,
+                step=step,
+                ordinal=ordinal,
+                time_ns=2_000_000 + ordinal,
+                provider="scripted",
+                model=f"m-{k % 2}",
+                chunk=chunk,
+                request_time_ns=1_000_000 if ordinal == 0 else None,
+            )
             await publisher.publish(
                 json_encoder.encode(env), session, turn, step, ordinal, first=ordinal == 0
             )
@@ -211,9 +217,11 @@ async def test_each_new_start_is_also_sent_live_once(nc: Client, topology: Topol
     sub = await nc.subscribe(topology.telemetry_live_subject, cb=on_live)
     steps = await _publish_steps(nc, topology, lengths)
     consumer = TelemetryConsumer(
-        nc=nc, topology=topology, metrics=TelemetryMetrics(),
+        nc=nc,
+        topology=topology,
+        metrics=TelemetryMetrics(),
         live=lambda subject, payload: publish_event(nc, subject, payload),
-    )  # fmt: skip
+    )
     await asyncio.wait_for(consumer.run(asyncio.Event(), burst=True), 30)
     await nc.flush()
     await asyncio.wait_for(all_live.wait(), 10)

@@ -25,8 +25,12 @@ BOUND_S = 30.0
 @pytest.fixture
 async def short_window(nc: Client) -> AsyncIterator[Topology]:
     base = fresh_topology()
-    t = Topology(**{**{f: getattr(base, f) for f in base.__dataclass_fields__},
-                    "duplicate_window_s": WINDOW_S})  # fmt: skip
+    t = Topology(
+        **{
+            **{f: getattr(base, f) for f in base.__dataclass_fields__},
+            "duplicate_window_s": WINDOW_S,
+        }
+    )
     await ensure_topology(nc, t, ack_wait_s=ACK_WAIT_S, telemetry_ack_wait_s=ACK_WAIT_S)
     try:
         yield t
@@ -36,8 +40,9 @@ async def short_window(nc: Client) -> AsyncIterator[Topology]:
 
 async def _publish_first_chunk(nc: Client, t: Topology, session: str) -> None:
     publisher = await ChunkPublisher(nc, t).start()
-    env = ChunkEnvelope(session, 0, 0, 0, 2_000, "scripted", "m", TextDelta(0, "hi"),
-                        request_time_ns=1_000)  # fmt: skip
+    env = ChunkEnvelope(
+        session, 0, 0, 0, 2_000, "scripted", "m", TextDelta(0, "hi"), request_time_ns=1_000
+    )
     await publisher.publish(json_encoder.encode(env), session, 0, 0, 0, first=True)
     await publisher.wait_acked(session, 0, 0)
     await publisher.close()
@@ -82,8 +87,7 @@ async def test_a_signal_published_before_the_crash_is_not_sent_again(
     async def note(msg: ConsumedMessage) -> None:
         redelivered.append(time.monotonic())
 
-    restarted = TelemetryConsumer(nc=nc, topology=t, metrics=second,
-                                  after_publish=note)  # fmt: skip
+    restarted = TelemetryConsumer(nc=nc, topology=t, metrics=second, after_publish=note)
     stop = asyncio.Event()
     run = asyncio.create_task(restarted.run(stop))
     try:

@@ -39,9 +39,16 @@ TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
 
 def _envelope(chunk: StreamChunk, request_ns: int | None = 1_000_000_000) -> ChunkEnvelope:
     return ChunkEnvelope(
-        session="s-1", turn=2, step=3, ordinal=0, time_ns=1_250_000_000,
-        provider="openai", model="gpt-4o", chunk=chunk, request_time_ns=request_ns,
-    )  # fmt: skip
+        session="s-1",
+        turn=2,
+        step=3,
+        ordinal=0,
+        time_ns=1_250_000_000,
+        provider="openai",
+        model="gpt-4o",
+        chunk=chunk,
+        request_time_ns=request_ns,
+    )
 
 
 FIRST_CHUNKS: list[tuple[StreamChunk, str | None]] = [

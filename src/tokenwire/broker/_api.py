@@ -141,8 +141,11 @@ async def _attempt(
     task = asyncio.ensure_future(work)
     waiter = asyncio.ensure_future(stop.wait()) if stop is not None else None
     try:
-        await asyncio.wait({task} | ({waiter} if waiter else set()), timeout=bound,
-                           return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        await asyncio.wait(
+            {task} | ({waiter} if waiter else set()),
+            timeout=bound,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
     finally:
         if waiter is not None:
             waiter.cancel()

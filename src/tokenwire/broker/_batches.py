@@ -45,8 +45,13 @@ def session_read(
     """The bounded read of one session's stored chunks (the one place that names the stream
     and the filter a session is read from): ``topology`` is the layout that holds the session
     (:func:`located`)."""
-    return BoundedRead(nc, topology.stream_of(session), topology.session_filter(session),
-                       from_seq or 1, window=window)  # fmt: skip
+    return BoundedRead(
+        nc,
+        topology.stream_of(session),
+        topology.session_filter(session),
+        from_seq or 1,
+        window=window,
+    )
 
 
 async def located(nc: Client, topology: Topology, session: str) -> Topology:

@@ -113,14 +113,26 @@ class ConsumedMessage:
     """
 
     __slots__ = (
-        "_header_block", "_headers", "_meta", "_nc", "_reply", "_settled", "data", "pin_id",
+        "_header_block",
+        "_headers",
+        "_meta",
+        "_nc",
+        "_reply",
+        "_settled",
+        "data",
+        "pin_id",
         "subject",
-    )  # fmt: skip
+    )
 
     def __init__(
-        self, subject: str, reply: str, data: bytes, headers: bytes | None, pin_id: str | None,
+        self,
+        subject: str,
+        reply: str,
+        data: bytes,
+        headers: bytes | None,
+        pin_id: str | None,
         nc: Client,
-    ) -> None:  # fmt: skip
+    ) -> None:
         # One object per message, its header block kept as bytes until read: an owner holding
         # many messages until a commit keeps one GC-tracked object per message (see services/
         # assembler/_gc.py for why held objects are the assembler's main GC cost).
@@ -644,8 +656,9 @@ class PullConsumer:
         self._void_pin = cm.pin_id
         self._pulls.clear()
         self.stats.declined += 1
-        log.info("%s: declined a pin its earlier standby pull won (no longer offering)",
-                 self.consumer)  # fmt: skip
+        log.info(
+            "%s: declined a pin its earlier standby pull won (no longer offering)", self.consumer
+        )
 
         async def decline() -> None:
             with contextlib.suppress(BrokerError):
@@ -752,8 +765,9 @@ class PullConsumer:
         if self.dlq_subject is None:
             with contextlib.suppress(BrokerError):  # unsettled: redelivered after ack_wait
                 await cm.term()
-        elif not await dead_letter(self.nc, self.dlq_subject, cm, stream=self.stream,
-                                   reason=reason, timeout_s=5.0):  # fmt: skip
+        elif not await dead_letter(
+            self.nc, self.dlq_subject, cm, stream=self.stream, reason=reason, timeout_s=5.0
+        ):
             return  # unsettled: redelivered after ack_wait and dead-lettered then
         self.stats.rejected += 1
 

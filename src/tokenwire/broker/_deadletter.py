@@ -68,8 +68,12 @@ async def dead_letter(
         if terminate:
             await cm.term()
     except BrokerError as exc:
-        log.warning("could not dead-letter seq %s (%s), left unsettled: %s",
-                    headers["Tokenwire-Stream-Seq"], reason, exc)  # fmt: skip
+        log.warning(
+            "could not dead-letter seq %s (%s), left unsettled: %s",
+            headers["Tokenwire-Stream-Seq"],
+            reason,
+            exc,
+        )
         return False
     return True
 

@@ -95,14 +95,19 @@ class EventPublisher:
         deadline = time.monotonic() + self._retry_for_s
         for attempt in itertools.count():  # ends by the deadline
             try:
-                await publish_acked(self._nc, subject, payload, headers=headers,
-                                    timeout_s=self._ack_timeout_s)  # fmt: skip
+                await publish_acked(
+                    self._nc, subject, payload, headers=headers, timeout_s=self._ack_timeout_s
+                )
                 return
             except BrokerError as exc:
                 pause = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
                 if time.monotonic() + pause > deadline:
                     self._given_up(1)
-                    log.warning("event %s not stored within %.0f s, given up: %s",
-                                msg_id, self._retry_for_s, exc)  # fmt: skip
+                    log.warning(
+                        "event %s not stored within %.0f s, given up: %s",
+                        msg_id,
+                        self._retry_for_s,
+                        exc,
+                    )
                     return
             await asyncio.sleep(pause)

@@ -53,9 +53,13 @@ def pub_frame(subject: str, payload: bytes) -> bytes:
 def frame(subject: str, reply: str, header: bytes, payload: bytes) -> bytes:
     """One ``HPUB`` frame from a :func:`header_block` and the payload."""
     return b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
-        subject.encode(), reply.encode(), len(header), len(header) + len(payload), header,
+        subject.encode(),
+        reply.encode(),
+        len(header),
+        len(header) + len(payload),
+        header,
         payload,
-    )  # fmt: skip
+    )
 
 
 _HEADER_FRAMING = len(b"NATS/1.0\r\n") + len(b"\r\n")

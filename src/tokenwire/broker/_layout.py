@@ -385,8 +385,11 @@ async def retire(nc: Client, old: Topology) -> list[str]:
     """Move every stream of layout ``old`` off the chunk subjects (to its retired subject),
     keeping its messages: they stay readable until they age out (``max_age``). Returns the
     streams retired (the ones that still captured chunk subjects)."""
-    return [name for name in old.chunk_streams
-            if await _retire_stream(nc, name, retired_subject(old, name))]  # fmt: skip
+    return [
+        name
+        for name in old.chunk_streams
+        if await _retire_stream(nc, name, retired_subject(old, name))
+    ]
 
 
 async def retire_unsharded_events(nc: Client, t: Topology) -> bool:

@@ -88,8 +88,9 @@ class SessionOwners:
         if error is None:
             return owner
         if error.get("err_code") != _WRONG_LAST_SEQUENCE:
-            raise RequestFailed(f"owner record of {session}", str(error.get("description")),
-                                error.get("err_code"))  # fmt: skip
+            raise RequestFailed(
+                f"owner record of {session}", str(error.get("description")), error.get("err_code")
+            )
         recorded = await last_stored(self._nc, f"KV_{bucket}", subject, timeout_s=self._timeout)
         if recorded is None:
             return None

@@ -228,9 +228,15 @@ class ChunkPublisher:
         await self._acquire_slot(subject, mid)
         now = self._clock()
         entry = _Pending(
-            subject, envelope_bytes, all_headers, header, mid, (session, turn, step), now,
+            subject,
+            envelope_bytes,
+            all_headers,
+            header,
+            mid,
+            (session, turn, step),
+            now,
             now + self._ack_timeout,
-        )  # fmt: skip
+        )
         self._serial += 1
         token = str(self._serial)
         self._pending[token] = entry
@@ -409,6 +415,10 @@ class ChunkPublisher:
     def stats(self) -> PublisherStats:
         """Counters since start plus the in-flight gauge."""
         return PublisherStats(
-            self._published, self._acked, self._duplicates, self._retried, self._failures,
+            self._published,
+            self._acked,
+            self._duplicates,
+            self._retried,
+            self._failures,
             len(self._pending),
-        )  # fmt: skip
+        )

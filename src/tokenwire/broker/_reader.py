@@ -72,8 +72,7 @@ class SessionReader:
         """The bounded read, on the layout that holds the session (a retired one after
         ``tokenwire reshard``)."""
         topology = await located(self._nc, self._topology, self._session)
-        return session_read(self._nc, topology, self._session, self._from_seq,
-                            self._window)  # fmt: skip
+        return session_read(self._nc, topology, self._session, self._from_seq, self._window)
 
     async def replay(self) -> AsyncIterator[StoredChunk]:
         """Yield the session's stored chunks in stream order, then stop (caught up).

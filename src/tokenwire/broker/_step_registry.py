@@ -157,9 +157,13 @@ class PendingStep:
     that ends before it needs its identity calls :meth:`drop` instead."""
 
     def __init__(
-        self, registry: StepRegistry, session: str, new_turn: bool, first: _Attempt | None,
+        self,
+        registry: StepRegistry,
+        session: str,
+        new_turn: bool,
+        first: _Attempt | None,
         fingerprint: str = "",
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._registry = registry
         self._session = session
         self._new_turn = new_turn
@@ -288,15 +292,16 @@ class StepRegistry:
         resent = False
         while True:
             try:
-                created = await self._settled(await self._create_claim(session, triple, token),
-                                              budget.wait_s(self._timeout))  # fmt: skip
+                created = await self._settled(
+                    await self._create_claim(session, triple, token), budget.wait_s(self._timeout)
+                )
                 break
             except StepRegistryError as exc:
                 await budget.spend(exc)
                 resent = True
-        if created is None and not (resent and await budget.run(
-            lambda: self._ours(session, triple, token)
-        )):  # fmt: skip
+        if created is None and not (
+            resent and await budget.run(lambda: self._ours(session, triple, token))
+        ):
             raise StepClaimConflict(session, turn, step)
 
     async def next_step(self, session: str, new_turn: bool) -> tuple[int, int]:
@@ -350,9 +355,9 @@ class StepRegistry:
         attempt, known, budget = first, None, self._budget()
         for _ in range(self._max_attempts):
             if attempt is None:
-                known = known if known is not None else await budget.run(
-                    lambda: self._read(session)
-                )  # fmt: skip
+                known = (
+                    known if known is not None else await budget.run(lambda: self._read(session))
+                )
                 attempt = await self._attempt(session, known, new_turn, fingerprint)
             candidate, guessed = attempt.candidate, attempt.guessed
             moved, claimed = await self._outcome(session, attempt, budget)

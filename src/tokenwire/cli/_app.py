@@ -28,8 +28,14 @@ from tokenwire.store import StoreConfigError, StoreUnavailable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT = 0, 1, 2, 130
 _USAGE = (UsageError, ConfigError, ProviderError, StoreConfigError, LayoutConflict)
-_FAILED = (CheckFailedError, NotFoundError, UnreachableError, BrokerUnavailable, StoreUnavailable,
-           ReshardRefused)  # fmt: skip
+_FAILED = (
+    CheckFailedError,
+    NotFoundError,
+    UnreachableError,
+    BrokerUnavailable,
+    StoreUnavailable,
+    ReshardRefused,
+)
 
 
 COMMANDS: dict[str, str] = {
@@ -86,9 +92,12 @@ def _needs_extra(name: str, module: str, extra: str) -> click.Command:
         raise UsageError(hint)
 
     return click.Command(
-        name, callback=refuse, help=hint, short_help=f"(needs tokenwire[{extra}])",
+        name,
+        callback=refuse,
+        help=hint,
+        short_help=f"(needs tokenwire[{extra}])",
         context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-    )  # fmt: skip
+    )
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -50,8 +50,13 @@ class Observed:
 @click.command()
 @click.option("--sessions", default=20, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--turns", default=2, show_default=True, type=click.IntRange(1, 100))
-@click.option("--steps", default=2, show_default=True, type=click.IntRange(2, 100),
-              help="Steps per turn: a tool step, reasoning steps, an answer.")  # fmt: skip
+@click.option(
+    "--steps",
+    default=2,
+    show_default=True,
+    type=click.IntRange(2, 100),
+    help="Steps per turn: a tool step, reasoning steps, an answer.",
+)
 @click.option(
     "--keep", is_flag=True, help="Keep the stack running after the summary (Ctrl-C stops)."
 )
@@ -62,19 +67,36 @@ class Observed:
     help="Run the fleet against this provider (e.g. openai, with its key set).",
 )
 @click.option("--model", help="The model for --provider (e.g. gpt-4o-mini).")
-@click.option("--summary-json", type=click.Path(dir_okay=False, writable=True),
-              help="Also write the summary as JSON to this file.")  # fmt: skip
+@click.option(
+    "--summary-json",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Also write the summary as JSON to this file.",
+)
 @variable_flags("demo")
 @click.pass_context
 def demo(
-    ctx: click.Context, sessions: int, turns: int, steps: int, keep: bool,
-    provider: str, model: str | None, summary_json: str | None,
-) -> None:  # fmt: skip
+    ctx: click.Context,
+    *,
+    sessions: int,
+    turns: int,
+    steps: int,
+    keep: bool,
+    provider: str,
+    model: str | None,
+    summary_json: str | None,
+) -> None:
     """Start the embedded stack, drive a fleet of agent sessions through it, summarise."""
     s = settings(ctx)
     if provider != "scripted" and not model:
         raise UsageError("--provider needs --model (e.g. --provider openai --model gpt-4o-mini)")
-    plan = FleetPlan(sessions, turns, steps, uuid.uuid4().hex[:6], provider, model)
+    plan = FleetPlan(
+        sessions=sessions,
+        turns=turns,
+        steps=steps,
+        run_id=uuid.uuid4().hex[:6],
+        provider=provider,
+        model=model,
+    )
     stack = Stack(s, topology(s), gateway_port=port_or_free(s.gateway_host, s.gateway_port))
     ok = True
 
@@ -240,8 +262,9 @@ async def _read_started(
     """The started signals of ``sessions`` in one events stream, from ``from_seq``, into
     ``found``; the next sequence to read. Returns when nothing new comes within a second."""
     try:
-        async for seq, data in read_range(nc, stream, t.events_filter("started"), from_seq,
-                                          last=None, idle_s=1.0):  # fmt: skip
+        async for seq, data in read_range(
+            nc, stream, t.events_filter("started"), from_seq, last=None, idle_s=1.0
+        ):
             from_seq = seq + 1
             signal = msgspec.json.decode(data, type=StreamStarted)
             if signal.session in sessions and signal.time_to_first_chunk_s is not None:

@@ -48,12 +48,20 @@ from openai.types.chat import (
 
 # What the agents offer the model (a real provider decides whether to call them).
 TOOLS: list[ChatCompletionToolParam] = [
-    {"type": "function", "function": {
-        "name": name, "description": f"Look up the {what} for a place.",
-        "parameters": {"type": "object", "properties": {"location": {"type": "string"}},
-                       "required": ["location"]}}}
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"Look up the {what} for a place.",
+            "parameters": {
+                "type": "object",
+                "properties": {"location": {"type": "string"}},
+                "required": ["location"],
+            },
+        },
+    }
     for name, what in (("get_weather", "weather"), ("get_time", "local time"))
-]  # fmt: skip
+]
 
 MAX_TOKENS_AT = (0, 0)  # (session, turn): its last step is cut by max-tokens
 ERROR_AT = (1, 0, 0)  # (session, turn, step): the provider fails mid-stream
@@ -68,7 +76,7 @@ STEP_ECHO = "x-tokenwire-step"
 """The response header the gateway echoes once the request's step is claimed."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FleetPlan:
     """How many sessions, turns and steps, and the id prefix of the sessions."""
 
@@ -395,10 +403,14 @@ async def _open(
     while True:
         try:
             return await client.chat.completions.create(
-                model=model, messages=cast("list[ChatCompletionMessageParam]", messages),
-                stream=True, extra_headers=at.headers(), stream_options={"include_usage": True},
-                tools=TOOLS, max_tokens=512,
-            )  # fmt: skip
+                model=model,
+                messages=cast("list[ChatCompletionMessageParam]", messages),
+                stream=True,
+                extra_headers=at.headers(),
+                stream_options={"include_usage": True},
+                tools=TOOLS,
+                max_tokens=512,
+            )
         except openai.APIStatusError as exc:
             wait_s = retry.wait_s(exc, tries)
             if wait_s is None:

@@ -36,8 +36,11 @@ def hash_key(name: str | None, tenant: str | None, operator: bool) -> None:
         raise UsageError("--tenant and --operator need --name (they describe an entry)")
     key = _read_key()
     if len(key) < SHORT_KEY:
-        click.echo(f"tokenwire: warning: a key of {len(key)} characters can be guessed from "
-                   "its hash; make one with `openssl rand -hex 32`", err=True)  # fmt: skip
+        click.echo(
+            f"tokenwire: warning: a key of {len(key)} characters can be guessed from "
+            "its hash; make one with `openssl rand -hex 32`",
+            err=True,
+        )
     digest = key_digest(key).hex()
     if name is None:
         click.echo(digest)

@@ -53,11 +53,15 @@ async def _messages(url: str, session: str, as_json: bool) -> None:
 
 
 def _print(outcome: MessageEvent | ErrorEvent) -> None:
-    head = (f"turn {outcome.turn} · step {outcome.step} · seq {outcome.seq_start}-"
-            f"{outcome.seq_end} · {outcome.provider}/{outcome.model}")  # fmt: skip
+    head = (
+        f"turn {outcome.turn} · step {outcome.step} · seq {outcome.seq_start}-"
+        f"{outcome.seq_end} · {outcome.provider}/{outcome.model}"
+    )
     if isinstance(outcome, MessageEvent):
-        click.secho(f"{head} · message ({outcome.message.finish_reason}){_usage(outcome.message)}",
-                    bold=True)  # fmt: skip
+        click.secho(
+            f"{head} · message ({outcome.message.finish_reason}){_usage(outcome.message)}",
+            bold=True,
+        )
         _print_message(outcome.message)
     else:
         click.secho(f"{head} · {_error(outcome.error)}", bold=True, fg="red")
@@ -86,9 +90,11 @@ def _usage(message: Message) -> str:
     usage = message.usage
     if usage is None:
         return ""
-    counts = [f"{v} {k.removesuffix('_tokens').replace('_', ' ')}"
-              for k, v in ((f, getattr(usage, f)) for f in usage.__struct_fields__)
-              if v is not None]  # fmt: skip
+    counts = [
+        f"{v} {k.removesuffix('_tokens').replace('_', ' ')}"
+        for k, v in ((f, getattr(usage, f)) for f in usage.__struct_fields__)
+        if v is not None
+    ]
     return f" · {', '.join(counts)} tokens" if counts else ""
 
 

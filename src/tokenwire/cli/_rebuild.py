@@ -93,9 +93,15 @@ def rebuild(ctx: click.Context, sessions: tuple[str, ...], as_json: bool) -> Non
             store = await unless_stopped(ready_store(s.store_url, s.connect_timeout_s), stop)
             try:
                 report.sessions, report.past_retention = await rebuild_store(
-                    nc, t, store, list(sessions) or None, config,
-                    stop=stop, on_session=progress.advance, on_total=progress.start,
-                )  # fmt: skip
+                    nc,
+                    t,
+                    store,
+                    list(sessions) or None,
+                    config,
+                    stop=stop,
+                    on_session=progress.advance,
+                    on_total=progress.start,
+                )
             finally:
                 await store.close()
         finally:
@@ -249,6 +255,9 @@ def _summary(report: RebuildReport) -> dict[str, object]:
         "still_streaming": sum(r.still_streaming for r in report.sessions),
         "undecodable": sum(r.undecodable for r in report.sessions),
         "past_retention": report.past_retention,
-        "rebuilt": [dataclasses.asdict(r) for r in report.sessions
-                    if r.inserted or r.still_streaming or r.undecodable],
-    }  # fmt: skip
+        "rebuilt": [
+            dataclasses.asdict(r)
+            for r in report.sessions
+            if r.inserted or r.still_streaming or r.undecodable
+        ],
+    }

@@ -116,8 +116,9 @@ def replay(
         raise UsageError("--speed and --max exclude each other")
     if check and (from_seq is not None or speed is not None or fastest):
         # verify always compares whole sessions, unpaced: a flag it would ignore is refused
-        raise UsageError("--verify compares whole sessions: --from-seq, --speed and --max "
-                         "do not apply to it")  # fmt: skip
+        raise UsageError(
+            "--verify compares whole sessions: --from-seq, --speed and --max do not apply to it"
+        )
     for one in sessions:
         checked_session(one)
     url = resolve_nats_url()
@@ -184,5 +185,7 @@ async def _verify(url: str, store_url: str, session: str, as_json: bool) -> None
             f"stream of {session}"
         )
     if not as_json:
-        click.echo(f"verified {session}: {report.steps} steps, {report.chunks} retained chunks, "
-                   "no differences")  # fmt: skip
+        click.echo(
+            f"verified {session}: {report.steps} steps, {report.chunks} retained chunks, "
+            "no differences"
+        )

@@ -55,21 +55,36 @@ def telemetry(ctx: click.Context, burst: bool) -> None:
 @click.option("--stall", default=30.0, show_default=True, help="Seconds the stall scenario stalls.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--recording", type=click.Path(exists=True, dir_okay=False), help="File to replay.")
-@click.option("--recording-root", type=click.Path(exists=True, file_okay=False),
-              help="Folder the X-Scripted-Recording header may select files from.")  # fmt: skip
+@click.option(
+    "--recording-root",
+    type=click.Path(exists=True, file_okay=False),
+    help="Folder the X-Scripted-Recording header may select files from.",
+)
 def scripted_provider(
-    host: str, port: int, rate: float, fragments: int, fragment_size: int, stall: float,
-    seed: int, recording: str | None, recording_root: str | None,
-) -> None:  # fmt: skip
+    *,
+    host: str,
+    port: int,
+    rate: float,
+    fragments: int,
+    fragment_size: int,
+    stall: float,
+    seed: int,
+    recording: str | None,
+    recording_root: str | None,
+) -> None:
     """Run the offline upstream: OpenAI- and Anthropic-compatible scripted streams."""
 
     from tokenwire.services import scripted_provider as service
 
     config = service.ScriptedSettings(
-        token_rate=rate, fragment_size=fragment_size, length=fragments, stall_s=stall, seed=seed,
+        token_rate=rate,
+        fragment_size=fragment_size,
+        length=fragments,
+        stall_s=stall,
+        seed=seed,
         recording=recording,
         recording_root=recording_root,
-    )  # fmt: skip
+    )
 
     async def main(stop: asyncio.Event) -> None:
         task = asyncio.create_task(service.run(host, port, config))
@@ -98,13 +113,19 @@ def gateway() -> None:
     async def main(stop: asyncio.Event) -> None:
         await service.run(config, stop)
 
-    run_until_signal(main, grace_s=config.ack_timeout_s + STOP_GRACE_S,
-                     loop_factory=event_loop_factory())  # fmt: skip
+    run_until_signal(
+        main, grace_s=config.ack_timeout_s + STOP_GRACE_S, loop_factory=event_loop_factory()
+    )
 
 
 @click.command()
-@click.option("--timeout", "timeout_s", default=60.0, show_default=True,
-              help="How long to retry while a cluster elects its meta leader.")  # fmt: skip
+@click.option(
+    "--timeout",
+    "timeout_s",
+    default=60.0,
+    show_default=True,
+    help="How long to retry while a cluster elects its meta leader.",
+)
 @variable_flags("provision")
 @click.pass_context
 def provision(ctx: click.Context, timeout_s: float) -> None:

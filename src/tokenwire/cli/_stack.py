@@ -38,7 +38,7 @@ class StackError(CliError):
         self.log = log
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Child:
     """One service process and the URL that answers 200 once it is ready."""
 
@@ -126,23 +126,50 @@ class Stack:
             }
         )
         # A modest token rate, so that the demo streams as a provider would (8 fragments a step).
-        scripted_argv = ["scripted-provider", "--host", "127.0.0.1", "--port", str(scripted),
-                         "--rate", str(self.scripted_rate)]  # fmt: skip
+        scripted_argv = [
+            "scripted-provider",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(scripted),
+            "--rate",
+            str(self.scripted_rate),
+        ]
         local = "http://127.0.0.1"
         return [
-            Child("scripted-provider", scripted_argv, common,
-                  f"{local}:{scripted}/healthz", logs / "scripted-provider.log"),
-            Child("assembler", ["assembler"],
-                  {**common, v.ASSEMBLER_METRICS_ADDR.env: f"127.0.0.1:{assembler_metrics}"},
-                  f"{local}:{assembler_metrics}/metrics", logs / "assembler.log"),
-            Child("telemetry", ["telemetry"],
-                  {**common, v.TELEMETRY_METRICS_ADDR.env: f"127.0.0.1:{telemetry_metrics}"},
-                  f"{local}:{telemetry_metrics}/metrics", logs / "telemetry.log"),
-            Child("gateway", ["gateway"],
-                  {**common, v.GATEWAY_ADDR.env: f"127.0.0.1:{gateway}",
-                   "TOKENWIRE_SCRIPTED_BASE_URL": f"{local}:{scripted}/v1"},
-                  f"{local}:{gateway}/readyz", logs / "gateway.log"),
-        ]  # fmt: skip
+            Child(
+                name="scripted-provider",
+                argv=scripted_argv,
+                env=common,
+                ready_url=f"{local}:{scripted}/healthz",
+                log=logs / "scripted-provider.log",
+            ),
+            Child(
+                name="assembler",
+                argv=["assembler"],
+                env={**common, v.ASSEMBLER_METRICS_ADDR.env: f"127.0.0.1:{assembler_metrics}"},
+                ready_url=f"{local}:{assembler_metrics}/metrics",
+                log=logs / "assembler.log",
+            ),
+            Child(
+                name="telemetry",
+                argv=["telemetry"],
+                env={**common, v.TELEMETRY_METRICS_ADDR.env: f"127.0.0.1:{telemetry_metrics}"},
+                ready_url=f"{local}:{telemetry_metrics}/metrics",
+                log=logs / "telemetry.log",
+            ),
+            Child(
+                name="gateway",
+                argv=["gateway"],
+                env={
+                    **common,
+                    v.GATEWAY_ADDR.env: f"127.0.0.1:{gateway}",
+                    "TOKENWIRE_SCRIPTED_BASE_URL": f"{local}:{scripted}/v1",
+                },
+                ready_url=f"{local}:{gateway}/readyz",
+                log=logs / "gateway.log",
+            ),
+        ]
 
     async def _wait_ready(self, client: httpx.AsyncClient, child: Child) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S

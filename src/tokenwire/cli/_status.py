@@ -211,18 +211,28 @@ async def _store(url: str) -> dict[str, Any]:
 
 def _print(report: dict[str, Any]) -> None:
     broker = report["broker"]
-    click.secho(f"broker  {broker['url']}  nats-server {broker['server_version']}"
-                f"  ({broker['server_name']})", bold=True)  # fmt: skip
-    click.echo(f"layout  {report['shards']} shard{'s' if report['shards'] > 1 else ''}"
-               f" over {report['partitions']} partitions")  # fmt: skip
+    click.secho(
+        f"broker  {broker['url']}  nats-server {broker['server_version']}"
+        f"  ({broker['server_name']})",
+        bold=True,
+    )
+    click.echo(
+        f"layout  {report['shards']} shard{'s' if report['shards'] > 1 else ''}"
+        f" over {report['partitions']} partitions"
+    )
     for s in report["streams"]:
         if not s["provisioned"]:
-            click.secho(f"shard {s['shard']} {s['name']}  not provisioned (start the services,"
-                        " or `tokenwire up`)", fg="yellow")  # fmt: skip
+            click.secho(
+                f"shard {s['shard']} {s['name']}  not provisioned (start the services,"
+                " or `tokenwire up`)",
+                fg="yellow",
+            )
             continue
         _print_stream(f"shard {s['shard']}", s)
-        click.echo(f"        partitions {s['partitions']}  leader {s['leader'] or '-'}  "
-                   f"lag {s['lag']}  replay {format_replay(s['replay'])}")  # fmt: skip
+        click.echo(
+            f"        partitions {s['partitions']}  leader {s['leader'] or '-'}  "
+            f"lag {s['lag']}  replay {format_replay(s['replay'])}"
+        )
     if report["streams"] and any(s["provisioned"] for s in report["streams"]):
         click.echo(f"        all shards: replay {format_replay(report['retention'])}")
     for r in report.get("retired", []):
@@ -233,15 +243,18 @@ def _print(report: dict[str, Any]) -> None:
     for m in report.get("members", []):
         owned = m["owned"]
         standby = f"  standing by {_ranges(m['standby'])}" if m.get("standby") else ""
-        click.echo(f"  member {m['name']:<26} share {m['share']:>3}  owns {len(owned):>3}  "
-                   f"in flight {m['in_flight']:>6}  partitions {_ranges(owned)}"
-                   + standby)  # fmt: skip
+        click.echo(
+            f"  member {m['name']:<26} share {m['share']:>3}  owns {len(owned):>3}  "
+            f"in flight {m['in_flight']:>6}  partitions {_ranges(owned)}" + standby
+        )
     for c in report["consumers"]:
         who = c.get("owner_member") or c["owner"]
         owner = f"  owner {who}" if who else ""
         name = f"{c['stream']}/{c['name']}"
-        click.echo(f"  consumer {name:<36} pending {c['num_pending']:>8}  ack pending "
-                   f"{c['ack_pending']:>6}  redelivered {c['redelivered']}{owner}")  # fmt: skip
+        click.echo(
+            f"  consumer {name:<36} pending {c['num_pending']:>8}  ack pending "
+            f"{c['ack_pending']:>6}  redelivered {c['redelivered']}{owner}"
+        )
     _print_side_streams(report)
     store = report["store"]
     detail = store.get("error") or "  ".join(f"{k} {v}" for k, v in store["stats"].items())

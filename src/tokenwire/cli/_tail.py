@@ -56,8 +56,9 @@ async def _tail(url: str, session: str, position: _Position, as_json: bool) -> N
     printer = None if as_json else EventPrinter(sys.stdout)
     t = topology()
     shown = without_userinfo(url)
-    click.echo(f"tailing {session} on {shown} from seq {position.next_seq}; Ctrl-C to stop",
-               err=True)  # fmt: skip
+    click.echo(
+        f"tailing {session} on {shown} from seq {position.next_seq}; Ctrl-C to stop", err=True
+    )
     try:
         async with nats_client(url) as nc:
             events = read_session(nc, t, session, position.next_seq, follow=True)

@@ -32,8 +32,13 @@ _TOKEN_HEADS = ("input", "output", "cache read", "cache write", "reasoning")
 
 
 @click.command()
-@click.option("--by", "by", type=click.Choice(USAGE_BY), default=None,
-              help="Group by this dimension [default: model, as provider/model].")  # fmt: skip
+@click.option(
+    "--by",
+    "by",
+    type=click.Choice(USAGE_BY),
+    default=None,
+    help="Group by this dimension [default: model, as provider/model].",
+)
 @click.option("--since", help="First UTC day counted: YYYY-MM-DD, or Nd (the last N days).")
 @click.option("--tenant", help="Only this tenant's steps ('' for those without a tenant).")
 @click.option("--session", help="List this session's steps with their tokens and cost instead.")
@@ -50,8 +55,9 @@ def usage(
     url = resolve_store_url()
     if session is not None:
         if by is not None or since is not None or tenant is not None:
-            raise UsageError("--session lists one session's steps: it takes no --by, --since "
-                             "or --tenant")  # fmt: skip
+            raise UsageError(
+                "--session lists one session's steps: it takes no --by, --since or --tenant"
+            )
         name = checked_session(session)
         run_command(lambda: _session(url, name, as_json))
         return
@@ -73,8 +79,10 @@ async def _grouped(
         click.echo(msgspec.json.encode(report).decode())
         return
     rows = [_cells(str(r[by]) if r[by] is not None else "(none)", r) for r in report["rows"]]
-    _print_table([by, "steps", *_TOKEN_HEADS, "cost USD", "unpriced"],
-                 [*rows, _cells("total", report["total"])])  # fmt: skip
+    _print_table(
+        [by, "steps", *_TOKEN_HEADS, "cost USD", "unpriced"],
+        [*rows, _cells("total", report["total"])],
+    )
     if since is not None:
         click.echo(f"since {since} (UTC)")
 
@@ -90,18 +98,29 @@ async def _session(url: str, session: str, as_json: bool) -> None:
         click.echo(msgspec.json.encode(report).decode())
         return
     rows = [
-        [f"{s['turn']}/{s['step']}", f"{s['provider']}/{s['model']}", s["outcome"],
-         *_counts(s), _cost(s["cost_usd"]), s["cost_reason"] or s["price_version"]]
+        [
+            f"{s['turn']}/{s['step']}",
+            f"{s['provider']}/{s['model']}",
+            s["outcome"],
+            *_counts(s),
+            _cost(s["cost_usd"]),
+            s["cost_reason"] or s["price_version"],
+        ]
         for s in report["steps"]
-    ]  # fmt: skip
+    ]
     total = report["total"]
     rows.append(["total", "", "", *_counts(total), _cost(total["cost_usd"]), ""])
     _print_table(["turn/step", "model", "outcome", *_TOKEN_HEADS, "cost USD", "priced by"], rows)
 
 
 def _cells(label: str, sums: dict[str, Any]) -> list[str]:
-    return [label, str(sums["steps"]), *_counts(sums), _cost(sums["cost_usd"]),
-            str(sums["unpriced"])]  # fmt: skip
+    return [
+        label,
+        str(sums["steps"]),
+        *_counts(sums),
+        _cost(sums["cost_usd"]),
+        str(sums["unpriced"]),
+    ]
 
 
 def _counts(sums: dict[str, Any]) -> list[str]:
@@ -116,9 +135,12 @@ def _cost(usd: float | None) -> str:
 def _print_table(heads: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """Columns aligned: the first ones left, the numbers right, the last one left."""
     widths = [max(len(str(r[i])) for r in [heads, *rows]) for i in range(len(heads))]
-    numeric = {i for i, h in enumerate(heads) if h in (*_TOKEN_HEADS, "steps", "cost USD",
-                                                       "unpriced")}  # fmt: skip
+    numeric = {
+        i for i, h in enumerate(heads) if h in (*_TOKEN_HEADS, "steps", "cost USD", "unpriced")
+    }
     for row in [heads, *rows]:
-        cells = [str(c).rjust(w) if i in numeric else str(c).ljust(w)
-                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]  # fmt: skip
+        cells = [
+            str(c).rjust(w) if i in numeric else str(c).ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
         click.echo("  ".join(cells).rstrip())

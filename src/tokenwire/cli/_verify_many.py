@@ -41,10 +41,13 @@ class VerifySummary:
             "sessions": len(self.verified),
             "steps": sum(v.steps for v in self.verified),
             "chunks": sum(v.chunks for v in self.verified),
-            "differences": [{"session": v.session, **msgspec.to_builtins(d)}
-                            for v in self.verified for d in v.differences],
+            "differences": [
+                {"session": v.session, **msgspec.to_builtins(d)}
+                for v in self.verified
+                for d in v.differences
+            ],
             "not_found": self.not_found,
-        }  # fmt: skip
+        }
 
 
 def verify_sessions(url: str, store_url: str, sessions: list[str], as_json: bool) -> None:
@@ -59,8 +62,9 @@ def verify_sessions(url: str, store_url: str, sessions: list[str], as_json: bool
                 if stop.is_set():
                     return
                 try:
-                    report = await unless_stopped(verify_report(nc, topology(), store, session),
-                                                  stop)  # fmt: skip
+                    report = await unless_stopped(
+                        verify_report(nc, topology(), store, session), stop
+                    )
                 except SessionNotFound:
                     summary.not_found.append(session)
                     progress.advance(SessionVerified(session))
@@ -93,6 +97,8 @@ def _print(summary: VerifySummary, as_json: bool) -> None:
         click.echo(f"{session}: not found")
     totals = summary.to_json()
     differing = sum(1 for v in summary.verified if v.differences)
-    click.echo(f"verified {totals['sessions']} sessions: {totals['steps']} steps, "
-               f"{totals['chunks']} retained chunks, {differing} with differences, "
-               f"{len(summary.not_found)} not found")  # fmt: skip
+    click.echo(
+        f"verified {totals['sessions']} sessions: {totals['steps']} steps, "
+        f"{totals['chunks']} retained chunks, {differing} with differences, "
+        f"{len(summary.not_found)} not found"
+    )

@@ -93,9 +93,11 @@ def _priced(
 
     try:
         price = calc_price(
-            _priced_usage(usage), model, provider_id=provider_id,
+            _priced_usage(usage),
+            model,
+            provider_id=provider_id,
             genai_request_timestamp=_timestamp(at_ns),
-        )  # fmt: skip
+        )
     except LookupError:
         return Cost(None, f"no price for {provider}/{model} in {version}", version)
     except ValueError as exc:  # usage the price data cannot split (it names what)

@@ -43,14 +43,42 @@ ERROR_OTHER = "_OTHER"
 """``error.type`` when no low-cardinality identifier of the error is known."""
 
 LATENCY_BUCKETS_S = (
-    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92, 120.0,
-)  # fmt: skip
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.56,
+    5.12,
+    10.24,
+    20.48,
+    40.96,
+    81.92,
+    120.0,
+)
 """Durations and time to first chunk: the conventions' advised boundaries, plus 120 s for
 reasoning models' first chunks. Every tokenwire TTFC histogram uses these."""
 
 CHUNK_GAP_BUCKETS_S = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 120.0,
-)  # fmt: skip
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    10.0,
+    120.0,
+)
 """Time per output chunk: chunks usually arrive milliseconds apart."""
 
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)

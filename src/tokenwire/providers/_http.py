@@ -420,9 +420,12 @@ class HttpClient:
         conn = Connection(loop, self._timeouts.read_s)
         if proxy is None:
             await loop.create_connection(
-                lambda: conn, target.host, target.port, ssl=tls,
+                lambda: conn,
+                target.host,
+                target.port,
+                ssl=tls,
                 server_hostname=target.host if tls else None,
-            )  # fmt: skip
+            )
             return conn
         if tls is None:  # plain HTTP through the proxy: absolute-form requests
             await loop.create_connection(lambda: conn, proxy.host, proxy.port)

@@ -48,7 +48,7 @@ AuthStyle = Literal["bearer", "x-api-key", "api-key", "x-goog-api-key", "none"]
 """How the credential is sent: ``Authorization: Bearer``, or the named header."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProviderSpec:
     """One provider: how to reach it, how to read its stream, and its quirks.
 
@@ -110,33 +110,96 @@ ANTHROPIC_VERSION = {"anthropic-version": "2023-06-01"}
 ANTHROPIC_CALLER_HEADERS = ("anthropic-beta",)
 OPENAI_CALLER_HEADERS = ("openai-beta", "openai-organization", "openai-project")
 _SPECS: tuple[ProviderSpec, ...] = (
-    # name, dialect, normaliser, default base URL, credential env, auth style, stream path
-    ProviderSpec("openai", _CHAT_DIALECT, OpenAIChatNormaliser, "https://api.openai.com/v1",
-                 "OPENAI_API_KEY", "bearer", _CHAT, caller_headers=OPENAI_CALLER_HEADERS,
-                 legacy_max_tokens=False),
-    ProviderSpec("openai-responses", Dialect.OPENAI_RESPONSES, OpenAIResponsesNormaliser,
-                 "https://api.openai.com/v1", "OPENAI_API_KEY", "bearer", "/responses",
-                 caller_headers=OPENAI_CALLER_HEADERS),
-    ProviderSpec("deepseek", _CHAT_DIALECT, OpenAIChatNormaliser, "https://api.deepseek.com/v1",
-                 "DEEPSEEK_API_KEY", "bearer", _CHAT),
-    ProviderSpec("openrouter", _CHAT_DIALECT, OpenAIChatNormaliser,
-                 "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY", "bearer", _CHAT),
-    ProviderSpec("groq", _CHAT_DIALECT, OpenAIChatNormaliser, "https://api.groq.com/openai/v1",
-                 "GROQ_API_KEY", "bearer", _CHAT),
+    ProviderSpec(
+        name="openai",
+        dialect=_CHAT_DIALECT,
+        normaliser=OpenAIChatNormaliser,
+        default_base_url="https://api.openai.com/v1",
+        api_key_env="OPENAI_API_KEY",
+        auth="bearer",
+        stream_path=_CHAT,
+        caller_headers=OPENAI_CALLER_HEADERS,
+        legacy_max_tokens=False,
+    ),
+    ProviderSpec(
+        name="openai-responses",
+        dialect=Dialect.OPENAI_RESPONSES,
+        normaliser=OpenAIResponsesNormaliser,
+        default_base_url="https://api.openai.com/v1",
+        api_key_env="OPENAI_API_KEY",
+        auth="bearer",
+        stream_path="/responses",
+        caller_headers=OPENAI_CALLER_HEADERS,
+    ),
+    ProviderSpec(
+        name="deepseek",
+        dialect=_CHAT_DIALECT,
+        normaliser=OpenAIChatNormaliser,
+        default_base_url="https://api.deepseek.com/v1",
+        api_key_env="DEEPSEEK_API_KEY",
+        auth="bearer",
+        stream_path=_CHAT,
+    ),
+    ProviderSpec(
+        name="openrouter",
+        dialect=_CHAT_DIALECT,
+        normaliser=OpenAIChatNormaliser,
+        default_base_url="https://openrouter.ai/api/v1",
+        api_key_env="OPENROUTER_API_KEY",
+        auth="bearer",
+        stream_path=_CHAT,
+    ),
+    ProviderSpec(
+        name="groq",
+        dialect=_CHAT_DIALECT,
+        normaliser=OpenAIChatNormaliser,
+        default_base_url="https://api.groq.com/openai/v1",
+        api_key_env="GROQ_API_KEY",
+        auth="bearer",
+        stream_path=_CHAT,
+    ),
     # vLLM is self-hosted: the default is its `vllm serve` address; it needs no key by default.
-    ProviderSpec("vllm", _CHAT_DIALECT, OpenAIChatNormaliser, "http://127.0.0.1:8000/v1",
-                 "VLLM_API_KEY", "bearer", _CHAT),
+    ProviderSpec(
+        name="vllm",
+        dialect=_CHAT_DIALECT,
+        normaliser=OpenAIChatNormaliser,
+        default_base_url="http://127.0.0.1:8000/v1",
+        api_key_env="VLLM_API_KEY",
+        auth="bearer",
+        stream_path=_CHAT,
+    ),
     # Azure's base URL names the resource (https://RESOURCE.openai.azure.com/openai/v1): there
     # is no usable default, so TOKENWIRE_AZURE_BASE_URL must be set ("" = required).
-    ProviderSpec("azure", _CHAT_DIALECT, OpenAIChatNormaliser, "", "AZURE_OPENAI_API_KEY",
-                 "api-key", _CHAT),
-    ProviderSpec("anthropic", Dialect.ANTHROPIC_MESSAGES, AnthropicNormaliser,
-                 "https://api.anthropic.com", "ANTHROPIC_API_KEY", "x-api-key", "/v1/messages",
-                 headers=ANTHROPIC_VERSION, caller_headers=ANTHROPIC_CALLER_HEADERS),
-    ProviderSpec("gemini", Dialect.GEMINI, GeminiNormaliser, "https://generativelanguage.googleapis.com",
-                 "GEMINI_API_KEY", "x-goog-api-key",
-                 "/v1beta/models/{model}:streamGenerateContent?alt=sse"),
-)  # fmt: skip
+    ProviderSpec(
+        name="azure",
+        dialect=_CHAT_DIALECT,
+        normaliser=OpenAIChatNormaliser,
+        default_base_url="",
+        api_key_env="AZURE_OPENAI_API_KEY",
+        auth="api-key",
+        stream_path=_CHAT,
+    ),
+    ProviderSpec(
+        name="anthropic",
+        dialect=Dialect.ANTHROPIC_MESSAGES,
+        normaliser=AnthropicNormaliser,
+        default_base_url="https://api.anthropic.com",
+        api_key_env="ANTHROPIC_API_KEY",
+        auth="x-api-key",
+        stream_path="/v1/messages",
+        headers=ANTHROPIC_VERSION,
+        caller_headers=ANTHROPIC_CALLER_HEADERS,
+    ),
+    ProviderSpec(
+        name="gemini",
+        dialect=Dialect.GEMINI,
+        normaliser=GeminiNormaliser,
+        default_base_url="https://generativelanguage.googleapis.com",
+        api_key_env="GEMINI_API_KEY",
+        auth="x-goog-api-key",
+        stream_path="/v1beta/models/{model}:streamGenerateContent?alt=sse",
+    ),
+)
 
 
 def _table() -> dict[str, ProviderSpec]:

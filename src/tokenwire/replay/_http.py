@@ -109,8 +109,14 @@ def events_router(
     """
     if max_readers < 1:
         raise ValueError(f"max_readers must be at least 1, got {max_readers}")
-    routes = _Routes(nc_provider, topology, store_provider, policy or SlowReaderPolicy(),
-                     stats if stats is not None else SseStats(), max_readers)  # fmt: skip
+    routes = _Routes(
+        nc_provider,
+        topology,
+        store_provider,
+        policy or SlowReaderPolicy(),
+        stats if stats is not None else SseStats(),
+        max_readers,
+    )
     return Router(
         routes=[
             Route("/v1/sessions", routes.sessions, methods=["GET"]),
@@ -160,13 +166,23 @@ class _Routes:
                 return _error(503, "unavailable", f"broker not available: {exc}")
             if owner is None or owner.tenant != scope:
                 return _not_found(session)
-        body = stream(nc, self._topology, session, start, follow, self._policy, self._stats)
+        body = stream(
+            nc,
+            self._topology,
+            session,
+            start=start,
+            follow=follow,
+            policy=self._policy,
+            stats=self._stats,
+        )
         return _CountedStream(body, self._stats)
 
     def _refused(self) -> Response:
         self._stats.refused += 1
-        message = (f"the gateway serves at most {self._max_readers} session event streams at "
-                   "once; retry shortly")  # fmt: skip
+        message = (
+            f"the gateway serves at most {self._max_readers} session event streams at "
+            "once; retry shortly"
+        )
         response = _error(503, "overloaded", message)
         response.headers["retry-after"] = str(READERS_RETRY_AFTER_S)
         return response

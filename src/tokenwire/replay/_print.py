@@ -65,8 +65,11 @@ class EventPrinter:
                 call = shown.call
                 self.line(f"⚙ tool call {call.name}({call.arguments})  id={call.id}", "cyan")
             case ShownFinish():
-                self.line(f"■ finish {shown.reason}{_usage(shown.usage)}"
-                          f"{_dropped(shown.dropped_tool_calls)}", "green")  # fmt: skip
+                self.line(
+                    f"■ finish {shown.reason}{_usage(shown.usage)}"
+                    f"{_dropped(shown.dropped_tool_calls)}",
+                    "green",
+                )
                 self._resume(event)
             case ShownError():
                 error = shown.error
@@ -79,8 +82,11 @@ class EventPrinter:
         env = event.envelope
         ttfc = shown.time_to_first_chunk_s
         after = f" · first chunk after {ttfc:.3f} s" if ttfc is not None else ""
-        self.line(f"── turn {env.turn} · step {env.step} · {env.provider}/{env.model}{after} "
-                  f"· seq {event.seq} ──", "bold")  # fmt: skip
+        self.line(
+            f"── turn {env.turn} · step {env.step} · {env.provider}/{env.model}{after} "
+            f"· seq {event.seq} ──",
+            "bold",
+        )
         self._current = event.step_key
 
     def _switch(self, event: ReplayEvent) -> None:

@@ -50,21 +50,27 @@ def read_session(
     if not valid_session(session):
         raise InvalidSessionId(session)  # now, not at the first iteration
     return rendered(
-        nc, topology, session, SessionRenderer(), (1, 0), (from_seq or 1, from_index), follow,
-        idle_timeout_s,
-    )  # fmt: skip
+        nc,
+        topology,
+        session,
+        renderer=SessionRenderer(),
+        read_from=(1, 0),
+        emit_from=(from_seq or 1, from_index),
+        follow=follow,
+        idle_timeout_s=idle_timeout_s,
+    )
 
 
 async def rendered(
     nc: Connection,
     topology: Topology,
     session: str,
+    *,
     renderer: SessionRenderer,
     read_from: tuple[int, int],
     emit_from: tuple[int, int],
     follow: bool,
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
-    *,
     window: ReadWindow | None = None,
 ) -> AsyncGenerator[ReplayEvent, None]:
     """Read from the position ``read_from`` (stream seq, chunk index in that message), render
@@ -74,8 +80,9 @@ async def rendered(
     ``window`` bounds the broker read (``broker.ReadWindow``; its default when None)."""
     skip_seq, skip_index = read_from
     emit_seq, emit_index = emit_from
-    batches = stored_chunks(nc, topology, session, skip_seq, follow=follow,
-                            idle_timeout_s=idle_timeout_s, window=window)  # fmt: skip
+    batches = stored_chunks(
+        nc, topology, session, skip_seq, follow=follow, idle_timeout_s=idle_timeout_s, window=window
+    )
     render = renderer.render
     try:
         async for batch in batches:

@@ -33,8 +33,9 @@ async def stored_chunks(
     batches of at most ``window.messages`` (see ``broker.session_batches``: at most a window
     in flight, nothing pulled while the caller does not iterate); ReplayStalled when what was
     due stopped coming."""
-    batches = session_batches(nc, topology, session, from_seq, follow=follow,
-                              window=window, idle_timeout_s=idle_timeout_s)  # fmt: skip
+    batches = session_batches(
+        nc, topology, session, from_seq, follow=follow, window=window, idle_timeout_s=idle_timeout_s
+    )
     try:
         async for batch in batches:
             yield batch

@@ -206,9 +206,12 @@ def lagged_frame(position: Position) -> bytes:
     """``event: lagged``, without an id (the client's last id stays the resume point)."""
     last_id, from_seq = position_ids(position)
     body = json_encoder.encode(
-        {"last_id": last_id, "from_seq": from_seq,
-         "reason": "the client fell behind the server's bound; reconnect to resume"}
-    )  # fmt: skip
+        {
+            "last_id": last_id,
+            "from_seq": from_seq,
+            "reason": "the client fell behind the server's bound; reconnect to resume",
+        }
+    )
     return b"event: lagged\ndata: %s\n\n" % body
 
 
@@ -230,6 +233,7 @@ async def produce(
     nc: Connection,
     topology: Topology,
     session: str,
+    *,
     start: Position,
     follow: bool,
     queue: ClientQueue,
@@ -245,8 +249,17 @@ async def produce(
     read_from, emit_from = (1, 0), start
     try:
         while True:
-            held = await _read_until_full(nc, topology, session, renderer, read_from,
-                                          emit_from, follow, queue, policy)  # fmt: skip
+            held = await _read_until_full(
+                nc,
+                topology,
+                session,
+                renderer=renderer,
+                read_from=read_from,
+                emit_from=emit_from,
+                follow=follow,
+                queue=queue,
+                policy=policy,
+            )
             if held is None:
                 queue.end()
                 return
@@ -265,6 +278,7 @@ async def _read_until_full(
     nc: Connection,
     topology: Topology,
     session: str,
+    *,
     renderer: SessionRenderer,
     read_from: Position,
     emit_from: Position,
@@ -273,8 +287,16 @@ async def _read_until_full(
     policy: SlowReaderPolicy,
 ) -> ReplayEvent | None:
     """Offer events until the queue refuses one (returned; the read is closed) or the end."""
-    events = rendered(nc, topology, session, renderer, read_from, emit_from, follow,
-                      window=policy.read_window)  # fmt: skip
+    events = rendered(
+        nc,
+        topology,
+        session,
+        renderer=renderer,
+        read_from=read_from,
+        emit_from=emit_from,
+        follow=follow,
+        window=policy.read_window,
+    )
     async with contextlib.aclosing(events):
         async for event in events:
             if not queue.offer(event):
@@ -286,6 +308,7 @@ async def stream(
     nc: Connection,
     topology: Topology,
     session: str,
+    *,
     start: Position,
     follow: bool,
     policy: SlowReaderPolicy,
@@ -295,7 +318,16 @@ async def stream(
     counts it in ``stats.clients``: the count must hold before the body starts, for the cap.)"""
     queue = ClientQueue(policy, start, stats)
     producer = asyncio.create_task(
-        produce(nc, topology, session, start, follow, queue, policy, stats)
+        produce(
+            nc,
+            topology,
+            session,
+            start=start,
+            follow=follow,
+            queue=queue,
+            policy=policy,
+            stats=stats,
+        )
     )
     try:
         yield b"retry: %d\n\n" % policy.retry_ms

@@ -211,8 +211,11 @@ def _compare_outcome(
         detail = _error_detail(stored.error, folded)
         return [Difference(turn, step, "error", detail)] if detail else []
     stored_text = _describe(stored.message if isinstance(stored, MessageEvent) else stored.error)
-    return [Difference(turn, step, "outcome", f"stored {stored_text}, retained fold to "
-                       f"{_describe(folded)}")]  # fmt: skip
+    return [
+        Difference(
+            turn, step, "outcome", f"stored {stored_text}, retained fold to {_describe(folded)}"
+        )
+    ]
 
 
 def _message_detail(stored: Message, folded: Message) -> str:

@@ -75,10 +75,19 @@ class ChunkFrame(
         session, turn, step, t0 = self.session, self.turn, self.step, self.time_ns
         provider, model, first = self.provider, self.model, self.ordinal
         out = [
-            ChunkEnvelope(session, turn, step, first + i, t0 + item.dt_ns, provider, model,
-                          item.chunk, ENVELOPE_VERSION)
+            ChunkEnvelope(
+                session,
+                turn,
+                step,
+                first + i,
+                t0 + item.dt_ns,
+                provider,
+                model,
+                item.chunk,
+                ENVELOPE_VERSION,
+            )
             for i, item in enumerate(self.chunks)
-        ]  # fmt: skip
+        ]
         if first == 0:  # the step's first chunk carries the request time and the owner
             out[0] = msgspec.structs.replace(
                 out[0],
@@ -134,6 +143,7 @@ FRAME_TAIL = b"]}"
 
 
 def frame_head(
+    *,
     session: str,
     turn: int,
     step: int,
@@ -141,7 +151,6 @@ def frame_head(
     time_ns: int,
     provider: str,
     model: str,
-    *,
     request_time_ns: int | None = None,
     key_name: str | msgspec.UnsetType = msgspec.UNSET,
     tenant: str | msgspec.UnsetType = msgspec.UNSET,
@@ -153,10 +162,18 @@ def frame_head(
     as it comes, so that the writer knows the frame's size before it adds the next.
     """
     frame = ChunkFrame(
-        session=session, turn=turn, step=step, ordinal=ordinal, time_ns=time_ns,
-        provider=provider, model=model, request_time_ns=request_time_ns, key_name=key_name,
-        tenant=tenant, chunks=_PLACEHOLDER,
-    )  # fmt: skip
+        session=session,
+        turn=turn,
+        step=step,
+        ordinal=ordinal,
+        time_ns=time_ns,
+        provider=provider,
+        model=model,
+        request_time_ns=request_time_ns,
+        key_name=key_name,
+        tenant=tenant,
+        chunks=_PLACEHOLDER,
+    )
     whole = _item_encoder.encode(frame)
     # ``chunks`` is the last field, after every string field (whose quotes are escaped), so
     # its key's last occurrence is the field itself.

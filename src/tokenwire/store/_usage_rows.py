@@ -91,10 +91,22 @@ def line_values(line: StepUsage) -> tuple[object, ...]:
     usage = line.usage
     counts = [getattr(usage, n) if usage is not None else None for n in TOKEN_FIELDS]
     return (
-        line.session, line.turn, line.step, line.provider, line.model, line.key_name,
-        line.tenant, line.day, line.time_ns, line.outcome_kind, int(usage is not None),
-        *counts, line.cost_pusd, line.cost_reason, line.price_version,
-    )  # fmt: skip
+        line.session,
+        line.turn,
+        line.step,
+        line.provider,
+        line.model,
+        line.key_name,
+        line.tenant,
+        line.day,
+        line.time_ns,
+        line.outcome_kind,
+        int(usage is not None),
+        *counts,
+        line.cost_pusd,
+        line.cost_reason,
+        line.price_version,
+    )
 
 
 def line_from_row(row: Sequence[object]) -> StepUsage:

@@ -74,8 +74,12 @@ class MemberBoard:
     async def beat(self, record: MemberRecord) -> bool:
         """Write this member's heartbeat (stored before it returns); False when it failed."""
         try:
-            await publish_acked(self._nc, self._subject(record.name), _encoder.encode(record),
-                                timeout_s=self._timeout_s)  # fmt: skip
+            await publish_acked(
+                self._nc,
+                self._subject(record.name),
+                _encoder.encode(record),
+                timeout_s=self._timeout_s,
+            )
         except BrokerError as exc:
             log.warning("heartbeat of %s failed: %s", record.name, exc)
             return False
@@ -85,8 +89,13 @@ class MemberBoard:
         """Leave now (a graceful stop), without waiting for the TTL: a KV delete marker
         replaces the heartbeat (readers skip it; it expires like one). No purge rights needed."""
         try:
-            await publish_acked(self._nc, self._subject(name), b"", headers={_OPERATION: "DEL"},
-                                timeout_s=self._timeout_s)  # fmt: skip
+            await publish_acked(
+                self._nc,
+                self._subject(name),
+                b"",
+                headers={_OPERATION: "DEL"},
+                timeout_s=self._timeout_s,
+            )
         except BrokerError as exc:
             log.warning("could not leave the membership: %s", exc)
 
@@ -116,8 +125,9 @@ class MemberBoard:
 
     async def _get(self, name: str) -> MemberRecord | None:
         try:
-            stored = await last_by_subject(self._nc, self._stream, self._subject(name),
-                                           self._timeout_s)  # fmt: skip
+            stored = await last_by_subject(
+                self._nc, self._stream, self._subject(name), self._timeout_s
+            )
         except BrokerError:
             return None
         if stored is None or stored.headers.get(_OPERATION):

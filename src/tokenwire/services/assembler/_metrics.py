@@ -44,9 +44,11 @@ class AssemblerMetrics:
             registry=r,
         )
         self.dead_lettered = Counter(
-            f"{_NS}_dead_lettered", "Messages sent to the dead-letter subject.", ["reason"],
+            f"{_NS}_dead_lettered",
+            "Messages sent to the dead-letter subject.",
+            ["reason"],
             registry=r,
-        )  # fmt: skip
+        )
         self.events_given_up = Counter(
             f"{_NS}_events_given_up",
             "Persisted events not stored within 60 s of tries, or unacknowledged at shutdown "
@@ -54,9 +56,10 @@ class AssemblerMetrics:
             registry=r,
         )
         self.events_pending = Gauge(
-            f"{_NS}_events_pending", "Persisted events published and not acknowledged yet.",
+            f"{_NS}_events_pending",
+            "Persisted events published and not acknowledged yet.",
             registry=r,
-        )  # fmt: skip
+        )
         self.store_failures = Counter(
             f"{_NS}_store_failures", "Store calls that failed, by error.", ["error"], registry=r
         )
@@ -67,21 +70,27 @@ class AssemblerMetrics:
             registry=r,
         )
         self.batch_steps = Histogram(
-            f"{_NS}_batch_steps", "Steps per commit transaction.",
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), registry=r,
-        )  # fmt: skip
+            f"{_NS}_batch_steps",
+            "Steps per commit transaction.",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+            registry=r,
+        )
         self.open_steps = Gauge(f"{_NS}_open_steps", "Steps waiting for chunks.", registry=r)
         self.pending_steps = Gauge(
             f"{_NS}_pending_steps", "Closed steps waiting for their commit.", registry=r
         )
         self.lag = Gauge(
-            f"{_NS}_lag_messages", "Messages not yet delivered, per partition (num_pending).",
-            ["partition"], registry=r,
-        )  # fmt: skip
+            f"{_NS}_lag_messages",
+            "Messages not yet delivered, per partition (num_pending).",
+            ["partition"],
+            registry=r,
+        )
         self.ack_pending = Gauge(
-            f"{_NS}_ack_pending_messages", "Delivered, unacknowledged messages per partition.",
-            ["partition"], registry=r,
-        )  # fmt: skip
+            f"{_NS}_ack_pending_messages",
+            "Delivered, unacknowledged messages per partition.",
+            ["partition"],
+            registry=r,
+        )
         self.owned_partitions = Gauge(
             f"{_NS}_owned_partitions", "Partitions this instance holds the pin of.", registry=r
         )

@@ -72,9 +72,11 @@ async def run(
 async def _connect(settings: AssemblerSettings, stop: asyncio.Event) -> Connection:
     try:
         return await connect(
-            list(settings.nats_urls), name=settings.name,
-            first_connect_s=settings.start_timeout_s, stop=stop,
-        )  # fmt: skip
+            list(settings.nats_urls),
+            name=settings.name,
+            first_connect_s=settings.start_timeout_s,
+            stop=stop,
+        )
     except BrokerError as exc:
         raise AssemblerStartError("broker", str(exc)) from exc
 

@@ -142,8 +142,10 @@ class Assembler:
     async def start(self) -> Assembler:
         """Start the commit, expiry and lag loops, then the partition consumers."""
         loops: list[Callable[[], Coroutine[Any, Any, None]]] = [
-            self.committer.run, self._expire_forever, self._poll_lag_forever
-        ]  # fmt: skip
+            self.committer.run,
+            self._expire_forever,
+            self._poll_lag_forever,
+        ]
         self._tasks = [asyncio.create_task(loop(), name=loop.__name__) for loop in loops]
         await self.partitions.start(offering=False)
         await self.rebalancer.beat()
@@ -362,8 +364,13 @@ class Assembler:
             try:
                 await attempt()
             except ReadBackError as exc:
-                log.warning("partition %d: read-back %d of %d failed: %s",
-                            partition, n, READ_BACK_ATTEMPTS, exc)  # fmt: skip
+                log.warning(
+                    "partition %d: read-back %d of %d failed: %s",
+                    partition,
+                    n,
+                    READ_BACK_ATTEMPTS,
+                    exc,
+                )
             else:
                 self.metrics.read_backs.labels(cause, "ok").inc()
                 return True
@@ -487,8 +494,10 @@ class Assembler:
             memo.pop(partition, None)
         log.info(
             "partition %d handed over (pin %s, %d open-step messages handed back)",
-            partition, released, len(open_tokens),
-        )  # fmt: skip
+            partition,
+            released,
+            len(open_tokens),
+        )
 
     async def _beat_forever(self) -> None:
         while not self._closing:
@@ -524,9 +533,14 @@ class Assembler:
                 continue  # a read-back copy: its redelivery is dead-lettered
             stream = _stream_of_message(t, cm.subject)
             copied = await dead_letter(
-                self._nc, self._dlq_subject, cm, stream=stream, reason=reason, detail=detail,
+                self._nc,
+                self._dlq_subject,
+                cm,
+                stream=stream,
+                reason=reason,
+                detail=detail,
                 terminate=terminate,
-            )  # fmt: skip
+            )
             if copied:
                 self.metrics.dead_lettered.labels(reason).inc()
 

@@ -57,11 +57,17 @@ class StepTraces:
             return
         parent, start_ns = held
         span = self._tracer.start_span(
-            SPAN_NAME, context=parent, kind=trace.SpanKind.INTERNAL, start_time=start_ns,
+            SPAN_NAME,
+            context=parent,
+            kind=trace.SpanKind.INTERNAL,
+            start_time=start_ns,
             attributes={
-                "tokenwire.session": key[0], "tokenwire.turn": key[1], "tokenwire.step": key[2],
-                "tokenwire.outcome": outcome, "tokenwire.seq_start": seq_start,
+                "tokenwire.session": key[0],
+                "tokenwire.turn": key[1],
+                "tokenwire.step": key[2],
+                "tokenwire.outcome": outcome,
+                "tokenwire.seq_start": seq_start,
                 "tokenwire.seq_end": seq_end,
             },
-        )  # fmt: skip
+        )
         span.end()

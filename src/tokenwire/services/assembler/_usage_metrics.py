@@ -38,17 +38,24 @@ class UsageMetrics:
     def __post_init__(self) -> None:
         r, labels = self.registry, ["provider", "model", "tenant"]
         self.tokens = Counter(
-            f"{_NS}_tokens", "Tokens of committed steps as reported by the provider (disjoint "
-            "counts: their sum is what was billed), by type.", [*labels, "type"], registry=r,
-        )  # fmt: skip
+            f"{_NS}_tokens",
+            "Tokens of committed steps as reported by the provider (disjoint "
+            "counts: their sum is what was billed), by type.",
+            [*labels, "type"],
+            registry=r,
+        )
         self.cost = Counter(
-            f"{_NS}_cost_usd", "Cost of committed steps priced by genai-prices, in USD.",
-            labels, registry=r,
-        )  # fmt: skip
+            f"{_NS}_cost_usd",
+            "Cost of committed steps priced by genai-prices, in USD.",
+            labels,
+            registry=r,
+        )
         self.unpriced = Counter(
-            f"{_NS}_unpriced_steps", "Committed steps without a cost (no or incomplete usage, "
-            "or no price for the model).", labels, registry=r,
-        )  # fmt: skip
+            f"{_NS}_unpriced_steps",
+            "Committed steps without a cost (no or incomplete usage, or no price for the model).",
+            labels,
+            registry=r,
+        )
 
     def count(self, line: StepUsage) -> None:
         """Count one inserted step's line."""

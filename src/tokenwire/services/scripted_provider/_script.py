@@ -46,9 +46,25 @@ INPUT_TOKENS_PER_MESSAGE = 10
 """Scripted prompt size: input tokens are this many per request message (at least one)."""
 
 _WORDS = (
-    "amber", "harbor", "lantern", "quartz", "naïve", "café", "orbit", "moss", "signal",
-    "tide", "ember", "🙂", "granite", "willow", "über", "cobalt", "meadow", "prism",
-)  # fmt: skip
+    "amber",
+    "harbor",
+    "lantern",
+    "quartz",
+    "naïve",
+    "café",
+    "orbit",
+    "moss",
+    "signal",
+    "tide",
+    "ember",
+    "🙂",
+    "granite",
+    "willow",
+    "über",
+    "cobalt",
+    "meadow",
+    "prism",
+)
 # Non-ASCII words on purpose: multi-byte UTF-8 must survive every split of the bytes.
 
 

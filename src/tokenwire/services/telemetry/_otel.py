@@ -42,9 +42,12 @@ class OtelSignals:
             attributes["gen_ai.response.time_to_first_chunk"] = signal.time_to_first_chunk_s
         parent = parent_context({"traceparent": signal.traceparent} if signal.traceparent else None)
         span = self._tracer.start_span(
-            STARTED_SPAN, context=parent, kind=trace.SpanKind.INTERNAL,
-            start_time=signal.request_time_ns or signal.first_chunk_time_ns, attributes=attributes,
-        )  # fmt: skip
+            STARTED_SPAN,
+            context=parent,
+            kind=trace.SpanKind.INTERNAL,
+            start_time=signal.request_time_ns or signal.first_chunk_time_ns,
+            attributes=attributes,
+        )
         span.add_event("gen_ai.first_chunk", timestamp=signal.first_chunk_time_ns)
         span.end(end_time=signal.first_chunk_time_ns)
 
@@ -59,9 +62,12 @@ class OtelSignals:
             "error.type": error_type,
         }
         span = self._tracer.start_span(
-            FAILED_SPAN, context=parent_context(headers), kind=trace.SpanKind.INTERNAL,
-            start_time=envelope.request_time_ns or envelope.time_ns, attributes=attributes,
-        )  # fmt: skip
+            FAILED_SPAN,
+            context=parent_context(headers),
+            kind=trace.SpanKind.INTERNAL,
+            start_time=envelope.request_time_ns or envelope.time_ns,
+            attributes=attributes,
+        )
         span.set_status(trace.Status(trace.StatusCode.ERROR))
         span.end(end_time=envelope.time_ns)
 

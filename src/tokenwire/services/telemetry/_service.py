@@ -126,8 +126,9 @@ class TelemetryConsumer:
         subject = self.topology.event_subject(session, "started")
         try:
             stream = self.topology.events_stream_of(session)
-            return await stored_with_msg_id(self.nc, stream, subject, msg_id,
-                                            timeout_s=self.publish_timeout_s)  # fmt: skip
+            return await stored_with_msg_id(
+                self.nc, stream, subject, msg_id, timeout_s=self.publish_timeout_s
+            )
         except BrokerError as exc:
             log.warning("telemetry redelivery check failed, will retry: %s", exc)
             raise Retry(RETRY_DELAY_S) from exc
@@ -147,9 +148,13 @@ class TelemetryConsumer:
         stream (default: the first)."""
         t = self.topology
         return PullConsumer(
-            self.nc, stream or t.chunk_streams[0], t.telemetry_consumer, self.handle,
-            settings=self.pull, dlq_subject=t.dlq_subject(t.telemetry_consumer),
-        )  # fmt: skip
+            self.nc,
+            stream or t.chunk_streams[0],
+            t.telemetry_consumer,
+            self.handle,
+            settings=self.pull,
+            dlq_subject=t.dlq_subject(t.telemetry_consumer),
+        )
 
     async def run(self, stop: asyncio.Event, burst: bool = False) -> None:
         """Consume every shard stream's ``telemetry`` consumer until ``stop`` is set (or, with
@@ -175,8 +180,9 @@ class TelemetryConsumer:
         when the broker did not answer for one of them."""
         t = self.topology
         try:
-            states = [await consumer_state(self.nc, s, t.telemetry_consumer)
-                      for s in t.chunk_streams]  # fmt: skip
+            states = [
+                await consumer_state(self.nc, s, t.telemetry_consumer) for s in t.chunk_streams
+            ]
         except BrokerError:
             return None
         return sum(s.num_pending for s in states), sum(s.num_ack_pending for s in states)

@@ -99,9 +99,12 @@ class StepClaim:
     """
 
     def __init__(
-        self, session: str, *, known: StepIdentity | None = None,
+        self,
+        session: str,
+        *,
+        known: StepIdentity | None = None,
         pending: PendingAssignment | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.session = session
         self._known = known
         self._pending = pending
@@ -175,9 +178,13 @@ async def _resumed(
 
 
 async def assign_next(
-    session: str, steps: StepAllocator, *, new_turn: bool, fingerprint: str = "",
+    session: str,
+    steps: StepAllocator,
+    *,
+    new_turn: bool,
+    fingerprint: str = "",
     fresh: bool = False,
-) -> StepClaim:  # fmt: skip
+) -> StepClaim:
     """Send the assignment of the session's next step (a new turn, or the next step of this
     one; ``fresh``: a conversation's first call, see ``StepAllocator``); the claim's
     :meth:`StepClaim.identity` gives it. :class:`BrokerUnavailableError` (503) when the
@@ -189,7 +196,7 @@ async def assign_next(
     return StepClaim(session, pending=pending)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class KeyedRequest:
     """An unnamed request carrying an ``Idempotency-Key``: the key's hash (scoped to the
     caller's credential), the request's fingerprint, how long a key maps to its step."""

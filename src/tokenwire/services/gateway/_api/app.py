@@ -214,9 +214,19 @@ class Gateway:
             output = self._output(codec, req, routed, reply)
             naming = _naming(reply, req.stream, routed.dialect == codec.dialect)
             run = self._step_run(
-                request, headers, routed, upstream, output, session, claim, received_ns,
-                call_start_ns, caller, naming if known is not None else None, coalesce,
-            )  # fmt: skip
+                request=request,
+                headers=headers,
+                route=routed,
+                upstream=upstream,
+                output=output,
+                session=session,
+                claim=claim,
+                received_ns=received_ns,
+                call_start_ns=call_start_ns,
+                caller=caller,
+                naming=naming if known is not None else None,
+                coalesce_ms=coalesce,
+            )
         except BaseException:
             upstream.cancel()
             claim.drop()
@@ -238,32 +248,60 @@ class Gateway:
         return scrubbed(stream_output(codec, req, same_dialect, reply), self._secrets)
 
     def _step_run(
-        self, request: Request, headers: Mapping[str, str], route: Route,
-        upstream: UpstreamCall, output: CallerOutput, session: str, claim: StepClaim,
-        received_ns: int, call_start_ns: int, caller: Caller,
-        naming: Callable[[HeadTap | None], StepNames] | None, coalesce: int,
-    ) -> StepRun:  # fmt: skip
+        self,
+        *,
+        request: Request,
+        headers: Mapping[str, str],
+        route: Route,
+        upstream: UpstreamCall,
+        output: CallerOutput,
+        session: str,
+        claim: StepClaim,
+        received_ns: int,
+        call_start_ns: int,
+        caller: Caller,
+        naming: Callable[[HeadTap | None], StepNames] | None,
+        coalesce_ms: int,
+    ) -> StepRun:
         """The planned step over its sent provider call, with its call span started (its
         trace headers go on the step's first chunk)."""
         settings = self.settings
         span, trace_headers = start_step_span(
-            headers, self._rng, self.calls.tracer, self.calls.recording,
-            f"chat {route.model}",
-            call_span_attributes(route, session) if self.calls.recording else {},
-            call_start_ns,
-        )  # fmt: skip
+            headers,
+            self._rng,
+            tracer=self.calls.tracer,
+            recording=self.calls.recording,
+            name=f"chat {route.model}",
+            attributes=call_span_attributes(route, session) if self.calls.recording else {},
+            start_ns=call_start_ns,
+        )
         observer = self.calls.observe(route, session, span, call_start_ns)
         plan = StepPlan(
-            session, claim, route, upstream, received_ns, trace_headers, self._secrets,
-            settings.continue_on_disconnect, caller=caller, naming=naming,
+            session=session,
+            claim=claim,
+            route=route,
+            call=upstream,
+            request_time_ns=received_ns,
+            trace_headers=trace_headers,
+            secrets=self._secrets,
+            continue_on_disconnect=settings.continue_on_disconnect,
+            caller=caller,
+            naming=naming,
             aliased=request.scope["path"] == "/v1/responses",  # GET /v1/responses/{id}
-            coalesce_s=coalesce / 1000,
-        )  # fmt: skip
+            coalesce_s=coalesce_ms / 1000,
+        )
         return StepRun(
-            plan, output, settings.caller_buffer_bytes, self.deps, self.metrics,
-            settings.ack_timeout_s, settings.step_bounds, call=observer, running=self._tasks,
+            plan=plan,
+            output=output,
+            caller_buffer_bytes=settings.caller_buffer_bytes,
+            deps=self.deps,
+            metrics=self.metrics,
+            ack_timeout_s=settings.ack_timeout_s,
+            bounds=settings.step_bounds,
+            call=observer,
+            running=self._tasks,
             framing=settings.framing,
-        )  # fmt: skip
+        )
 
     def authenticate(self, headers: Mapping[str, str]) -> Caller:
         """The caller whose gateway key the headers carry (:data:`ANONYMOUS` without keys);
@@ -292,9 +330,13 @@ class Gateway:
         return bytes(body)
 
     async def _claim(
-        self, wanted: RequestedIdentity, session: str, req: CallerRequest, fp: str,
+        self,
+        wanted: RequestedIdentity,
+        session: str,
+        req: CallerRequest,
+        fp: str,
         headers: Mapping[str, str],
-    ) -> StepClaim | ResumeTarget:  # fmt: skip
+    ) -> StepClaim | ResumeTarget:
         """The step's claim: an explicit triple is claimed now, so that a 409 never costs a
         provider call (the same request again resumes it); an unnamed request with an
         ``Idempotency-Key`` gets the key's step (resumed) or a new one mapped to the key
@@ -308,12 +350,14 @@ class Gateway:
         key = headers.get(IDEMPOTENCY_HEADER)
         if key is not None:
             keyed = KeyedRequest(
-                key_hash(_credential(headers), _checked_key(key)), fp,
-                self.settings.idempotency_ttl_s,
-            )  # fmt: skip
+                key_hash=key_hash(_credential(headers), _checked_key(key)),
+                fingerprint=fp,
+                ttl_s=self.settings.idempotency_ttl_s,
+            )
             return await assign_keyed(session, steps, keyed, new_turn=not req.ends_with_tool_result)
-        return await assign_next(session, steps, new_turn=not req.ends_with_tool_result,
-                                 fresh=req.opens_conversation)  # fmt: skip
+        return await assign_next(
+            session, steps, new_turn=not req.ends_with_tool_result, fresh=req.opens_conversation
+        )
 
     async def _resume(
         self, codec: CallerCodec[R], req: R, target: ResumeTarget, after: int | None = None
@@ -340,9 +384,10 @@ class Gateway:
             return self._error(codec, error, run.identity)
         reply = provider_reply(reply, run.output.provider_id, run.output.provider_model)
         return Response(
-            codec.message_body(result, reply), media_type="application/json",
+            codec.message_body(result, reply),
+            media_type="application/json",
             headers=run.identity.headers(),
-        )  # fmt: skip
+        )
 
     # -- responses ------------------------------------------------------------------------
 
@@ -450,8 +495,14 @@ async def _not_found(request: Request, exc: Exception) -> Response:
         kind = "not_found_error" if status == 404 else "invalid_request_error"
         body: dict[str, object] = {"type": "error", "error": {"type": kind, "message": message}}
     else:
-        body = {"error": {"message": message, "type": "invalid_request_error", "param": None,
-                          "code": None}}  # fmt: skip
+        body = {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": None,
+                "code": None,
+            }
+        }
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -467,10 +518,16 @@ def _require_key(gw: Gateway, route: BaseRoute) -> BaseRoute:
             request.state.caller = gw.authenticate(request.headers)
         except AuthenticationError as exc:
             return JSONResponse(
-                {"error": {"message": str(exc), "type": "authentication_error", "param": None,
-                           "code": "invalid_api_key"}},
+                {
+                    "error": {
+                        "message": str(exc),
+                        "type": "authentication_error",
+                        "param": None,
+                        "code": "invalid_api_key",
+                    }
+                },
                 status_code=401,
-            )  # fmt: skip
+            )
         response: Response = await endpoint(request)
         return response
 

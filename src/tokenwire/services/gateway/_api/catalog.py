@@ -114,10 +114,14 @@ class ModelCatalog:
         providers: list[dict[str, Any]] = []
         for source, entry in zip(self._sources, listed, strict=True):
             data += [
-                {"id": f"{source.provider}/{i}", "object": "model", "created": 0,
-                 "owned_by": source.provider}
+                {
+                    "id": f"{source.provider}/{i}",
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": source.provider,
+                }
                 for i in entry.ids
-            ]  # fmt: skip
+            ]
             report: dict[str, Any] = {"name": source.provider, "listed": entry.error is None}
             if entry.error is not None:
                 report["error"] = entry.error

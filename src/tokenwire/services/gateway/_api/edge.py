@@ -50,8 +50,11 @@ def header_map(scope: Scope) -> dict[str, str]:
     }
 
 
-_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large",
-            503: b"Service Unavailable"}  # fmt: skip
+_REASONS = {
+    408: b"Request Timeout",
+    431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
+}
 _ANTHROPIC_TYPES = {408: "timeout_error", 431: "request_too_large", 503: "overloaded_error"}
 
 
@@ -77,8 +80,10 @@ def edge_error(status: int, path: str, message: str) -> bytes:
         body = openai_error_body(message, kind, param=None, code=None)
     retry = b"retry-after: 1\r\n" if status == 503 else b""
     head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n" % (
-        status, _REASONS[status], len(body),
-    )  # fmt: skip
+        status,
+        _REASONS[status],
+        len(body),
+    )
     return head + retry + b"connection: close\r\n\r\n" + body
 
 

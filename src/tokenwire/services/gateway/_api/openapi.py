@@ -90,8 +90,13 @@ _SESSION = {
 
 
 def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": False, "description": description,
-            "schema": schema}  # fmt: skip
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": schema,
+    }
 
 
 _PAGE = [
@@ -118,12 +123,16 @@ _EVENTS = [
     _query("follow", "false: end once caught up (default true)", {"type": "boolean"}),
 ]
 _USAGE = [
-    _query("by", "model (default), provider, key, tenant, session or day",
-           {"type": "string", "enum": ["model", "provider", "key", "tenant", "session", "day"]}),
-    _query("since", "first UTC day counted: YYYY-MM-DD, or Nd (the last N days)",
-           {"type": "string"}),
+    _query(
+        "by",
+        "model (default), provider, key, tenant, session or day",
+        {"type": "string", "enum": ["model", "provider", "key", "tenant", "session", "day"]},
+    ),
+    _query(
+        "since", "first UTC day counted: YYYY-MM-DD, or Nd (the last N days)", {"type": "string"}
+    ),
     _query("tenant", "only this tenant's steps ('' for those without one)", {"type": "string"}),
-]  # fmt: skip
+]
 
 
 def _get(

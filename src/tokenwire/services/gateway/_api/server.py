@@ -123,10 +123,15 @@ async def broker_deps(
         return not nc.is_closed
 
     deps = GatewayDeps(
-        upstream=upstream, sink=publisher, steps=steps, ready=ready, live=live,
-        otel=otel or no_otel(), owners=SessionOwners(nc, topology),
+        upstream=upstream,
+        sink=publisher,
+        steps=steps,
+        ready=ready,
+        live=live,
+        otel=otel or no_otel(),
+        owners=SessionOwners(nc, topology),
         history=BrokerStepSource(nc, topology),
-    )  # fmt: skip
+    )
     return BrokerDeps(deps, publisher, steps, upstream)
 
 
@@ -158,10 +163,13 @@ class GatewayServer:
         self.app = create_app(settings, deps)
         self._sock = _listen(settings.host, settings.port)
         config = uvicorn.Config(
-            self.app, log_level="warning", lifespan="on", access_log=False,
+            self.app,
+            log_level="warning",
+            lifespan="on",
+            access_log=False,
             **_edge_options(settings),
             timeout_graceful_shutdown=int(settings.ack_timeout_s),
-        )  # fmt: skip
+        )
         self._server = uvicorn.Server(config)
         self._task: asyncio.Task[None] | None = None
 
@@ -230,18 +238,23 @@ async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> N
             nc, topology, otel=otel, step_retry=(settings.step_retries, settings.step_retry_s)
         )
         readers = SseStats()
-        routes = events_router(lambda: nc, topology, lambda: store, stats=readers,
-                               max_readers=settings.max_readers).routes  # fmt: skip
+        routes = events_router(
+            lambda: nc, topology, lambda: store, stats=readers, max_readers=settings.max_readers
+        ).routes
         real.deps = dataclasses.replace(real.deps, extra_routes=routes, store=lambda: store)
         try:
             app = create_app(settings, real.deps)
             app.state.gateway.metrics.watch_readers(readers)
             config = uvicorn.Config(
-                app, host=settings.host, port=settings.port,
-                log_level="info", lifespan="on", access_log=False,
-            **_edge_options(settings),
+                app,
+                host=settings.host,
+                port=settings.port,
+                log_level="info",
+                lifespan="on",
+                access_log=False,
+                **_edge_options(settings),
                 timeout_graceful_shutdown=int(settings.ack_timeout_s),
-            )  # fmt: skip
+            )
             await _serve(uvicorn.Server(config), stop)
         finally:
             await real.aclose()

@@ -138,9 +138,11 @@ class GatewaySettings:
     def step_bounds(self) -> StepBounds:
         """The bounds every step runs under."""
         return StepBounds(
-            self.max_step_bytes, self.max_step_chunks, self.max_step_seconds,
-            self.max_step_idle_seconds,
-        )  # fmt: skip
+            max_bytes=self.max_step_bytes,
+            max_chunks=self.max_step_chunks,
+            max_seconds=self.max_step_seconds,
+            max_idle_seconds=self.max_step_idle_seconds,
+        )
 
     def secrets(self) -> tuple[str, ...]:
         """Every credential value, to scrub from anything the gateway reports."""

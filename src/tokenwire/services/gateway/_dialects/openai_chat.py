@@ -425,9 +425,14 @@ class OpenAIStreamEncoder:
     """Encodes one step's chunks as ``chat.completion.chunk`` server-sent events."""
 
     def __init__(
-        self, *, completion_id: str, model: str, created: int, include_usage: bool,
+        self,
+        *,
+        completion_id: str,
+        model: str,
+        created: int,
+        include_usage: bool,
         system_fingerprint: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._base: dict[str, Any] = {
             "id": completion_id,
             "object": "chat.completion.chunk",
@@ -563,9 +568,12 @@ class OpenAIChat:
 
     def encoder(self, req: OpenAIChatRequest, reply: Reply) -> OpenAIStreamEncoder:
         return OpenAIStreamEncoder(
-            completion_id=reply.response_id, model=reply.model, created=reply.created,
-            include_usage=req.include_usage, system_fingerprint=reply.system_fingerprint,
-        )  # fmt: skip
+            completion_id=reply.response_id,
+            model=reply.model,
+            created=reply.created,
+            include_usage=req.include_usage,
+            system_fingerprint=reply.system_fingerprint,
+        )
 
     def forwarder(self, req: OpenAIChatRequest) -> OpenAIChatForwarder:
         return OpenAIChatForwarder(strip_usage=not req.include_usage)

@@ -438,12 +438,21 @@ def _item_object(
         return {"id": item_id, "type": "reasoning", "summary": summary}
     if kind == "tool-call":
         return {
-            "id": item_id, "type": "function_call", "status": status, "arguments": text,
-            "call_id": call_id, "name": name,
-        }  # fmt: skip
+            "id": item_id,
+            "type": "function_call",
+            "status": status,
+            "arguments": text,
+            "call_id": call_id,
+            "name": name,
+        }
     part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
-    return {"id": item_id, "type": "message", "status": status, "role": "assistant",
-            "content": [part]}  # fmt: skip
+    return {
+        "id": item_id,
+        "type": "message",
+        "status": status,
+        "role": "assistant",
+        "content": [part],
+    }
 
 
 class ResponsesStreamEncoder:
@@ -451,10 +460,19 @@ class ResponsesStreamEncoder:
 
     def __init__(self, *, response_id: str, model: str, created: int) -> None:
         self._response = {
-            "id": response_id, "object": "response", "created_at": created, "model": model,
-            "status": "in_progress", "error": None, "incomplete_details": None, "output": [],
-            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "usage": None,
-        }  # fmt: skip
+            "id": response_id,
+            "object": "response",
+            "created_at": created,
+            "model": model,
+            "status": "in_progress",
+            "error": None,
+            "incomplete_details": None,
+            "output": [],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": None,
+        }
         self._seq = 0
         self._items: dict[int, _Item] = {}
         self._order: list[_Item] = []
@@ -660,11 +678,19 @@ def responses_object(message: Message, *, response_id: str, model: str, created:
             case _:
                 assert_never(block)
     body: dict[str, Any] = {
-        "id": response_id, "object": "response", "created_at": created, "model": model,
-        "status": status, "error": None, "output": output, "parallel_tool_calls": True,
-        "tool_choice": "auto", "tools": [], "usage": responses_usage(message.usage),
+        "id": response_id,
+        "object": "response",
+        "created_at": created,
+        "model": model,
+        "status": status,
+        "error": None,
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": responses_usage(message.usage),
         "incomplete_details": None,
-    }  # fmt: skip
+    }
     if incomplete:
         reason = "max_output_tokens" if message.finish_reason == "max-tokens" else "content_filter"
         body["incomplete_details"] = {"reason": reason}

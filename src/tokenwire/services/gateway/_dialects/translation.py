@@ -512,45 +512,95 @@ _INSIDE: dict[CallerDialect, tuple[_Inside, ...]] = {
     Dialect.OPENAI_CHAT: (
         # reasoning from the history is not sent: Gemini and Responses need their own, and
         # Anthropic only signed reasoning (docs/gateway.md, "Translated")
-        _Inside("messages", _field("messages"), frozenset(
-            {"role", "content", "tool_calls", "tool_call_id", "reasoning_content",
-             *_ANSWER_METADATA})),
-        _Inside("messages.content", _parts("messages", frozenset({"text", "image_url"})),
-                frozenset({"type", "text", "image_url"})),
-        _Inside("messages.content.image_url", _chat_images, frozenset({"url"}),
-                (("detail", "auto"),)),
+        _Inside(
+            "messages",
+            _field("messages"),
+            frozenset(
+                {
+                    "role",
+                    "content",
+                    "tool_calls",
+                    "tool_call_id",
+                    "reasoning_content",
+                    *_ANSWER_METADATA,
+                }
+            ),
+        ),
+        _Inside(
+            "messages.content",
+            _parts("messages", frozenset({"text", "image_url"})),
+            frozenset({"type", "text", "image_url"}),
+        ),
+        _Inside(
+            "messages.content.image_url", _chat_images, frozenset({"url"}), (("detail", "auto"),)
+        ),
         _Inside("tools", _field("tools"), frozenset({"type", "function"})),
-        _Inside("tools.function", _sub("tools", "function"),
-                frozenset({"name", "description", "parameters"})),
-        _Inside("response_format.json_schema", _json_schema,
-                frozenset({"name", "schema", "strict"})),
+        _Inside(
+            "tools.function",
+            _sub("tools", "function"),
+            frozenset({"name", "description", "parameters"}),
+        ),
+        _Inside(
+            "response_format.json_schema", _json_schema, frozenset({"name", "schema", "strict"})
+        ),
     ),
     Dialect.ANTHROPIC_MESSAGES: (
-        _Inside("messages.content", _parts("messages", frozenset(
-            {"text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking"})),
-            frozenset({"type", "text", "source", "id", "name", "input", "tool_use_id",
-                       "content", "thinking", "signature", "data", "cache_control",
-                       *_ANSWER_METADATA})),
-        _Inside("system", _field("system"),
-                frozenset({"type", "text", "cache_control", *_ANSWER_METADATA})),
-        _Inside("tools", _client_tools,
-                frozenset({"type", "name", "description", "input_schema", "cache_control"})),
-        _Inside("tool_choice", _field("tool_choice"),
-                frozenset({"type", "name", "disable_parallel_tool_use"})),
+        _Inside(
+            "messages.content",
+            _parts(
+                "messages",
+                frozenset(
+                    {"text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking"}
+                ),
+            ),
+            frozenset(
+                {
+                    "type",
+                    "text",
+                    "source",
+                    "id",
+                    "name",
+                    "input",
+                    "tool_use_id",
+                    "content",
+                    "thinking",
+                    "signature",
+                    "data",
+                    "cache_control",
+                    *_ANSWER_METADATA,
+                }
+            ),
+        ),
+        _Inside(
+            "system",
+            _field("system"),
+            frozenset({"type", "text", "cache_control", *_ANSWER_METADATA}),
+        ),
+        _Inside(
+            "tools",
+            _client_tools,
+            frozenset({"type", "name", "description", "input_schema", "cache_control"}),
+        ),
+        _Inside(
+            "tool_choice",
+            _field("tool_choice"),
+            frozenset({"type", "name", "disable_parallel_tool_use"}),
+        ),
         _Inside("thinking", _field("thinking"), frozenset({"type", "budget_tokens"})),
     ),
     Dialect.OPENAI_RESPONSES: (
-        _Inside("input.content", _parts("input", frozenset(
-            {"input_text", "output_text", "input_image", "refusal"})),
+        _Inside(
+            "input.content",
+            _parts("input", frozenset({"input_text", "output_text", "input_image", "refusal"})),
             frozenset({"type", "text", "image_url", "refusal", *_ANSWER_METADATA}),
-            (("detail", "auto"),)),
-        _Inside("tools", _function_tools,
-                frozenset({"type", "name", "description", "parameters"})),
+            (("detail", "auto"),),
+        ),
+        _Inside("tools", _function_tools, frozenset({"type", "name", "description", "parameters"})),
         _Inside("reasoning", _field("reasoning"), frozenset({"effort"})),
         _Inside("text", _field("text"), frozenset({"format"})),
         _Inside("text.format", _format, frozenset({"type", "name", "schema", "strict"})),
     ),
-}  # fmt: skip
+}
 """Per caller dialect, the objects its module reads key by key (what the others mean is in
 the table, or refused)."""
 

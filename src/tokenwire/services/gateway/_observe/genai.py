@@ -68,19 +68,23 @@ class GenAICalls:
         meter = otel.meter_provider.get_meter("tokenwire.gateway", schema_url=schema)
         seconds = list(conventions.LATENCY_BUCKETS_S)
         self.duration = meter.create_histogram(
-            conventions.DURATION, unit="s", description="GenAI client inference duration.",
+            conventions.DURATION,
+            unit="s",
+            description="GenAI client inference duration.",
             explicit_bucket_boundaries_advisory=seconds,
-        )  # fmt: skip
+        )
         self.ttfc = meter.create_histogram(
-            conventions.TIME_TO_FIRST_CHUNK, unit="s",
+            conventions.TIME_TO_FIRST_CHUNK,
+            unit="s",
             description="Time to receive the first chunk of a successful streaming call.",
             explicit_bucket_boundaries_advisory=seconds,
-        )  # fmt: skip
+        )
         self.chunk_gap = meter.create_histogram(
-            conventions.TIME_PER_OUTPUT_CHUNK, unit="s",
+            conventions.TIME_PER_OUTPUT_CHUNK,
+            unit="s",
             description="Mean time per output chunk after the first, one sample per call.",
             explicit_bucket_boundaries_advisory=list(conventions.CHUNK_GAP_BUCKETS_S),
-        )  # fmt: skip
+        )
         self.usage = UsageTotals()
         for name, desc in (
             (conventions.USAGE_INPUT, "Input tokens, including cached ones."),
@@ -108,13 +112,15 @@ class _LegacyInstruments:
             conventions.LEGACY_DURATION, unit="s", explicit_bucket_boundaries_advisory=seconds
         )
         self.ttfc = meter.create_histogram(
-            conventions.LEGACY_TIME_TO_FIRST_CHUNK, unit="s",
+            conventions.LEGACY_TIME_TO_FIRST_CHUNK,
+            unit="s",
             explicit_bucket_boundaries_advisory=seconds,
-        )  # fmt: skip
+        )
         self.tokens = meter.create_histogram(
-            conventions.LEGACY_TOKEN_USAGE, unit="{token}",
+            conventions.LEGACY_TOKEN_USAGE,
+            unit="{token}",
             explicit_bucket_boundaries_advisory=list(conventions.TOKEN_BUCKETS),
-        )  # fmt: skip
+        )
 
 
 @dataclass

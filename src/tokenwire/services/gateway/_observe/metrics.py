@@ -23,18 +23,23 @@ class GatewayMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
-            "tokenwire_gateway_requests", "HTTP requests by route and status.",
-            ["route", "status"], registry=r,
-        )  # fmt: skip
+            "tokenwire_gateway_requests",
+            "HTTP requests by route and status.",
+            ["route", "status"],
+            registry=r,
+        )
         self.chunks = Counter(
-            "tokenwire_gateway_chunks_published", "Chunks handed to the broker publisher.",
-            ["provider"], registry=r,
-        )  # fmt: skip
+            "tokenwire_gateway_chunks_published",
+            "Chunks handed to the broker publisher.",
+            ["provider"],
+            registry=r,
+        )
         self.ack_latency = Histogram(
             "tokenwire_gateway_publish_ack_seconds",
             "From a step's last publish until every chunk of it was acknowledged.",
-            buckets=_LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.steps = Counter(
             "tokenwire_gateway_steps", "Steps by finish reason.", ["finish_reason"], registry=r
         )
@@ -44,36 +49,48 @@ class GatewayMetrics:
         self.ttfc = Histogram(
             "tokenwire_gateway_time_to_first_chunk_seconds",
             "Successful calls: from receiving the request to the first chunk (docs/telemetry.md).",
-            ["provider", "model"], buckets=LATENCY_BUCKETS_S, registry=r,
-        )  # fmt: skip
+            ["provider", "model"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
         self.calls = Counter(
-            "tokenwire_gateway_calls", "Model calls by outcome (ok, error, aborted).",
-            ["provider", "model", "outcome"], registry=r,
-        )  # fmt: skip
+            "tokenwire_gateway_calls",
+            "Model calls by outcome (ok, error, aborted).",
+            ["provider", "model", "outcome"],
+            registry=r,
+        )
         self.call_errors = Counter(
-            "tokenwire_gateway_call_errors", "Failed model calls by error.type.",
-            ["provider", "model", "error_type"], registry=r,
-        )  # fmt: skip
+            "tokenwire_gateway_call_errors",
+            "Failed model calls by error.type.",
+            ["provider", "model", "error_type"],
+            registry=r,
+        )
         self.call_duration = Histogram(
             "tokenwire_gateway_call_duration_seconds",
             "From the provider request to the step's last chunk acknowledged.",
-            ["provider", "model", "outcome"], buckets=LATENCY_BUCKETS_S, registry=r,
-        )  # fmt: skip
+            ["provider", "model", "outcome"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
         self.chunk_gap = Histogram(
             "tokenwire_gateway_time_per_output_chunk_seconds",
             "Successful calls: mean time between chunks after the first, one sample per call.",
-            ["provider", "model"], buckets=CHUNK_GAP_BUCKETS_S, registry=r,
-        )  # fmt: skip
+            ["provider", "model"],
+            buckets=CHUNK_GAP_BUCKETS_S,
+            registry=r,
+        )
         self.tokens = Counter(
             "tokenwire_gateway_tokens",
             "Tokens reported by providers, by disjoint type (input, output, cache_read, "
             "cache_write, reasoning).",
-            ["provider", "model", "type"], registry=r,
-        )  # fmt: skip
+            ["provider", "model", "type"],
+            registry=r,
+        )
         window = Gauge(
             "tokenwire_gateway_publisher_window_in_use",
-            "Chunks published and not yet acknowledged.", registry=r,
-        )  # fmt: skip
+            "Chunks published and not yet acknowledged.",
+            registry=r,
+        )
         window.set_function(window_in_use)
         self._readers = _ReaderCollector(SseStats())  # zeros until watch_readers()
         r.register(self._readers)

@@ -23,6 +23,7 @@ _propagator = TraceContextTextMapPropagator()
 def start_step_span(
     headers: Mapping[str, str],
     rng: random.Random,
+    *,
     tracer: trace.Tracer,
     recording: bool,
     name: str,
@@ -41,9 +42,12 @@ def start_step_span(
         return trace.NonRecordingSpan(context), {"traceparent": traceparent}
     parent = _propagator.extract(carrier=headers)  # read by key, not copied
     span = tracer.start_span(
-        name, context=parent, kind=trace.SpanKind.CLIENT,
-        attributes=attributes if recording else None, start_time=start_ns,
-    )  # fmt: skip
+        name,
+        context=parent,
+        kind=trace.SpanKind.CLIENT,
+        attributes=attributes if recording else None,
+        start_time=start_ns,
+    )
     if not span.get_span_context().is_valid:
         span = trace.NonRecordingSpan(_fresh_context(rng))
     carrier: dict[str, str] = {}

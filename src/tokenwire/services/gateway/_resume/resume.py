@@ -88,9 +88,12 @@ class Resumer:
     """Answers resumed steps of one gateway (see the module)."""
 
     def __init__(
-        self, source: StepSource, bounds: ResumeBounds, max_resumers: int,
+        self,
+        source: StepSource,
+        bounds: ResumeBounds,
+        max_resumers: int,
         clock_ns: Callable[[], int],
-    ) -> None:  # fmt: skip
+    ) -> None:
         """``clock_ns``: wall clock compared with the claim's broker time (a step's age)."""
         self._source = source
         self._bounds = bounds
@@ -110,8 +113,9 @@ class Resumer:
         if self._active[triple] >= self._max:
             raise TooManyResumersError(
                 f"step {ident.session}/{ident.turn}/{ident.step} already has {self._max} "
-                "resumers on this gateway; retry later", limit=self._max,
-            )  # fmt: skip
+                "resumers on this gateway; retry later",
+                limit=self._max,
+            )
         self._active[triple] += 1
         release = _once(lambda: self._release(triple))
         try:
@@ -120,7 +124,16 @@ class Resumer:
             reply = _reply(codec, target, first[0], req.model)
             if not req.stream:
                 return await _folded(codec, chunks, first, reply, ident)
-            return self._streamed(codec, req, chunks, first, reply, ident, release, after)
+            return self._streamed(
+                codec,
+                req,
+                chunks=chunks,
+                first=first,
+                reply=reply,
+                ident=ident,
+                release=release,
+                after=after,
+            )
         except BaseException:
             release()
             raise
@@ -137,15 +150,24 @@ class Resumer:
         ident, since = target.identity, target.record.time_ns
         age_s = (self._clock_ns() - since) / 1e9 if since else 0.0
         return self._source.chunks(
-            (ident.session, ident.turn, ident.step), since, idle_s=self._bounds.idle_s,
+            (ident.session, ident.turn, ident.step),
+            since,
+            idle_s=self._bounds.idle_s,
             ended=age_s > self._bounds.ended_after_s,
-        )  # fmt: skip
+        )
 
     def _streamed(
-        self, codec: CallerCodec[R], req: R, chunks: AsyncGenerator[list[ChunkEnvelope], None],
-        first: list[ChunkEnvelope], reply: Reply, ident: StepIdentity, release: Callable[[], None],
+        self,
+        codec: CallerCodec[R],
+        req: R,
+        *,
+        chunks: AsyncGenerator[list[ChunkEnvelope], None],
+        first: list[ChunkEnvelope],
+        reply: Reply,
+        ident: StepIdentity,
+        release: Callable[[], None],
         after: int | None = None,
-    ) -> Response:  # fmt: skip
+    ) -> Response:
         head = first[0].chunk
         if isinstance(head, Finish) and head.error is not None:  # failed before it started
             release()
@@ -244,9 +266,12 @@ def _rendered(output: EncodingOutput, batch: list[ChunkEnvelope]) -> bytes:
 
 
 async def _pump(
-    output: EncodingOutput, chunks: AsyncGenerator[list[ChunkEnvelope], None], outbox: Outbox,
-    opening: bytes, release: Callable[[], None],
-) -> None:  # fmt: skip
+    output: EncodingOutput,
+    chunks: AsyncGenerator[list[ChunkEnvelope], None],
+    outbox: Outbox,
+    opening: bytes,
+    release: Callable[[], None],
+) -> None:
     """Feed the resumer's outbox: the opening, then each batch as the broker gives it; a
     source failure after the start ends the stream with the dialect's error."""
     try:
@@ -263,9 +288,12 @@ async def _pump(
 
 
 async def _folded(
-    codec: CallerCodec[R], chunks: AsyncGenerator[list[ChunkEnvelope], None],
-    first: list[ChunkEnvelope], reply: Reply, ident: StepIdentity,
-) -> Response:  # fmt: skip
+    codec: CallerCodec[R],
+    chunks: AsyncGenerator[list[ChunkEnvelope], None],
+    first: list[ChunkEnvelope],
+    reply: Reply,
+    ident: StepIdentity,
+) -> Response:
     """A non-streaming resumer's answer: the step folded (waiting for its end)."""
     fold = StepFold()
     try:

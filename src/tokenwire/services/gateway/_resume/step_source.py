@@ -138,8 +138,7 @@ class BrokerStepSource:
                 return False, end
             if _names(stored.data, turn, step):
                 return True, stored.seq
-            stored = await next_stored(self._nc, stream, subject,
-                                       after_seq=stored.seq)  # fmt: skip
+            stored = await next_stored(self._nc, stream, subject, after_seq=stored.seq)
         return False, end
 
 

@@ -26,7 +26,7 @@ from tokenwire.services.gateway._errors import UnknownModelError
 SCRIPTED = "scripted"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Route:
     """Where one request goes. ``headers`` hold the credential: never log or echo them."""
 
@@ -69,9 +69,15 @@ def resolve(value: str, caller: CallerDialect, env: Mapping[str, str]) -> Route:
         raise UnknownModelError(message, model=value) from exc
     headers = dict(spec.auth_headers(spec.api_key(env))) | dict(spec.headers)
     return Route(
-        provider, model, spec.dialect, url, spec.normaliser, headers,
-        spec.caller_headers, spec.legacy_max_tokens,
-    )  # fmt: skip
+        provider=provider,
+        model=model,
+        dialect=spec.dialect,
+        url=url,
+        normaliser=spec.normaliser,
+        headers=headers,
+        caller_headers=spec.caller_headers,
+        legacy_max_tokens=spec.legacy_max_tokens,
+    )
 
 
 def _scripted(model: str, caller: CallerDialect, env: Mapping[str, str]) -> Route:
@@ -84,7 +90,14 @@ def _scripted(model: str, caller: CallerDialect, env: Mapping[str, str]) -> Rout
     dialect, path = _scripted_dialect(caller)
     every = _SCRIPTED_CALLER_HEADERS
     normaliser = _scripted_normaliser(dialect, model)
-    return Route(SCRIPTED, model, dialect, base + path, normaliser, caller_headers=every)
+    return Route(
+        provider=SCRIPTED,
+        model=model,
+        dialect=dialect,
+        url=base + path,
+        normaliser=normaliser,
+        caller_headers=every,
+    )
 
 
 _SCRIPTED_CALLER_HEADERS = (

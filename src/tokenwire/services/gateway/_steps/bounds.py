@@ -48,7 +48,7 @@ open without sending a chunk (keep-alive bytes only) is ended by the gateway, wi
 told, before the assembler would record the step ``abandoned``."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepBounds:
     """``max_bytes`` of content, ``max_chunks`` published chunks, ``max_seconds`` from the
     request, ``max_idle_seconds`` without a chunk; see the module docstring. The fold's block

@@ -108,7 +108,7 @@ _COUNT_EVERY = 64
 when the step ends): taking the counter's lock per chunk cost ~1% of the gateway's CPU."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepPlan:
     """Everything a step needs, decided once its request passed every check.
 
@@ -154,6 +154,7 @@ class StepRun:
 
     def __init__(
         self,
+        *,
         plan: StepPlan,
         output: CallerOutput,
         caller_buffer_bytes: int,
@@ -550,11 +551,17 @@ class StepRun:
             headers["Nats-Msg-Id"] = msg_id(ident.session, ident.turn, ident.step, ordinal)
             owner = plan.caller if first else None
             body = frame_head(
-                ident.session, ident.turn, ident.step, ordinal, time_ns, route.provider,
-                route.model, request_time_ns=plan.request_time_ns if first else None,
+                session=ident.session,
+                turn=ident.turn,
+                step=ident.step,
+                ordinal=ordinal,
+                time_ns=time_ns,
+                provider=route.provider,
+                model=route.model,
+                request_time_ns=plan.request_time_ns if first else None,
                 key_name=_or_unset(owner.name if owner else None),
                 tenant=_or_unset(owner.tenant if owner else None),
-            )  # fmt: skip
+            )
             return body, self._deps.sink.max_payload - header_size(headers)
 
         self._framer = Framer(self._framing.linger_ms / 1000, head, self._send_frame)
@@ -563,9 +570,12 @@ class StepRun:
     async def _send_frame(self, payload: bytes, ordinal: int) -> None:
         try:
             await self._deps.sink.publish(
-                payload, *self._key, ordinal,
-                first=ordinal == 0, headers=self.plan.trace_headers if ordinal == 0 else None,
-            )  # fmt: skip
+                payload,
+                *self._key,
+                ordinal,
+                first=ordinal == 0,
+                headers=self.plan.trace_headers if ordinal == 0 else None,
+            )
         except BrokerError as exc:  # PayloadTooLarge included: the framer counted every byte
             raise BrokerUnavailableError(f"the broker did not accept the step: {exc}") from exc
 
@@ -575,25 +585,41 @@ class StepRun:
         if ordinal == 0:
             caller = self.plan.caller
             envelope = ChunkEnvelope(
-                session=ident.session, turn=ident.turn, step=ident.step, ordinal=0,
-                time_ns=self._last_ns, provider=route.provider, model=route.model,
-                chunk=chunk, request_time_ns=self.plan.request_time_ns,
-                key_name=_or_unset(caller.name), tenant=_or_unset(caller.tenant),
-            )  # fmt: skip
+                session=ident.session,
+                turn=ident.turn,
+                step=ident.step,
+                ordinal=0,
+                time_ns=self._last_ns,
+                provider=route.provider,
+                model=route.model,
+                chunk=chunk,
+                request_time_ns=self.plan.request_time_ns,
+                key_name=_or_unset(caller.name),
+                tenant=_or_unset(caller.tenant),
+            )
         else:
             envelope = ChunkEnvelope(
-                session=ident.session, turn=ident.turn, step=ident.step, ordinal=ordinal,
-                time_ns=self._last_ns, provider=route.provider, model=route.model, chunk=chunk,
-            )  # fmt: skip
+                session=ident.session,
+                turn=ident.turn,
+                step=ident.step,
+                ordinal=ordinal,
+                time_ns=self._last_ns,
+                provider=route.provider,
+                model=route.model,
+                chunk=chunk,
+            )
         return json_encoder.encode(envelope)
 
     async def _publish_encoded(self, envelope_bytes: bytes) -> None:
         ordinal = self._ordinal
         try:
             await self._deps.sink.publish(
-                envelope_bytes, *self._key, ordinal,
-                first=ordinal == 0, headers=self.plan.trace_headers if ordinal == 0 else None,
-            )  # fmt: skip
+                envelope_bytes,
+                *self._key,
+                ordinal,
+                first=ordinal == 0,
+                headers=self.plan.trace_headers if ordinal == 0 else None,
+            )
         except PayloadTooLarge:
             raise
         except BrokerError as exc:
