@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -23,7 +24,6 @@ LIBRARIES = {
     "store",
     "ledger",
     "config",
-    "telemetry_names",
     "scrub",
     "variables",
 }
@@ -182,11 +182,24 @@ def test_the_room_checker_catches_an_arrow_up() -> None:
     assert _room_violations(app, {step, f"{GATEWAY}._errors", f"{GATEWAY}._dialects"}) == []
 
 
+def _targets(path: Path, known: set[str]) -> set[str]:
+    """The tokenwire modules ``path`` imports: ``from pkg import sub`` imports ``pkg.sub`` when
+    that is a module (its package's ``__init__`` runs first for every import, not an arrow)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            subs = {f"{node.module}.{a.name}" for a in node.names} & known
+            out |= subs or ({node.module} & known)
+    return out
+
+
 def _graph(prefix: str) -> dict[str, set[str]]:
     """Module -> the modules it imports, among the modules whose name starts with ``prefix``."""
     known = {m for m, _ in _modules()}
     return {
-        m: {name for name in _imports(p) if name in known and name.startswith(prefix)} - {m}
+        m: {name for name in _targets(p, known) if name.startswith(prefix)} - {m}
         for m, p in _modules()
         if m.startswith(prefix)
     }
@@ -212,8 +225,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_the_gateway_has_no_import_circles() -> None:
-    assert _cycles(_graph(GATEWAY)) == []
+def test_no_module_imports_itself_through_others() -> None:
+    """No import circles anywhere in tokenwire (type-only imports count too)."""
+    assert _cycles(_graph("tokenwire.")) == []
 
 
 def test_the_circle_finder_finds_a_circle() -> None:
@@ -241,3 +255,34 @@ def test_public_surface_is_listed_once(package: str) -> None:
     if any(part.startswith("_") for part in package.split(".")):
         public = {n for n in public if getattr(vars(mod)[n], "__module__", "").startswith(package)}
     assert public - listed == set(), f"public names missing from {package}.__all__"
+
+
+MAX_MODULE_LINES = 800
+"""Past this a module becomes a package of private files (PRINCIPLES.md, 1)."""
+
+
+def test_no_module_passes_800_lines() -> None:
+    lines = {m: len(p.read_text().splitlines()) for m, p in _modules()}
+    assert {m: n for m, n in lines.items() if n > MAX_MODULE_LINES} == {}
+
+
+def _layout_table() -> dict[str, set[str]]:
+    """docs/architecture.md's package table: package -> the tokenwire packages it may import."""
+    text = (SRC.parents[1] / "docs" / "architecture.md").read_text()
+    table = text.split("## Package layout", 1)[1].split("\n\n", 2)[1]
+    out: dict[str, set[str]] = {}
+    for row in table.splitlines()[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        name = cells[0].strip("`").removeprefix("tokenwire.")
+        out[name] = {w for w in re.split(r"[\s,]+", cells[2]) if w in ALLOWED}
+    return out
+
+
+def test_the_docs_package_table_is_the_layering() -> None:
+    """docs/architecture.md names every package, and what each may import is what the test
+    allows: the table is the code's, not a drawing of it."""
+    table = _layout_table()
+    tops = {p.stem for p in SRC.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
+    tops -= {"__init__", "__main__"}
+    assert tops - {"services"} <= set(table)
+    assert {name: table[name] for name in ALLOWED} == ALLOWED

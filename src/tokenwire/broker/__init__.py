@@ -15,17 +15,16 @@ from __future__ import annotations
 from tokenwire.broker._api import Connection, connect
 from tokenwire.broker._batches import READ_IDLE_TIMEOUT_S, READ_MAX_BATCH, RawChunk, session_batches
 from tokenwire.broker._bounded import ReadWindow
+from tokenwire.broker._consumed import ConsumedMessage, ack_fields
 from tokenwire.broker._consumer import (
     PIN_HEADER,
     BatchHandler,
-    ConsumedMessage,
     ConsumerStats,
     Handler,
     PullConsumer,
     PullSettings,
     Reject,
     Retry,
-    ack_fields,
     ack_many,
     nak_many,
     unpin,

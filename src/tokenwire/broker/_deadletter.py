@@ -16,16 +16,13 @@ If the copy is not acknowledged, the message is left unsettled: the server redel
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
+from tokenwire.broker._consumed import ConsumedMessage
 from tokenwire.broker._errors import BrokerError
 from tokenwire.broker._translate import translated
-
-if TYPE_CHECKING:  # the consumer module dead-letters through this one
-    from tokenwire.broker._consumer import ConsumedMessage
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""What every command shares: settings, the broker URL, the topology, running until a signal."""
+"""What every command shares: settings, the broker URL and the store, the topology, the
+session argument, JSON lines, running until a signal. The one home of the CLI's helpers."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Coroutine
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import click
 
-from tokenwire.broker import Topology, free_port, topology_from
+from tokenwire.broker import Connection, Topology, connect, free_port, topology_from, valid_session
 from tokenwire.cli._errors import Interrupted, UnreachableError, UsageError
-from tokenwire.config import Settings, load, without_userinfo
+from tokenwire.config import Settings, connect_timeout, load, without_userinfo
+from tokenwire.schemas import json_encoder
 from tokenwire.scrub import install_log_scrubbing
 from tokenwire.store import Store, StoreUnavailable, open_store
 
@@ -30,9 +34,9 @@ def settings(ctx: click.Context) -> Settings:
     return value
 
 
-def topology(s: Settings) -> Topology:
-    """The broker topology these settings describe."""
-    return topology_from(s)
+def topology(s: Settings | None = None) -> Topology:
+    """The broker topology these settings describe (default: the environment's)."""
+    return topology_from(load() if s is None else s)
 
 
 def port_or_free(host: str, port: int) -> int:
@@ -177,3 +181,56 @@ def run_command(work: Callable[[], Coroutine[Any, Any, None]]) -> None:
         await unless_stopped(work(), stop)
 
     run_until_signal(main, log_level=logging.WARNING)
+
+
+def resolve_nats_url(flag: str | None = None) -> str:
+    """The flag, else the environment, else the data dir's record; UsageError if none."""
+    if flag:
+        return flag
+    settings = load()
+    url = settings.nats_url or settings.recorded_nats_url()
+    if url is None:
+        raise UsageError(
+            "no NATS server: pass --nats-url or set TOKENWIRE_NATS_URL (or run "
+            f"`tokenwire up` with data directory {settings.data_dir} first)"
+        )
+    return url
+
+
+def resolve_store_url(flag: str | None = None) -> str:
+    """The flag, else ``TOKENWIRE_STORE``, else the data directory's SQLite file."""
+    return flag or load().store_url
+
+
+def checked_session(session: str) -> str:
+    if not valid_session(session):
+        raise UsageError(
+            f"invalid session id {session[:140]!r}: letters, digits, '-', '_' (1 to 128)"
+        )
+    return session
+
+
+@asynccontextmanager
+async def nats_client(url: str) -> AsyncIterator[Connection]:
+    nc = await connect(url, name="tokenwire-cli")
+    try:
+        yield nc
+    finally:
+        await nc.close()
+
+
+@asynccontextmanager
+async def opened_store(url: str) -> AsyncIterator[Store]:
+    """The store at ``url``, answering within ``TOKENWIRE_CONNECT_TIMEOUT_S``, closed after."""
+    store = await ready_store(url, connect_timeout())
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def write_json(event: object, *, flush: bool = False) -> None:
+    out = sys.stdout.buffer
+    out.write(json_encoder.encode(event) + b"\n")
+    if flush:
+        out.flush()

@@ -6,15 +6,15 @@ from typing import assert_never
 
 import click
 
-from tokenwire.cli._common import run_command
-from tokenwire.cli._errors import NotFoundError
-from tokenwire.cli._flags import variable_flags
-from tokenwire.cli._replay import (
+from tokenwire.cli._common import (
     checked_session,
     opened_store,
     resolve_store_url,
+    run_command,
     write_json,
 )
+from tokenwire.cli._errors import NotFoundError
+from tokenwire.cli._flags import variable_flags
 from tokenwire.schemas import (
     ErrorEvent,
     ImageBlock,

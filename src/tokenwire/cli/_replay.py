@@ -1,24 +1,25 @@
-"""``tokenwire replay``: a session as the user saw it, from the broker's retained stream.
-
-Also the pieces the other read-side commands (``tail``, ``messages``, ``status``) share:
-where the NATS server and the store are, and the topology.
-"""
+"""``tokenwire replay``: a session as the user saw it, from the broker's retained stream."""
 
 from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from typing import Any, TypeVar
 
 import click
 
-from tokenwire.broker import Connection, Topology, connect, topology_from, valid_session
-from tokenwire.cli._common import ready_store, run_command
+from tokenwire.broker import Connection, Topology
+from tokenwire.cli._common import (
+    checked_session,
+    nats_client,
+    opened_store,
+    resolve_nats_url,
+    resolve_store_url,
+    run_command,
+    topology,
+    write_json,
+)
 from tokenwire.cli._errors import CheckFailedError, NotFoundError, UsageError
 from tokenwire.cli._flags import variable_flags
-from tokenwire.config import connect_timeout, load
 from tokenwire.replay import (
     EventPrinter,
     ReplayEvent,
@@ -27,68 +28,6 @@ from tokenwire.replay import (
     read_session,
     verify_report,
 )
-from tokenwire.schemas import json_encoder
-from tokenwire.store import Store
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def resolve_nats_url(flag: str | None = None) -> str:
-    """The flag, else the environment, else the data dir's record; UsageError if none."""
-    if flag:
-        return flag
-    settings = load()
-    url = settings.nats_url or settings.recorded_nats_url()
-    if url is None:
-        raise UsageError(
-            "no NATS server: pass --nats-url or set TOKENWIRE_NATS_URL (or run "
-            f"`tokenwire up` with data directory {settings.data_dir} first)"
-        )
-    return url
-
-
-def resolve_store_url(flag: str | None = None) -> str:
-    """The flag, else ``TOKENWIRE_STORE``, else the data directory's SQLite file."""
-    return flag or load().store_url
-
-
-def topology() -> Topology:
-    """The topology the services use (``TOKENWIRE_PARTITIONS``, ``TOKENWIRE_SHARDS``, ...)."""
-    return topology_from(load())
-
-
-def checked_session(session: str) -> str:
-    if not valid_session(session):
-        raise UsageError(
-            f"invalid session id {session[:140]!r}: letters, digits, '-', '_' (1 to 128)"
-        )
-    return session
-
-
-@asynccontextmanager
-async def nats_client(url: str) -> AsyncIterator[Connection]:
-    nc = await connect(url, name="tokenwire-cli")
-    try:
-        yield nc
-    finally:
-        await nc.close()
-
-
-@asynccontextmanager
-async def opened_store(url: str) -> AsyncIterator[Store]:
-    """The store at ``url``, answering within ``TOKENWIRE_CONNECT_TIMEOUT_S``, closed after."""
-    store = await ready_store(url, connect_timeout())
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-def write_json(event: object, *, flush: bool = False) -> None:
-    out = sys.stdout.buffer
-    out.write(json_encoder.encode(event) + b"\n")
-    if flush:
-        out.flush()
 
 
 @click.command()

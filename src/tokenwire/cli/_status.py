@@ -22,16 +22,16 @@ from tokenwire.broker import (
     retired_layouts,
     server_info,
 )
-from tokenwire.cli._common import run_command
-from tokenwire.cli._errors import UnreachableError
-from tokenwire.cli._flags import variable_flags
-from tokenwire.cli._replay import (
+from tokenwire.cli._common import (
     nats_client,
     opened_store,
     resolve_nats_url,
     resolve_store_url,
+    run_command,
     topology,
 )
+from tokenwire.cli._errors import UnreachableError
+from tokenwire.cli._flags import variable_flags
 from tokenwire.cli._retention import format_replay, shard_retention, total_retention
 from tokenwire.cli._shares import member_shares, name_owners
 from tokenwire.store import StoreError, redact

@@ -7,15 +7,15 @@ import sys
 
 import click
 
-from tokenwire.cli._common import run_command
-from tokenwire.cli._flags import variable_flags
-from tokenwire.cli._replay import (
+from tokenwire.cli._common import (
     checked_session,
     nats_client,
     resolve_nats_url,
+    run_command,
     topology,
     write_json,
 )
+from tokenwire.cli._flags import variable_flags
 from tokenwire.config import without_userinfo
 from tokenwire.replay import EventPrinter, read_session
 

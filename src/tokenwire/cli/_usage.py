@@ -13,10 +13,9 @@ from typing import Any
 import click
 import msgspec
 
-from tokenwire.cli._common import run_command
+from tokenwire.cli._common import checked_session, opened_store, resolve_store_url, run_command
 from tokenwire.cli._errors import NotFoundError, UsageError
 from tokenwire.cli._flags import variable_flags
-from tokenwire.cli._replay import checked_session, opened_store, resolve_store_url
 from tokenwire.ledger import (
     TOKEN_FIELDS,
     USAGE_BY,

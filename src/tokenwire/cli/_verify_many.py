@@ -14,10 +14,15 @@ from dataclasses import dataclass, field
 import click
 import msgspec
 
-from tokenwire.cli._common import run_until_signal, unless_stopped
+from tokenwire.cli._common import (
+    nats_client,
+    opened_store,
+    run_until_signal,
+    topology,
+    unless_stopped,
+)
 from tokenwire.cli._errors import CheckFailedError, NotFoundError
 from tokenwire.cli._progress import SessionProgress
-from tokenwire.cli._replay import nats_client, opened_store, topology
 from tokenwire.replay import Difference, SessionNotFound, verify_report
 
 

@@ -10,18 +10,35 @@ test fails when any other module names a variable as a string.
 
 The CLI turns each row into a flag of every command it names (``tokenwire.cli._flags``), and
 docs/configuration.md carries :func:`reference_markdown` between its ``settings`` markers (a
-test fails when they differ). Run ``python -m tokenwire.variables`` to print the table.
+test fails when they differ). Run ``python -m tokenwire.variables`` to print the table;
+the parsers are in ``_parse.py``.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+import typing
 
-T = TypeVar("T")
+from tokenwire.variables._parse import (
+    COMPRESSIONS,
+    MAX_COALESCE_MS,
+    MAX_LINGER_MS,
+    MAX_REGISTRY_SHARDS,
+    ConfigError,
+    choice,
+    integer,
+    key_list,
+    names,
+    nats_urls,
+    optional_addr,
+    optional_flag,
+    parse_addr,
+    parse_bytes,
+    parse_flag,
+    parse_int,
+    parse_seconds,
+    text,
+)
+from tokenwire.variables._variable import Variable
 
 BROKER_COMMANDS = (
     "replay",
@@ -38,188 +55,6 @@ READ_COMMANDS = ("replay", "tail", "messages", "status", "rebuild", "usage")
 STACK_COMMANDS = ("demo", "up")
 PROVISIONING = ("gateway", "assembler", "telemetry", "provision", "reshard", *STACK_COMMANDS)
 """The commands that create or update streams (and so apply the retention and placement)."""
-
-COMPRESSIONS = ("s2", "none")
-MAX_REGISTRY_SHARDS = 64
-"""The most step-registry buckets (``TOKENWIRE_REGISTRY_SHARDS``): 64 buckets at half a core
-each carry ~2.4M registry writes/s (docs/capacity.md), far past any fleet measured here."""
-MAX_LINGER_MS = 1000
-"""The largest frame linger accepted: a frame is at most this late on the broker (tail,
-viewer, assembler), and a gateway that dies loses at most this much of a step it was
-streaming."""
-MAX_COALESCE_MS = 1000
-"""The longest coalescing wait (``TOKENWIRE_GATEWAY_COALESCE_MS``, a request's
-``x-tokenwire-coalesce-ms``): at most a second between reads, well inside a step's idle
-bound."""
-
-
-class ConfigError(ValueError):
-    """A setting is malformed. ``name`` is the variable or flag, ``value`` what was given."""
-
-    def __init__(self, name: str, value: str, why: str) -> None:
-        super().__init__(f"{name}={value!r}: {why}")
-        self.name = name
-        self.value = value
-        self.why = why
-
-
-# -- parsers: (variable name, text) -> value, or ConfigError naming the variable --------------
-
-_BYTE_UNITS = {
-    "": 1,
-    "B": 1,
-    "KIB": 1024,
-    "MIB": 1024**2,
-    "GIB": 1024**3,
-    "TIB": 1024**4,
-    "KB": 1000,
-    "MB": 1000**2,
-    "GB": 1000**3,
-    "TB": 1000**4,
-}
-_BYTES = re.compile(r"\s*(\d+)\s*([A-Za-z]*)\s*")
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
-
-
-def parse_int(name: str, value: str, low: int, high: int | None = None) -> int:
-    """An integer within ``[low, high]``."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise ConfigError(name, value, "expected an integer") from None
-    if number < low or (high is not None and number > high):
-        raise ConfigError(name, value, f"expected {low}..{high if high is not None else ''}")
-    return number
-
-
-def integer(low: int, high: int | None = None) -> Callable[[str, str], int]:
-    """The parser of an integer within ``[low, high]``."""
-
-    def parse(name: str, value: str) -> int:
-        return parse_int(name, value, low, high)
-
-    return parse
-
-
-def parse_seconds(name: str, value: str) -> float:
-    """A positive, finite number of seconds."""
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ConfigError(name, value, "expected seconds") from None
-    if not 0 < seconds < math.inf:
-        raise ConfigError(name, value, "expected a positive number of seconds")
-    return seconds
-
-
-def parse_bytes(name: str, value: str) -> int:
-    """A positive byte count: ``4294967296``, ``4GiB``, ``512MiB``, ``10GB`` (binary and
-    decimal units, case-insensitive)."""
-    match = _BYTES.fullmatch(value)
-    unit = _BYTE_UNITS.get(match.group(2).upper()) if match else None
-    if match is None or unit is None or int(match.group(1)) <= 0:
-        raise ConfigError(name, value, "expected a positive size such as 4GiB or 512MiB")
-    return int(match.group(1)) * unit
-
-
-def parse_flag(name: str, value: str) -> bool:
-    """``1/true/yes/on`` or ``0/false/no/off`` (case-insensitive)."""
-    lowered = value.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise ConfigError(name, value, "expected true or false (1 or 0)")
-
-
-def optional_flag(name: str, value: str) -> bool | None:
-    """A flag, or None when empty (the row says what that means)."""
-    return parse_flag(name, value) if value.strip() else None
-
-
-def choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
-    """The parser of one of ``choices`` (case-insensitive)."""
-
-    def parse(name: str, value: str) -> str:
-        lowered = value.strip().lower()
-        if lowered not in choices:
-            raise ConfigError(name, value, f"expected one of {', '.join(choices)}")
-        return lowered
-
-    return parse
-
-
-def parse_addr(name: str, value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6)."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host:
-        raise ConfigError(name, value, "expected HOST:PORT")
-    return host.strip("[]"), parse_int(name, port, 0, 65535)
-
-
-def optional_addr(name: str, value: str) -> tuple[str, int] | None:
-    """``HOST:PORT``, or None for ``off`` (``none`` and empty too)."""
-    return None if value.strip().lower() in ("off", "none", "") else parse_addr(name, value)
-
-
-def nats_urls(name: str, value: str) -> tuple[str, ...]:
-    """Comma-separated NATS URLs; each ``nats://``, ``tls://``, ``ws://`` or ``wss://``."""
-    urls = tuple(u.strip() for u in value.split(",") if u.strip())
-    for url in urls:
-        if not url.startswith(("nats://", "tls://", "ws://", "wss://")):
-            raise ConfigError(name, url, "expected nats://HOST:PORT")
-    return urls
-
-
-def names(name: str, value: str) -> tuple[str, ...]:
-    """Comma-separated names, each stripped; empty ones dropped."""
-    return tuple(n.strip() for n in value.split(",") if n.strip())
-
-
-def key_list(name: str, value: str) -> frozenset[str]:
-    """Comma-separated keys, each stripped; empty ones dropped."""
-    return frozenset(names(name, value))
-
-
-def text(name: str, value: str) -> str:
-    """The text as given."""
-    return value
-
-
-# -- the rows ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class Variable(Generic[T]):
-    """One setting. ``parse`` turns its text into its value; ``default`` is its text when
-    unset (empty: absent, ``shown`` says what that means where it is not plain); ``flag`` is
-    the option name without ``--``; ``switch``: a flag without a value that sets the variable
-    to ``1``; ``secret``: its value is never shown."""
-
-    env: str
-    flag: str
-    parse: Callable[[str, str], T]
-    default: str
-    meaning: str
-    commands: tuple[str, ...]
-    shown: str = ""
-    switch: bool = False
-    secret: bool = False
-
-    def read(self, env: Mapping[str, str]) -> T:
-        """The value in ``env``, else the default; :class:`ConfigError` for a malformed one."""
-        return self.parse(self.env, env.get(self.env, self.default))
-
-    @property
-    def value(self) -> T:
-        """The default's value."""
-        return self.parse(self.env, self.default)
-
-    @property
-    def shown_default(self) -> str:
-        """The default as the reference table shows it."""
-        return self.shown or (f"`{self.default}`" if self.default else "absent")
 
 
 NATS_URL: Variable[tuple[str, ...]] = Variable(
@@ -726,7 +561,7 @@ TELEMETRY_METRICS_ADDR: Variable[tuple[str, int]] = Variable(
     commands=("telemetry",),
 )
 
-VARIABLES: tuple[Variable[Any], ...] = (
+VARIABLES: tuple[Variable[typing.Any], ...] = (
     NATS_URL,
     STORE,
     DATA_DIR,
@@ -785,7 +620,7 @@ VARIABLES: tuple[Variable[Any], ...] = (
 (``<PROVIDER>_API_KEY``) are a family documented with the providers, not flags."""
 
 
-def for_command(command: str) -> tuple[Variable[Any], ...]:
+def for_command(command: str) -> tuple[Variable[typing.Any], ...]:
     """The rows ``command`` takes as flags, in table order."""
     return tuple(v for v in VARIABLES if command in v.commands)
 
@@ -803,5 +638,83 @@ def reference_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":
-    print(reference_markdown(), end="")
+__all__ = [
+    "ASSEMBLER_ABANDON_TIMEOUT_S",
+    "ASSEMBLER_ACK_WAIT_S",
+    "ASSEMBLER_BATCH_MS",
+    "ASSEMBLER_BATCH_STEPS",
+    "ASSEMBLER_BURST",
+    "ASSEMBLER_GAP_TIMEOUT_S",
+    "ASSEMBLER_HEARTBEAT_S",
+    "ASSEMBLER_MAX_OPEN_STEPS",
+    "ASSEMBLER_MEMBER",
+    "ASSEMBLER_MEMBER_TTL_S",
+    "ASSEMBLER_METRICS_ADDR",
+    "ASSEMBLER_PRIORITY_TIMEOUT_S",
+    "ASSEMBLER_PROVISION",
+    "ASSEMBLER_TUNE_GC",
+    "BROKER_COMMANDS",
+    "COMPRESSION",
+    "COMPRESSIONS",
+    "CONNECT_TIMEOUT_S",
+    "DATA_DIR",
+    "FRAMES",
+    "FRAME_LINGER_MS",
+    "GATEWAY_ADDR",
+    "GATEWAY_BODY_TIMEOUT_S",
+    "GATEWAY_COALESCE_MS",
+    "GATEWAY_CONTINUE_ON_DISCONNECT",
+    "GATEWAY_DROP_PARAMS",
+    "GATEWAY_HEADER_TIMEOUT_S",
+    "GATEWAY_IDEMPOTENCY_TTL_S",
+    "GATEWAY_KEYS",
+    "GATEWAY_KEYS_FILE",
+    "GATEWAY_MAX_BODY_BYTES",
+    "GATEWAY_MAX_CONNECTIONS",
+    "GATEWAY_MAX_HEADERS",
+    "GATEWAY_MAX_HEADER_BYTES",
+    "GATEWAY_MAX_READERS",
+    "GATEWAY_MAX_REQUESTS",
+    "GATEWAY_MAX_RESUMERS",
+    "GATEWAY_MAX_STEP_BYTES",
+    "GATEWAY_MAX_STEP_CHUNKS",
+    "GATEWAY_MAX_STEP_IDLE_SECONDS",
+    "GATEWAY_MAX_STEP_SECONDS",
+    "GATEWAY_STEP_RETRIES",
+    "GATEWAY_STEP_RETRY_S",
+    "MAX_COALESCE_MS",
+    "MAX_LINGER_MS",
+    "MAX_REGISTRY_SHARDS",
+    "NATS_URL",
+    "PARTITIONS",
+    "PROVISION",
+    "PROVISIONING",
+    "READ_COMMANDS",
+    "REGISTRY_SHARDS",
+    "REPLICAS",
+    "RETENTION_AGE_S",
+    "RETENTION_BYTES",
+    "SHARDS",
+    "SHARD_TAGS",
+    "STACK_COMMANDS",
+    "STORE",
+    "TELEMETRY_METRICS_ADDR",
+    "VARIABLES",
+    "ConfigError",
+    "Variable",
+    "choice",
+    "for_command",
+    "integer",
+    "key_list",
+    "names",
+    "nats_urls",
+    "optional_addr",
+    "optional_flag",
+    "parse_addr",
+    "parse_bytes",
+    "parse_flag",
+    "parse_int",
+    "parse_seconds",
+    "reference_markdown",
+    "text",
+]
