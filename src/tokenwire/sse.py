@@ -1,17 +1,11 @@
 """Server-sent events: an incremental byte-level parser (owned by the adapters work).
 
 ``SseParser.feed(data)`` accepts any split of the bytes on the network (inside a UTF-8
-character, inside ``\\r\\n``, inside ``data:``) and returns the events completed so far.
-It follows the WHATWG event-stream rules: LF, CR and CRLF line endings, ``:`` comment lines,
-several ``data:`` lines joined with ``\\n``, ``event:`` and ``id:`` fields, one optional space
-after the colon, a UTF-8 BOM at the start, and an event dispatched only at a blank line (an
-incomplete event at the end of the body is discarded, as the spec says).
-
-Why hand-written rather than httpx-sse: ``bench/bench_parse.py`` measures both on recorded
-provider bodies. This parser splits on blank-line boundaries with ``bytes.find`` and decodes
-UTF-8 once per event instead of once per line: about 2x httpx-sse's events/s, and the whole
-parse + normalise + fold pipeline on httpx-sse falls below the naive ``json.loads`` loop that
-is its performance floor (about 290k vs 350k chunks/s; 450k with this parser).
+character, inside ``\\r\\n``, inside ``data:``) and returns the events completed so far,
+following the WHATWG event-stream rules (LF, CR and CRLF line endings, comments, several
+``data:`` lines joined, ``event:`` and ``id:``, a BOM at the start, an incomplete last event
+discarded). Hand-written rather than httpx-sse because it is measurably faster on recorded
+provider bodies: docs/providers.md, "Why a hand-written SSE parser".
 
 Exception tree::
 

@@ -1,26 +1,15 @@
 """``BoundedRead``: an ordered read of one subject that holds at most a window in flight.
 
-Every session read (replay, tail, verify, rebuild, the events endpoint) goes through it. It
-replaces nats-py's ordered *push* consumer, whose deliveries nats-py queues for as long as
-the server's flow control lets them come: a reader that stopped taking them held about
-127,000 messages (52 MB) of a 400,000-chunk session in that queue (docs/replay.md).
-
-Here the consumer is an ephemeral *pull* consumer (``ack_policy: none``, memory storage,
-created by name, ``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>``: the form least
-privilege allows, ADR 0015), and messages come only as answers to our own
-``$JS.API.CONSUMER.MSG.NEXT`` requests. The bound (:class:`ReadWindow`): messages requested
-from the server and not yet handed to the caller never exceed ``window.messages``, nor, by
-the pulls' ``max_bytes``, ``window.bytes`` (one message more when a single message is larger
-than the window: it is then fetched alone). Pulls are sent only from :meth:`BoundedRead.take`,
-so a caller that stops taking stops pulling, and the server holds nothing for it: its consumer
-is deleted by the server after ``inactive_s`` without a pull, and recreated from the next
-sequence when the caller comes back.
-
-Order and completeness, as nats-py's ordered consumer keeps them: each delivery's consumer
-sequence must be the previous one plus one, else (a gap: a lost delivery, a consumer the
-server deleted or moved) the read recreates its consumer from the stream sequence after the
-last one it handed out; so does a pull that hears nothing, not even its idle heartbeat, for
-``3 * heartbeat_s``. Deliveries of a replaced consumer are dropped by name.
+Every session read (replay, tail, verify, rebuild, the events endpoint) goes through it,
+instead of nats-py's ordered push consumer, whose queue grows for as long as the server lets
+deliveries come (docs/replay.md, "Performance"). Here an ephemeral pull consumer (created by
+name, the form least privilege allows, ADR 0015) answers only our own pulls: messages
+requested and not yet handed out never exceed :class:`ReadWindow`'s messages or bytes, pulls
+go only from :meth:`BoundedRead.take`, and a reader that stops taking stops pulling (the
+server deletes its consumer after ``inactive_s``; it is recreated on return). A gap in the
+consumer sequence, or a pull that hears nothing for ``3 * heartbeat_s``, recreates the
+consumer after the last message handed out, as nats-py's ordered consumer does.
+docs/broker.md, "Reading a session".
 """
 
 from __future__ import annotations

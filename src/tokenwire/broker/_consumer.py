@@ -1,48 +1,13 @@
 """Callback-driven pull consumers, with JetStream priority groups (``pinned_client``).
 
-nats-py's ``fetch()`` is the slow consume path (~20k msg/s) and it has no priority-group
-support, so this is the narrow fast path: one wildcard inbox subscription per consumer, every
-pull request (``$JS.API.CONSUMER.MSG.NEXT``) gets its own reply subject under it, so
-deliveries and status messages (100 heartbeat, 404/408 end of a pull, 409, 423 pin mismatch)
-are accounted per pull (status messages arrive on the pull's reply subject; deliveries are
-charged to the oldest open pull, the order the server serves them), like nats.go's
-``Consume()``.
-
-Flow control: messages requested but not yet handled never exceed ``batch``; a top-up is sent
-when they fall to half. One worker task per consumer calls the handler in delivery order, one
-message at a time (``handler``) or with every message delivered since the last call
-(``batch_handler``), so a partition is never processed concurrently with itself. With
-``PullSettings.concurrent`` the handler is called for every message delivered since the last
-call at once, side by side (for work whose order does not matter, such as the telemetry
-consumer's: each call's wait on the broker overlaps the others', and their writes share the
-flusher's socket writes); each message is still settled by its own call's outcome.
-
-Acks: by default a message is acked when its handler returns; with ``auto_ack=False`` the
-consumer never acks and the owner settles messages itself (the assembler acks after its store
-commit). Settling writes into the connection's buffer, no round trip; :func:`ack_many` settles
-a whole list as ``PUB`` frames appended in one piece (``_frames.py``), not a ``publish`` each.
-
-Deliveries reach the consumer raw where nats-py allows it (``_replies.tap``): the header block
-stays bytes until a handler reads :attr:`ConsumedMessage.headers`, and only the status and
-``Nats-Pin-Id`` are looked up in it here (the same outcomes as nats-py's ``Msg`` path, which
-is used otherwise).
-
-Pinning (ADR-42): a grouped consumer that holds no pin keeps one pull without ``id``
-outstanding (a standby, polling every ``standby_expires_s``, for one message). When the server
-pins it, which it does only when it delivers a message, that message carries ``Nats-Pin-Id``
-and later pulls (full batches from then on) repeat that id. The server
-unpins a client that sends no new pull request for the consumer's ``priority_timeout`` (however
-long its open pulls last), so a pinned client sends one at least every ``pin_renew_s``, even
-with its buffer full. A 423 means the server moved the pin to another client: drop the id and
-go back to standby.
-
-Hand-over (elastic shares, ADR 0016): an owner may stop offering itself as a standby
-(``offering = False``: no standby pull while unpinned), :meth:`PullConsumer.pause` its pulls on
-a partition it holds, and :meth:`PullConsumer.release` the pin (``$JS.API.CONSUMER.UNPIN``):
-what it had buffered is naked, and a late delivery under the released pin is naked on arrival,
-so the next pinned client gets it. A standby pull sent while offering can still win a pin after
-``offering`` was set False (a pull cannot be cancelled): that pin is declined the same way,
-naked and released at once (ADR 0026).
+nats-py's ``fetch()`` is slow and has no priority groups, so this is the narrow fast path:
+one wildcard inbox subscription per consumer, each pull (``$JS.API.CONSUMER.MSG.NEXT``) on
+its own reply subject under it, deliveries and status messages accounted per pull, like
+nats.go's ``Consume()``. Requested-but-unhandled messages never exceed ``batch``; one worker
+per consumer calls the handler in delivery order (or, ``concurrent``, side by side); messages
+are settled by the handler's outcome or, with ``auto_ack=False``, by their owner
+(:func:`ack_many`). Pinning, renewal, hand-over and declined pins: docs/broker.md,
+"Consumers and partition ownership"; ADR 0002, 0016 and 0026.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """Chunk publishes written as HPUB frames straight into nats-py's outgoing buffer.
 
-The one place tokenwire reaches below nats-py's public API (ADR 0008). ``Client.publish``
-checks both subjects and every header name with regular expressions and re-encodes each
-header, about 3-4 us a message here: ~15% of the gateway's CPU per chunk (18.4-19.4 against
-21.6-22.9 us under bench/bench_gateway.py load (b)). The publisher's subjects are built from
-validated session ids and its header names are its own, so a frame is built directly,
-appended with ``Client._send_command`` and the flusher kicked, as ``publish`` does.
-
-Only while the connection is up: reconnecting or draining go through the public ``publish``
-and its buffering and errors. The server counts the header block in ``max_payload`` (nats-py's
-own check counts the payload alone, and a message over the limit makes the server close the
-connection): the publisher checks :func:`header_block`'s length before either path. If a nats-py
-release renames what this uses, :attr:`FrameWriter.enabled` is false and every message takes
-the public path (tests/broker/test_frames.py fails, so the change is noticed).
+The one place tokenwire reaches below nats-py's public API (ADR 0008, which gives the cost of
+``Client.publish``'s per-message subject and header checks): the publisher's subjects are
+built from validated session ids and its header names are its own, so a frame is built
+directly, appended with ``Client._send_command`` and the flusher kicked, as ``publish`` does.
+Only while the connection is up (reconnecting or draining take the public path). The server
+counts the header block in ``max_payload``: the publisher checks :func:`header_block`'s length
+before either path. If a nats-py release renames what this uses,
+:attr:`FrameWriter.enabled` is false and tests/broker/test_frames.py fails.
 """
 
 from __future__ import annotations

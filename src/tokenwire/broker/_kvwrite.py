@@ -2,20 +2,12 @@
 
 A write is a core publish to ``$KV.<bucket>.<key>`` with ``Nats-Expected-Last-Subject-Sequence``
 (0: the key must not exist) and a reply subject under one inbox subscription, the KV protocol
-nats-py's ``KeyValue.create``/``update`` speak too (ADR 8 of nats-architecture-and-design).
-Their path costs about seven event-loop turns per write (a task per ``wait_for``, the response
-mux, the flusher, ``gather`` tasks around two writes); under load each turn waits behind every
-other ready callback, which put a step assignment at ~1 ms p50 and ~4 ms p90 on the gateway's
-time to first chunk (bench/bench_gateway.py, docs/gateway.md "Performance"). Here
-:meth:`KvWriter.put_if` sends before it returns and the ack resolves its future in the
-subscription's callback.
-
-While the connection is up, a write is an ``HPUB`` frame appended to nats-py's buffer
-(``_frames.FrameWriter``, ADR 0008), as chunk publishes are: ``Client.publish`` validated and
-re-encoded the two writes of every step claim on the gateway's way to the provider call.
-
-Bounds: a future nobody awaits any more is cancelled by its waiter (``asyncio.timeout``) and
-forgotten; a connection that is closed fails the write at once.
+nats-py's ``KeyValue.create``/``update`` speak too (ADR 8 of nats-architecture-and-design),
+without their event-loop turns per write (ADR 0008 gives what they cost a step's time to
+first chunk): :meth:`KvWriter.put_if` sends before it returns and the ack resolves its future
+in the subscription's callback. While the connection is up, a write is an ``HPUB`` frame
+(``_frames.FrameWriter``). A future nobody awaits any more is cancelled and forgotten; a
+closed connection fails the write at once.
 """
 
 from __future__ import annotations

@@ -1,25 +1,15 @@
 """``ChunkPublisher``: the gateway's pipelined, deduplicated, bounded JetStream publisher.
 
-Why not ``js.publish``: awaiting each ack costs a round trip per chunk (~4k msg/s here), and
-``publish_async`` futures whose ack is an error never resolve. This publisher writes core NATS
-publishes with a per-message reply subject under one wildcard inbox subscription, counts the
-acks in a callback (~85k msg/s), and bounds everything:
-
-* the window: at most ``window`` messages in flight; ``publish`` waits for a slot (back-pressure)
-  and gives up after the retry horizon with :class:`PublishTimeout`;
-* each ack: a message without a positive ack after ``ack_timeout_s`` is resent with the *same*
-  ``Nats-Msg-Id`` (the stream's duplicate window drops the copy if the first one landed), with
-  backoff after error acks, until ``retry_horizon_s`` after its first send; then its step fails
-  with :class:`PublishTimeout` (never silent loss);
-* permanent error acks (anything but 503) fail the step at once with :class:`PublishRejected`;
-* size: a message whose payload and headers together exceed the connected server's
-  ``max_payload`` raises :class:`PayloadTooLarge` before anything is sent (the server would
-  close the connection for it, and nats-py then closes the client for good).
-
-Order: messages go out in call order on one connection, so a session's chunks are stored in
-order on the normal path; retries are resent in original publish order. A retry can land after
-a later chunk of its session that was acked first; readers restore order by ordinal
-(see docs/broker.md, "Ordering").
+Core NATS publishes with a reply subject each under one wildcard inbox subscription, the acks
+counted in a callback (awaiting each ack would cost a round trip per chunk, and
+``publish_async`` futures whose ack is an error never resolve). Bounded: at most ``window``
+messages in flight (``publish`` waits for a slot); a message without a positive ack after
+``ack_timeout_s`` is resent with the same ``Nats-Msg-Id`` until ``retry_horizon_s``, then its
+step fails with :class:`PublishTimeout`; a permanent error ack fails it at once
+(:class:`PublishRejected`); a message over the server's ``max_payload`` raises
+:class:`PayloadTooLarge` before it is sent. Messages go out in call order; readers restore
+order by ordinal. docs/broker.md, "Publisher semantics"; the figures: docs/benchmarks.md,
+"Figures behind the code's choices".
 """
 
 from __future__ import annotations

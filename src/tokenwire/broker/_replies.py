@@ -1,24 +1,14 @@
 """``ReplyInbox``: replies on one wildcard inbox handed to a plain function as they are parsed.
 
 The second place tokenwire reaches below nats-py's public API (ADR 0008; the first is
-``_frames.py``). Every chunk the gateway publishes comes back as a JetStream ack on the
-publisher's inbox. nats-py's path for a message builds a ``Msg``, puts it on the
-subscription's queue and runs the callback as a coroutine in the subscription's task: about
-a quarter of the gateway's CPU per chunk, and one more task step per read of acks on a loop
-that also serves the callers' first chunks (bench/bench_gateway.py (b) and (d)). Here the
-inbox's subscription id is looked up first when nats-py's parser hands over a message
-(``Client._process_msg``, wrapped once per connection), and a reply goes straight to
-``on_reply(token, data, status)`` in the reading task.
-
-The same tap (:func:`tap`) hands a pull consumer its deliveries raw (``_consumer.py``): the
-subject, reply, payload and the header block unparsed, which the consumer reads only for the
-few headers it needs; nats-py parsed every header block into a dict in Python and built a
-``Msg`` per message, ~15% of the assembler's CPU per chunk (docs/benchmarks.md, issue 19).
-
-The subscription itself is an ordinary one, so nats-py re-subscribes it after a reconnect. If
-a nats-py release renames what this uses (:data:`_PRIVATE_API`), replies take the public path
-(a callback per ``Msg``) with the same ``on_reply``, and tests/broker/test_replies.py fails so
-the change is noticed.
+``_frames.py``). Every chunk the gateway publishes comes back as a JetStream ack; instead of a
+``Msg`` on the subscription's queue and a coroutine per reply, the inbox's subscription id is
+looked up when nats-py's parser hands over a message (``Client._process_msg``, wrapped once
+per connection) and the reply goes to ``on_reply(token, data, status)`` in the reading task.
+The same tap (:func:`tap`) hands a pull consumer its deliveries raw (``_consumer.py``), the
+header block unparsed. If a nats-py release renames what this uses (:data:`_PRIVATE_API`),
+replies take the public path with the same ``on_reply`` and tests/broker/test_replies.py
+fails. What each path costs: docs/benchmarks.md, "Figures behind the code's choices".
 """
 
 from __future__ import annotations

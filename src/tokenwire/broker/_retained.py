@@ -5,7 +5,8 @@ exist.
 Read from the stream's per-subject counts (``STREAM.INFO`` with a subjects filter). The server
 sends at most 100,000 subjects per answer (``JSMaxSubjectDetails``) and pages the rest by
 offset; nats-py's ``stream_info`` asks for the first page only, which silently dropped every
-session past ~50,000 (each has a ``first`` and a ``next`` subject). Here every page is read.
+session past the first 50,000 (each has a ``first`` and a ``next`` subject). Here every page
+is read.
 
 Pages are separate reads of a stream that may change between them: a subject removed before
 a page boundary can shift a later one into the page already read, so a session written or

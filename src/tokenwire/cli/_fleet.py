@@ -1,32 +1,13 @@
 """The demo fleet: concurrent agent sessions driving the gateway with the official openai SDK.
 
-Each session runs ``turns`` turns of ``steps`` steps. Step 0 of a turn asks for tools
-(``scripted/tools``: two parallel tool calls), middle steps reason, the last answers in text;
-the agent feeds tool results back as a real agent loop would. Two steps are special, so that the
-demo shows both failure paths: session 0 ends turn 0 with a max-tokens cut inside a tool call,
-and session 1 meets a provider error mid-stream at turn 0, step 0.
-
-:func:`expected_totals` computes what the store must hold from the plan alone, independently
-of what the pipeline did; the demo compares the two.
-
-A step that fails is either the plan's provider error or an unexpected request failure
-(:func:`classify`): the scripted ``error`` scenario streams text first, so the gateway has
-answered 200 and begun the stream when the provider's in-band error arrives, and ends it with
-the dialect's in-stream error event, which the SDK raises as a plain ``openai.APIError``. An
-HTTP status (the gateway refused the request), a connection error or timeout, or an in-stream
-error at a step the plan did not make fail, is a :class:`RequestFailure`, kept for the summary.
-
-Retries (:class:`RetryPolicy`). The SDK's own retries are off (``max_retries=0``) because every
-step is an explicit (session, turn, step): the gateway claims the triple in the step registry
-before it calls the provider and never releases it, also when the request then fails (a
-provider error is recorded as the step's outcome; a broker that does not acknowledge leaves the
-claim with nothing published). Sent again, such a request is refused with 409, and the SDK's
-retry would hide the first failure behind a ``ConflictError``. The one refusal worth another
-try is the one before the claim: the gateway's edge at its concurrency limit answers 503 with
-``retry-after`` and without the ``X-Tokenwire-*`` echo of a claimed step. A 503 or 429 that
-echoes the step came after the claim; a 503 without ``retry-after`` is the step registry not
-answering (after its own retries), whose claim may have landed unacknowledged; a connection
-error or a timeout may have reached the claim too. None of those is sent again.
+Each session runs ``turns`` turns of ``steps`` steps: step 0 of a turn asks for tools
+(``scripted/tools``: two parallel tool calls), middle steps reason, the last answers in text,
+and the agent feeds tool results back as a real agent loop would. Two steps are made to fail
+so that the demo shows both failure paths: session 0 ends turn 0 with a max-tokens cut inside
+a tool call, and session 1 meets a provider error mid-stream at turn 0, step 0.
+:func:`expected_totals` computes what the store must hold from the plan alone; the demo
+compares the two. Which failures are the plan's: :func:`classify`; which are sent again:
+:class:`RetryPolicy`.
 """
 
 from __future__ import annotations
@@ -208,7 +189,13 @@ def classify(exc: openai.APIError, at: StepAt, planned: bool) -> StepFailure:
     """Whether ``exc``, raised by the SDK for the step ``at``, is the plan's provider error
     (``planned``: :meth:`FleetPlan.provider_error_planned`) or an unexpected failure.
 
-    A planned error is an in-stream error (see the module docstring) or, where the plan allows
+    The scripted ``error`` scenario streams text first, so the gateway has answered 200 and
+    begun the stream when the provider's in-band error arrives, and ends it with the dialect's
+    in-stream error event, which the SDK raises as a plain ``openai.APIError``. An HTTP status
+    (the gateway refused the request), a connection error or timeout, or an in-stream error at
+    a step the plan did not make fail, is a :class:`RequestFailure`, kept for the summary.
+
+    A planned error is an in-stream error or, where the plan allows
     one, an error status the gateway answered after claiming the step and recorded as the
     step's outcome (:func:`_recorded_as_outcome`: a real provider's 429, say). Any other
     status, a connection error or a timeout is unexpected whatever the plan says.
@@ -256,9 +243,22 @@ def _bounded(text: str) -> str:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """When a refused request is sent again (only the edge's refusal before the claim; the
-    module docstring says why): at most ``tries`` requests per step, each wait the
-    ``retry-after`` the gateway asked for, capped at ``max_wait_s``."""
+    """When a refused request is sent again: at most ``tries`` requests per step, each wait the
+    ``retry-after`` the gateway asked for, capped at ``max_wait_s``.
+
+    The SDK's own retries are off (``max_retries=0``) because every step is an explicit
+    (session, turn, step): the gateway claims the triple in the step registry before it calls
+    the provider and never releases it, also when the request then fails (a provider error is
+    recorded as the step's outcome; a broker that does not acknowledge leaves the claim with
+    nothing published). Sent again, such a request is refused with 409, and the SDK's retry
+    would hide the first failure behind a ``ConflictError``. The one refusal worth another try
+    is the one before the claim: the gateway's edge at its concurrency limit answers 503 with
+    ``retry-after`` and without the ``X-Tokenwire-*`` echo of a claimed step. A 503 or 429
+    that echoes the step came after the claim; a 503 without ``retry-after`` is the step
+    registry not answering (after its own retries), whose claim may have landed
+    unacknowledged; a connection error or a timeout may have reached the claim too. None of
+    those is sent again.
+    """
 
     tries: int = 3
     max_wait_s: float = 5.0

@@ -1,27 +1,12 @@
 """How many hours of replay the retention budget holds at the current write rate.
 
-Each chunk stream keeps its messages until one of its limits discards the oldest: ``max_age``
-or ``max_bytes`` (its share of ``TOKENWIRE_RETENTION_BYTES``). A replay reaches back as far
-as the oldest message still held, so at a steady write rate ``r`` (bytes/s) the reach is
-
-    hours = min(max_age, max_bytes / r) / 3600
-
-**The rate** is estimated from what the stream retains: ``r = state.bytes / (last_ts -
-first_ts)``, the mean write rate over the retained window. No sampling, no state between
-runs, one stream-info request per stream. Its bounds, stated in the output:
-
-- it averages over the whole retained window (up to ``max_age``, or the bytes budget), so a
-  rate that changed recently shows with a delay: a doubling an hour ago moves a one-day
-  window's estimate by ~4%. Once a stream is at its byte budget the window *is* the reach,
-  so the estimate equals what a replay can do now (``full``);
-- a window shorter than :data:`MIN_SPAN_S` gives no estimate (``hours`` None);
-- ``state.bytes`` is the server's accounting of stored message bytes (subject, headers,
-  payload and record overhead), the same quantity ``max_bytes`` limits; with S2 compression
-  the disk holds less than that, but the limit, and so the reach, is counted before
-  compression (ADR 0023).
-
-Over all shards the budget and the rates add up (``hours`` of the sum); a session's reach is
-its own shard's, so ``min_shard_hours`` is what every session is guaranteed.
+A chunk stream keeps its messages until ``max_age`` or ``max_bytes`` (its share of
+``TOKENWIRE_RETENTION_BYTES``) discards the oldest, so at a steady write rate ``r`` the reach
+is ``min(max_age, max_bytes / r)``. The rate is the mean over the retained window
+(``state.bytes / (last_ts - first_ts)``, one stream-info request per stream, no state between
+runs); a window shorter than :data:`MIN_SPAN_S` gives no estimate. Over all shards the budget
+and the rates add up; ``min_shard_hours`` is what every session is guaranteed. How the
+estimate lags and what it counts: docs/operations.md, "Retention".
 """
 
 from __future__ import annotations

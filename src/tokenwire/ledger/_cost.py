@@ -1,12 +1,11 @@
 """What a step cost: its reported usage priced by genai-prices (pydantic's price data).
 
-The price library is imported on first use (its data takes ~0.7 s to load; :func:`preload`
-does it ahead, off the commit path). A step is priced only when the provider reported both its
-input and its output tokens, the tokenwire provider has a list-price counterpart in the price
-data and the model is found there; otherwise its cost is ``None`` with the reason, never an
-estimate. Costs are integers of pico-USD (10^-12 USD), rounded half-even: exact for every
-per-token price with at most six decimals per million tokens, and summable in SQL without
-floating point.
+The price library is imported on first use (:func:`preload` does it ahead, off the commit
+path; docs/ledger.md says what loading costs). A step is priced only when the provider
+reported both its input and its output tokens and its model is found in the price data;
+otherwise its cost is ``None`` with the reason, never an estimate. Costs are integers of
+pico-USD (10^-12 USD), rounded half-even: exact for every per-token price with at most six
+decimals per million tokens, and summable in SQL without floating point. ADR 0028.
 """
 
 from __future__ import annotations

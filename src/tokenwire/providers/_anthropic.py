@@ -1,26 +1,13 @@
 """Anthropic Messages streaming (``POST /v1/messages``, ``stream: true``) -> stream chunks.
 
-Mapping (see docs/providers.md, "Anthropic"):
-
-- ``content_block_start``/``_delta``/``_stop`` become ``block-start``, deltas and ``block-end``
-  (our indexes are dense, 0, 1, 2, ..., in opening order): ``text`` -> text, ``thinking`` ->
-  reasoning (its ``signature_delta`` lands on :attr:`ReasoningBlock.signature`),
-  ``redacted_thinking`` -> ``ReasoningBlock(text="", redacted=data)``, client ``tool_use`` ->
-  tool call.
-- Every other block type (``server_tool_use``, ``*_tool_result``, ``mcp_tool_use``,
-  ``compaction``, future types) is executed or produced by Anthropic itself, so it is *not* a
-  tool call for the client to dispatch and emits no chunk. It is kept, assembled and verbatim,
-  in ``finish.replay_state["opaque_blocks"]`` as ``[{"position": p, "block": {...}}]``, ``p``
-  being Anthropic's index (the block's place in the message content, so the request builder can
-  put it back between ours), because the API needs those blocks sent back to continue the
-  conversation (``pause_turn``, compaction).
-- ``message_delta`` carries the stop reason and cumulative usage; ``message_stop`` ends the
-  step with exactly one ``usage`` then one ``finish``. ``ping`` and unknown events are ignored
-  (Anthropic documents that new event types may appear).
-- ``event: error`` ends the step with ``finish {error}`` (``overloaded_error`` and the other
-  transient types are retryable).
-
-Usage is disjoint already: Anthropic's ``input_tokens`` excludes cache reads and writes.
+``content_block_*`` events become blocks with dense indexes (text, reasoning with its
+signature, redacted thinking, client tool calls); every block Anthropic runs or makes itself
+(server tools and their results, MCP, compaction, future types) emits no chunk and is kept,
+verbatim and in place, in ``finish.replay_state["opaque_blocks"]`` so that the conversation
+can continue. ``message_delta`` carries the stop reason and cumulative usage (disjoint
+already: ``input_tokens`` excludes the cache); ``message_stop`` ends the step with one usage
+and one finish; ``event: error`` ends it with ``finish {error}``. The mapping, event by event:
+docs/providers.md, "Anthropic".
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """Gemini ``streamGenerateContent?alt=sse`` -> stream chunks.
 
-Each SSE event is a whole ``GenerateContentResponse`` for the newest slice of the answer
-(see docs/providers.md, "Gemini"). Only ``candidates[0]`` is read: the gateway never asks for
-more than one candidate.
-
-- Consecutive ``text`` parts of the same kind are fragments of one block: plain text -> a text
-  block, ``"thought": true`` parts -> a reasoning block. A change of kind, or a function call,
-  ends the open block and the next one gets the next index (0, 1, 2, ...).
-- A ``functionCall`` part arrives complete: it becomes block-start, one tool-call delta holding
-  all of its arguments (the provider's JSON text of ``args``, untouched) and block-end. Its id
-  is the provider's ``id`` when sent, else ``call_<index>_<name>`` (stable across replays),
-  and when the part carries a thought signature, ``<id>__thought__<signature, base64url>``
-  (:func:`signed_call_id`): whoever returns the call's id returns its signature, which
-  Gemini 3 requires with the call in the next request (:func:`split_call_id` reads it back).
-- All ``thoughtSignature``s are also kept in ``finish.replay_state["thought_signatures"]`` as
-  ``[{"index": block_index, "signature": sig}]`` (``index`` ``None`` for a signature that came
-  on an empty text part): Gemini attaches them to the part they must be sent back on (a
-  function call, or the first text part after the thoughts), not to the thought summaries, and
-  only reasoning blocks have a signature field. ``ReasoningBlock.signature`` stays ``None``.
-- ``finishReason`` ends the step: the open block ends at once; ``usage`` and ``finish`` follow
-  at ``close()`` so a trailing usage-only event still counts.
-- ``usageMetadata`` is cumulative on every event (the last wins). ``promptTokenCount``
-  includes ``cachedContentTokenCount``, which is subtracted out; ``candidatesTokenCount``
-  excludes ``thoughtsTokenCount`` (their sum with the prompt is ``totalTokenCount``).
+Each SSE event is a whole ``GenerateContentResponse`` for the newest slice of the answer; only
+``candidates[0]`` is read (the gateway never asks for more). Consecutive text parts of one
+kind are one block (plain text, or reasoning for ``"thought": true``); a ``functionCall`` part
+arrives whole and becomes one tool call, whose id carries the part's thought signature
+(:func:`signed_call_id`, read back by :func:`split_call_id`); every thought signature is also
+kept in ``finish.replay_state["thought_signatures"]``. ``usageMetadata`` is cumulative (the
+last wins). The mapping, field by field: docs/providers.md, "Gemini".
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """A small HTTP/1.1 client for provider streams (ADR 0009): one ``POST``, the body as it arrives.
 
-aiohttp (ADR 0007) cost the gateway ~0.4-0.5 ms of its time to first chunk at p50 in its
-request machinery alone (bench/bench_gateway.py, "(e)"); this client does only what a
-provider call needs, on the same C parser uvicorn uses (httptools, llhttp):
-
-- HTTP/1.1 over TCP or TLS (the system CA bundle, or the context given); chunked,
-  ``content-length`` and read-to-close bodies;
-- a keep-alive pool per origin (at most :data:`IDLE_PER_ORIGIN` idle connections, each closed
-  after ``keepalive_s`` idle);
-- proxies: ``http://`` targets through an HTTP proxy in absolute form, ``https://`` targets
-  through a ``CONNECT`` tunnel; credentials in the proxy URL become ``Proxy-Authorization``;
-- ``accept-encoding: identity`` is asked for, and ``gzip``/``deflate`` bodies are decoded
-  anyway;
-- bounds: ``Timeouts.connect_s`` for TCP, the tunnel and TLS together; ``Timeouts.read_s``
-  the longest silence while a response is read; at most :data:`READ_BUFFER` bytes buffered
-  before the socket is no longer read (the provider is slowed, memory is not grown).
-
-Failures below HTTP raise :class:`TransportError` with a stable ``code``. No redirects (a
-provider call is never redirected), no HTTP/2, no cookies.
+It does only what a provider call needs, on the same C parser uvicorn uses (httptools), since
+aiohttp's request machinery cost the gateway's time to first chunk (ADR 0009): HTTP/1.1 over
+TCP or TLS, chunked, ``content-length`` and read-to-close bodies; a keep-alive pool per
+origin (:data:`IDLE_PER_ORIGIN`); HTTP proxies and ``CONNECT`` tunnels; ``gzip``/``deflate``
+decoded. Bounds: ``Timeouts.connect_s`` and ``Timeouts.read_s``, and at most
+:data:`READ_BUFFER` bytes buffered before the socket is no longer read. Failures below HTTP
+raise :class:`TransportError` with a stable ``code``. No redirects, no HTTP/2, no cookies.
 """
 
 from __future__ import annotations

@@ -1,30 +1,13 @@
 """The HTTP routes a gateway mounts: session events (SSE), sessions, messages, the viewer.
 
-``events_router(nc_provider, topology, store_provider)`` returns a starlette Router with:
-
-- ``GET /v1/sessions/{session}/events``: SSE from the broker (see :mod:`._sse`), resumable
-  with ``Last-Event-ID: N`` (continues at N + 1) or ``?from_seq=N`` (starts at N); inside a
-  frame of chunks, ``Last-Event-ID: N:I`` continues at chunk I + 1 of message N and
-  ``?from_seq=N:I`` starts at chunk I of it;
-  ``?follow=false`` ends the response once caught up;
-- ``GET /v1/sessions?limit=&offset=``: session summaries from the store, newest first;
-- ``GET /v1/sessions/{session}/messages``: the session's stored outcomes;
-- ``GET /v1/sessions/{session}/usage``: the session's ledger lines (tokens and cost per step,
-  docs/ledger.md), the viewer's usage column;
-- ``GET /viewer``: the session viewer (one static page).
-
-Errors are JSON ``{"error": {"type", "message"}}``: 400 for a bad session id or parameter,
-404 for an unknown session's messages or usage, 503 when the broker or the store is unavailable, and
-503 ``overloaded`` with ``retry-after`` when ``max_readers`` event responses are open already.
-
-Scoped reads: an app that authenticates its callers puts each one in ``request.state.caller``
-(the gateway's ``Caller``: see :class:`Reader`). A caller that is not an operator reads only
-its tenant's sessions: ``/v1/sessions`` lists only them, and every other session is, on the
-events, messages and usage routes, exactly an unknown one: the same 404, the same body and
-headers, after the same single lookup (the owner of the session's first retained step on the
-broker for the events; the session's stored tenant for the messages and the usage), so neither
-the answer nor its cost tells one from the other. Without a caller (an app without keys) every
-session is readable.
+``events_router(nc_provider, topology, store_provider)`` returns a starlette Router with
+``GET /v1/sessions/{session}/events`` (SSE from the broker, :mod:`._sse`; resumable with
+``Last-Event-ID`` or ``?from_seq``, down to a chunk inside a frame), ``GET /v1/sessions``
+(summaries from the store), ``GET /v1/sessions/{session}/messages`` (stored outcomes),
+``GET /v1/sessions/{session}/usage`` (ledger lines) and ``GET /viewer``. A caller that is not
+an operator reads only its tenant's sessions; any other is exactly an unknown one (the same
+404, after the same single lookup). Errors, bounds and scoping: docs/replay.md, "The session
+events endpoint".
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """``verify``: fold the retained chunks with the one fold and compare, step by step, with the store.
 
-For every (turn, step) of the session, on either side:
-
-- ``missing-in-store``: the broker retains the step, the store has no outcome for it
-  (in flight, or the assembler lost it);
-- ``not-retained``: the store has the step, the broker no longer retains all of its chunks:
-  none of them, or only some, each equal to its stored copy (retention removed the rest: the
-  step cannot be checked);
-- ``outcome``: one side is a message, the other an error;
-- ``message`` / ``error``: the stored outcome differs from the fold of the retained chunks
-  (the detail names the field: text, content, finish_reason, usage...);
-- ``chunks``: the stored chunk log differs from the retained chunks (ordinals, or an
-  envelope's content);
-- ``seq-range``: the stored outcome's ``seq_start..seq_end`` does not cite exactly the
-  step's stored chunks.
-
-A retained step without its finish (never finished, or chunks lost) folds to a ``gap`` or
-``abandoned`` error; a stored error of either kind matches it. A retained chunk the assembler
-rejects (a negative ordinal, or one past the fold's reorder window) is left out of the fold as
-the assembler leaves it out of the step; it still shows as a ``chunks`` difference.
+Every (turn, step) on either side yields at most one :class:`Difference` kind:
+``missing-in-store``, ``not-retained``, ``outcome``, ``message`` / ``error``, ``chunks`` or
+``seq-range``. A retained step without its finish folds to a ``gap`` or ``abandoned`` error,
+which a stored error of either kind matches; a retained chunk the assembler rejects is left
+out of the fold as the assembler leaves it out, and still shows as a ``chunks`` difference.
+What each kind means: docs/replay.md, "Verify semantics".
 """
 
 from __future__ import annotations

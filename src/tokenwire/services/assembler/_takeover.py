@@ -1,26 +1,13 @@
 """Reading back what a previous owner of a partition held when this instance takes it over.
 
-When the server pins a partition to this instance, the previous owner may have died holding
-delivered, unacknowledged messages. JetStream redelivers those only after ``ack_wait``, while
-new messages arrive at once: a session's later step could then close (and commit) before the
-redelivered chunks of its earlier step, which a clean run never does. So before handling the
-first message it gets, the new owner reads the partition from the consumer's ack floor up to
-the highest message delivered to anyone, straight from the stream, and feeds that first.
-Those copies carry no ack handle; the redeliveries that follow are recognised as chunks of
-known steps and acknowledged. Skipped only when nothing delivered is unsettled, or when the
-first message is a fresh one right above the ack floor. It is not skipped when every unsettled
-message is on its way to this instance: redeliveries arrive in the order the server queued
-them (the predecessor's naks, then its expired deliveries), not in stream order.
-
-The same read-back covers deliveries lost on the way to this instance while it keeps its pin
-(a broker node that died with them in its buffers): the server counts them delivered and
-redelivers them only after ``ack_wait``. A jump in the consumer sequence under one pin reveals
-them before the next message; when nothing follows, the consumer's delivered count standing
-above the last arrival for two lag polls does (``Assembler._check_tail``).
-
-A read-back must get to the message that revealed the loss (:func:`read_back`'s ``reach``):
-the ordered read runs on one replica, and one still catching up after a restart ends it
-early without an error.
+A previous owner may have died holding delivered, unacknowledged messages, which JetStream
+redelivers only after ``ack_wait`` while new ones arrive at once. So before handling the first
+message it gets, the new owner reads the partition from the consumer's ack floor up to the
+highest message delivered to anyone, straight from the stream, and feeds that first (in
+stream order); the redeliveries that follow are acknowledged as chunks of known steps. The
+same read-back covers deliveries lost on the way while the pin is kept (a jump in the
+consumer sequence, or ``Assembler._check_tail``), and :func:`read_back` reaches the message
+that revealed the loss. When it is skipped and why: docs/assembler.md, "Ack rules".
 """
 
 from __future__ import annotations

@@ -12,44 +12,16 @@ streamed chunk published, in order and deduplicated, to the broker.
   route): :func:`may_read` and :func:`visible_tenant` scope what it reads (the keys file:
   :func:`parse_keys`, :func:`key_digest`).
 
-The rooms, each a private package, top to bottom; a room imports only the rooms below it
-(tests/test_architecture.py), and every room may import ``_errors.py``, the exception tree::
+The rooms, private packages, top to bottom; a room imports only those below it and the
+exception tree ``_errors.py``: ``_api`` (the app, its routes, the server, the settings),
+``_steps`` (one live step: StepRun, GatewayDeps, bounds, frames), ``_resume`` (a claimed
+step read back), ``_access`` (keys, session identity, owners; per-key limits and budgets land
+here), ``_observe`` (metrics, spans), ``_output`` (what the caller receives), ``_routing``
+(model -> Route, the provider's request, the Upstream seam; configured routes, fallbacks
+and cooldowns land here), ``_dialects`` (each wire dialect, translation, validation).
 
-    _api       the HTTP surface: the app and its routes, the server, the socket's bounds,
-               the settings
-    _steps     one step, live: StepRun, what it runs on (GatewayDeps), its bounds, frames
-    _resume    a claimed step read back from the broker for a caller that asks again
-    _access    who calls (keys), the session and step it names (identity), whose it is
-               (owners); per-key limits and budgets land here
-    _observe   metrics, the model call's span and GenAI figures
-    _output    what the caller receives: the outbox, the streamed response, scrubbed bytes
-    _routing   towards the provider: model -> Route, the provider's request, the Upstream
-               seam; configured routes (groups, fallbacks, cooldowns) land here
-    _dialects  each wire dialect, the neutral request, the translation table, validation
-
-The request path: one model call, in order (``_dialects/X`` is the caller's dialect,
-``_dialects/Y`` the provider's when it differs)::
-
-    _api/server, _api/edge    the socket, bounded HTTP parsing (uvicorn)
-    _api/app, _access/keys    the route -> the caller's CallerCodec; key (the Caller), body size
-    _dialects/validate, X     the body is a JSON object, validated into the dialect's request
-    _access/identity          the tokenwire identity headers
-    _routing/routing          provider/model -> Route (providers' ProviderSpec: URL, quirks)
-    _routing/provider_call    forwarded (same dialect) or translated (_routing/forward: the
-                              caller headers the provider may see; _dialects/translation:
-                              each field's fate; X -> neutral -> Y)
-    _access/owners            a named session is the caller's tenant's (else 404)
-    _access/identity          the step claimed (explicit) or its claim sent (assigned); a
-                              claimed step asked for again is resumed instead (_resume)
-    _observe/trace, genai     the call's span and figures
-    _output/caller            the caller's output: forwarded, encoded or folded; scrubbed
-    _steps/step               StepRun.start: the provider called (_routing/upstream), each
-                              chunk bounded (bounds, watchdog, fit), framed (framing) and
-                              published (broker ChunkSink), the caller's bytes into its outbox
-    _output/caller            StepRun.response: the outbox streamed to the caller (StepStream)
-
-Control goes back to ``_api/app`` only to return the response. Endpoints, routing, headers,
-dialects, errors and publishing semantics: docs/gateway.md; the layout: docs/architecture.md.
+Endpoints, routing, headers, dialects, errors and publishing semantics: docs/gateway.md; the
+rooms and the modules one model call passes through, in order: docs/architecture.md.
 """
 
 from __future__ import annotations

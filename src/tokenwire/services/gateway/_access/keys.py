@@ -1,31 +1,13 @@
 """Gateway keys: who a request's caller is, and which sessions it may read.
 
-Keys come from two places, merged at start (docs/gateway.md, "Keys and tenants"):
-
-- ``TOKENWIRE_GATEWAY_KEYS_FILE``: a TOML file of named keys, each with the SHA-256 of the
-  key (never the key), a ``name``, an optional ``tenant`` and a ``scope``::
-
-      [[keys]]
-      name = "team-a-ci"
-      tenant = "team-a"          # optional: a tenant-scoped key without one is its own tenant
-      sha256 = "<64 hex digits: tokenwire keys hash>"
-
-      [[keys]]
-      name = "ops"
-      scope = "operator"         # reads every tenant's sessions
-      sha256 = "..."
-
-- ``TOKENWIRE_GATEWAY_KEYS``: the flat list of plain keys, as before: each is an operator key
-  without a tenant named ``key-<first 8 hex digits of its SHA-256>``.
-
-A request's key is hashed once (SHA-256) and compared with every configured hash in constant
-time (``hmac.compare_digest``, no early exit). Neither the key nor its hash is ever logged or
-echoed: errors name the file and the entry's position and field, never a value.
-
-A :class:`Caller` is what the rest of the gateway sees (``request.state.caller`` on every
-authenticated route): ``name`` and ``tenant`` go on each step's first chunk, and
-:func:`may_read` / :func:`visible_tenant` answer what it may read. Without any key the gateway
-listens on loopback only and every caller is :data:`ANONYMOUS`, an operator.
+Keys come from the named keys file (``TOKENWIRE_GATEWAY_KEYS_FILE``: TOML entries holding
+each key's SHA-256, never the key, with a name, an optional tenant and a scope) and the flat
+list (``TOKENWIRE_GATEWAY_KEYS``: operators without a tenant), merged at start. A request's
+key is hashed once and compared with every configured hash in constant time; neither the key
+nor its hash is ever logged or echoed. A :class:`Caller` is what the rest of the gateway sees
+(``request.state.caller``): its name and tenant go on each step's first chunk, and
+:func:`may_read` / :func:`visible_tenant` answer what it may read. Without any key every
+caller is :data:`ANONYMOUS`, an operator. docs/gateway.md, "Keys and tenants"; ADR 0027.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """The HTTP edge's bounds, enforced in uvicorn's httptools protocol before the app runs.
 
-uvicorn offers ``limit_concurrency`` (a plain-text 503 without ``retry-after``) and
-``timeout_keep_alive``; its header-size bound (``h11_max_incomplete_event_size``) exists only
-for the h11 protocol, and nothing bounds the time to send headers or a body. So the gateway
-runs a subclass of uvicorn's ``HttpToolsProtocol`` that adds, per connection:
-
-- header bytes (request line and headers) and header count: 431;
-- a header read timeout (from the connection's or the request's first byte to the end of
-  its headers) and a body read timeout (end of headers to end of body): 408;
-- a concurrency limit on open connections and running requests: 503 with ``retry-after``;
-
-each answered in the dialect of the path (Anthropic's error object on ``/v1/messages``,
-OpenAI's elsewhere), then the connection is closed. Nothing here answers 500.
-
-It also writes a response's status line and headers together with its first body bytes
-(:class:`HeadWithBody`): uvicorn writes each ASGI message at once, so every response cost two
-socket writes before its first body byte, and on loopback each write to a sleeping process
-is a wake-up of its own (docs/benchmarks.md, "Where a lone caller's time to first byte goes"),
-and reads a request's headers once into a dict (:func:`header_map`).
+uvicorn bounds header size only for h11 and answers its concurrency limit in plain text, and
+nothing bounds the time to send headers or a body. So the gateway runs a subclass of
+uvicorn's ``HttpToolsProtocol`` that adds, per connection: header bytes and count (431),
+header and body read timeouts (408), open connections and running requests (503 with
+``retry-after``), each answered in the dialect of the path, then the connection closed. It
+also writes a response's head with its first body bytes (:class:`HeadWithBody`: one socket
+write, one wake-up fewer) and reads a request's headers once (:func:`header_map`).
+docs/gateway.md, "Publishing semantics" and "Performance".
 """
 
 from __future__ import annotations

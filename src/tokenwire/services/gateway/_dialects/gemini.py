@@ -1,25 +1,12 @@
 """Gemini ``streamGenerateContent`` requests, translated from the neutral request.
 
 Only this direction: the gateway has no Gemini endpoint, so callers reach Gemini through the
-OpenAI or Anthropic endpoint and the stream comes back in their dialect (the normaliser and
-the caller's stream encoder do that part).
-
-What changes on the way (docs/gateway.md, "Translation"):
-
-- assistant messages become ``model`` contents; tool results become ``functionResponse``
-  parts of a ``user`` content, named after the call they answer (Gemini matches results by
-  name and order, not by id), with the result under ``response.result`` (``response.error``
-  for an error result);
-- tools are ``functionDeclarations`` with the JSON schema as ``parametersJsonSchema`` (full
-  JSON Schema, unlike ``parameters``' OpenAPI subset);
-- reasoning text from the history is not sent (other providers' reasoning means nothing to
-  Gemini). Thought signatures are: Gemini 3 refuses (400) a history whose function calls
-  lack theirs. A Gemini tool call's id carries its signature (``<id>__thought__<sig>``, see
-  ``tokenwire.providers.signed_call_id``), so a caller that returns the ids returns the
-  signatures, and each goes back on its ``functionCall`` part. A model turn whose calls
-  carry none (history from another provider, or ids the caller rewrote) gets Google's
-  documented skip value on its first call (:data:`SKIP_SIGNATURE`), where Gemini itself puts
-  a turn's signature: the request validates, without that turn's reasoning state.
+OpenAI or Anthropic endpoint and the stream comes back in their dialect. Assistant messages
+become ``model`` contents, tool results ``functionResponse`` parts named after their call,
+tools ``functionDeclarations`` with ``parametersJsonSchema``; reasoning text from the history
+is not sent, but thought signatures are: each comes back on its ``functionCall`` part from
+the call's id, and a turn without one gets Google's documented skip value
+(:data:`SKIP_SIGNATURE`). docs/gateway.md, "Dialects"; docs/providers.md, "Gemini".
 """
 
 from __future__ import annotations

@@ -2,49 +2,11 @@
 and provider.
 
 In order: the caller's request (validated, translated to the neutral request), the provider's
-request (translated from the neutral request), the stream encoder and the response and error
-bodies, then the :class:`OpenAIResponses` codec and its forwarder.
-
-Callers: validate, and translate the request to the neutral one when the route speaks another
-dialect.
-
-A Responses provider gets the body as sent (``model`` replaced, ``stream: true``). Any other
-provider gets it through the neutral request, screened first by the translation table
-(``translation.py``): ``input`` items (messages with ``input_text`` / ``output_text`` /
-``input_image`` parts, ``function_call`` and ``function_call_output`` items, ``reasoning``
-items, whose summary becomes unsigned reasoning), ``instructions``, function tools,
-``tool_choice``, ``max_output_tokens``, ``temperature``, ``top_p``, ``parallel_tool_calls``,
-``reasoning.effort``, ``text.format``, ``user``, ``safety_identifier``, ``metadata``.
-
-Providers: requests translated from the neutral request (for a Chat or Anthropic caller,
-which gets the stream back in its dialect).
-
-What changes on the way (docs/gateway.md, "Translation"):
-
-- the conversation becomes ``input`` items: messages, ``function_call`` items for the
-  assistant's tool calls and ``function_call_output`` items for their results (both keep the
-  call id); the system prompt becomes ``instructions``;
-- function tools are sent with ``strict: false`` unless the caller's tool was strict: false
-  is the meaning they have in Chat Completions and Anthropic (Responses would otherwise make
-  them strict);
-- ``store: false`` unless the caller sent ``store``: the caller asked a stateless API, so
-  nothing is kept at OpenAI on its behalf (tokenwire records the step itself);
-- stop sequences have no Responses equivalent: a request with ``stop`` is refused (400)
-  rather than answered without them; reasoning from the history is not sent (Responses needs
-  its own encrypted reasoning items).
-
-Normalised chunks to the OpenAI Responses API: the streamed events, the response, the error.
-
-Events as OpenAI sends them (the openai-responses recordings): ``response.created`` and
-``response.in_progress`` first; per block an output item (``message`` with one
-``output_text`` part, ``reasoning`` with one summary part, ``function_call``) opened by
-``response.output_item.added`` (and ``content_part.added`` / ``reasoning_summary_part.added``),
-its deltas (``output_text.delta``, ``reasoning_summary_text.delta``,
-``function_call_arguments.delta``), then its ``.done`` events and ``output_item.done``; the
-response ends with ``response.completed``, ``response.incomplete`` (max tokens, content
-filter) or ``response.failed``. Every event has ``sequence_number`` 0, 1, 2, ... in order.
-The terminal ``response.completed`` / ``response.incomplete`` is the stream's terminator: it
-is held until the step is acknowledged (:meth:`ResponsesStreamEncoder.end`).
+request (translated from the neutral request), the stream encoder (OpenAI's events, their
+``sequence_number`` from 0; the terminal ``response.completed`` / ``response.incomplete``
+held until the step is acknowledged, :meth:`ResponsesStreamEncoder.end`), the response and
+error bodies, then the :class:`OpenAIResponses` codec and its forwarder. What each field
+becomes on the way, and the events in order: docs/gateway.md, "Dialects".
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """The translation table: for every caller dialect x provider dialect, each request field's fate.
 
-A request crossing dialects is screened against its pair's table before it is translated:
-
-- a field marked ``translated`` is carried over by the dialect modules' translators;
-- a field marked ``refused``, or one the table does not know, gets a 400 in the caller's
-  dialect naming the field and the route, unless the caller opted in to dropping (the
-  ``x-tokenwire-drop-params: true`` request header, or ``TOKENWIRE_GATEWAY_DROP_PARAMS`` /
-  ``TOKENWIRE_<PROVIDER>_DROP_PARAMS`` set to true): then it is removed, and the response's
-  ``x-tokenwire-dropped-params`` header lists it.
-
-Besides top-level fields the table has entries for what sits inside one (``tools: server
-tools``, ``cache_control``, ...), named as they appear in docs/providers.md, which is generated
-from :data:`TABLE` (``python -m tokenwire.services.gateway._dialects.translation``; a test
-fails on drift). Inside the objects the translators read key by key (tool definitions,
-messages and their parts, ``reasoning``, ``text``, ``thinking``...), a key they do not read is
-an entry of its own, named by its path (``messages.name``, ``tools.strict``): refused unless
-the table translates it, as a top-level field is.
-
-Same-dialect routes never come here: their body is forwarded as sent. A non-streaming caller
-on one gets the answer folded from the provider's stream, which has no place for what
-:data:`FOLDED` lists: those fields are refused (or dropped on opt-in) the same way.
+A request crossing dialects is screened against its pair's table before it is translated: a
+``translated`` field is carried over by the dialect modules; a ``refused`` or unknown one gets
+a 400 naming the field and the route, unless the caller opted in to dropping (the
+``x-tokenwire-drop-params: true`` header, or ``TOKENWIRE_GATEWAY_DROP_PARAMS`` /
+``TOKENWIRE_<PROVIDER>_DROP_PARAMS``), and then the answer's ``x-tokenwire-dropped-params``
+lists it. Keys inside the objects the translators read are entries of their own, named by
+path (``messages.name``, ``tools.strict``); what a folded answer has no place for
+(:data:`FOLDED`) is screened the same way on same-dialect routes. docs/providers.md carries
+:data:`TABLE`, generated (``python -m tokenwire.services.gateway._dialects.translation``).
 """
 
 from __future__ import annotations

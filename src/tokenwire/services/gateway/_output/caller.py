@@ -1,37 +1,11 @@
-"""What the caller receives: the step's output, the bounded outbox, the streamed response.
-
-Three parts, in the order bytes flow:
-
-- :class:`CallerOutput` turns a step's progress into the caller's bytes: forwarded provider
-  events (:class:`ForwardingOutput`, same dialect, through the dialect's ``Forwarder``),
-  encoded chunks (:class:`EncodingOutput`, another dialect, through its ``StreamEncoder``),
-  or nothing (:class:`FoldingOutput`: a non-streaming caller gets the folded result at the
-  end). Every output holds back the dialect's terminator (``data: [DONE]``,
-  ``message_stop``) until the step's chunks are acknowledged by the broker, so a caller never
-  sees a completed stream for a step that was not captured; :meth:`CallerOutput.failure`
-  ends the stream with the dialect's error form instead.
-- :class:`Outbox`, the bounded byte buffer between a step (reading the provider) and its
-  caller's response. The step appends; the response takes everything buffered at once, so
-  writes coalesce while the caller is busy. Once the response has started it attaches its
-  writer, and data that finds nothing buffered and no write in progress is written by the
-  step itself: one task step per provider read fewer (bench/bench_gateway.py (d): most reads
-  bring one event, and each task step waits behind every other ready callback).
-
-  Bounds: when more than ``limit`` bytes wait, the step waits too (a slow caller slows the
-  provider read, as if it had called the provider directly); a write the step makes itself
-  waits in the server's flow control when the caller's socket is full (so the step may wait
-  with less than ``limit`` held). Before the response has started nothing waits for room:
-  the first read's bytes are taken whatever their size (bounded by the provider client's
-  read buffer), since only the task putting them would start the response. When the caller
-  leaves, :meth:`Outbox.detach` drops the buffer and every later write, so the step reads on
-  at full speed and the durable log stays complete; a writer that raises (a server reporting
-  a gone caller so, as the ASGI spec allows) counts as the caller leaving, through
-  ``on_error``.
-- :class:`StepStream`, the streamed answer of one step as a bare ASGI response over the
-  step's outbox.
-
-The step (``_step.StepRun``) owns all three for its caller: it builds the response and
-decides what the caller leaving means."""
+"""What the caller receives, in the order bytes flow: the step's output
+(:class:`CallerOutput`: forwarded provider events, encoded chunks, or the folded answer at the
+end), the bounded :class:`Outbox` between the step and the caller's response, and that
+response (:class:`StepStream`). Every output holds back the dialect's terminator until the
+broker acknowledged the step's chunks, so a caller never sees a completed stream for a step
+that was not captured. The step (``_steps/step.py``) owns all three for its caller.
+docs/gateway.md, "Publishing semantics" and "Performance".
+"""
 
 from __future__ import annotations
 
@@ -365,7 +339,25 @@ Writer = Callable[[bytes, bool], Awaitable[None]]
 
 
 class Outbox:
-    """A single-producer, single-consumer byte buffer with back-pressure."""
+    """A single-producer, single-consumer byte buffer with back-pressure.
+
+    The step appends; the response takes everything buffered at once, so writes coalesce
+    while the caller is busy. Once the response has started it attaches its writer, and data
+    that finds nothing buffered and no write in progress is written by the step itself: one
+    task step per provider read fewer (most reads bring one event, and each task step waits
+    behind every other ready callback; docs/gateway.md, "Performance").
+
+    Bounds: when more than ``limit`` bytes wait, the step waits too (a slow caller slows the
+    provider read, as if it had called the provider directly); a write the step makes itself
+    waits in the server's flow control when the caller's socket is full (so the step may wait
+    with less than ``limit`` held). Before the response has started nothing waits for room:
+    the first read's bytes are taken whatever their size (bounded by the provider client's
+    read buffer), since only the task putting them would start the response. When the caller
+    leaves, :meth:`detach` drops the buffer and every later write, so the step reads on at
+    full speed and the durable log stays complete; a writer that raises (a server reporting a
+    gone caller so, as the ASGI spec allows) counts as the caller leaving, through
+    ``on_error``.
+    """
 
     def __init__(self, limit: int) -> None:
         self._limit = limit

@@ -3,26 +3,12 @@
 :class:`StepSource` is the seam (``GatewayDeps.history``): ``chunks(...)`` yields the step's
 envelopes in ordinal order, from ordinal 0, in lists as they come, and ends after its
 ``finish``; a step still running is followed live. The real one reads the broker through its
-public readers only (``tokenwire.broker.next_stored``, ``session_batches``); the in-memory
-twin reads a :class:`~tokenwire.broker.MemoryPublisher`.
-
-Finding the step's first chunk without reading the session from its start: the first chunk
-of every step travels alone on the session's ``.first`` subject, and the claim's record
-carries the broker's time of the claim. One ``STREAM.MSG.GET`` (``next_by_subj`` from that
-time) finds the session's first ``.first`` message since: the step's own, as its first chunk
-is published after its claim (one server, one clock). Where it is not (the KV and chunk
-streams' leaders on nodes whose clocks differ), the search starts again
-:data:`CLOCK_MARGIN_S` earlier and reads the next ones by sequence until the step's own (one
-message per step of the session in between, at most :data:`MAX_FIRSTS`). The read then
-starts at that sequence (measured in docs/gateway.md, "Resuming a step"). A step whose
-first chunk is not stored yet is followed from the stream's end as it was before the search
-(nothing published after it can be missed). No write is added to the step's path.
-
-Bounds and outcomes: nothing of the step for ``idle_s`` (the step's own idle bound plus the
-ack timeout: a live gateway ends every step within it) ends the read with
-:class:`StepAbandonedError`; a step that is not found although it must have ended
-(``ended``) raises :class:`StepGoneError`; the broker not answering,
-:class:`BrokerUnavailableError`.
+public readers only; the in-memory twin reads a :class:`~tokenwire.broker.MemoryPublisher`.
+The step's first chunk is found without reading the session from its start: one read of the
+session's ``.first`` subject from the claim's time (again :data:`CLOCK_MARGIN_S` earlier when
+the servers' clocks differ, at most :data:`MAX_FIRSTS` messages). Nothing for ``idle_s`` ends
+the read with :class:`StepAbandonedError`; a step that must have ended and is not found,
+:class:`StepGoneError`. docs/gateway.md, "Resuming a step"; ADR 0029.
 """
 
 from __future__ import annotations

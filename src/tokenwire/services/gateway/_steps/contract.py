@@ -1,14 +1,12 @@
 """The fold's verdict on a streaming step, at the gateway: one truth for caller and store.
 
 The assembler records what :class:`~tokenwire.fold.StepFold` makes of the step's chunks. A
-non-streaming caller already gets that fold's answer; a streaming caller gets the chunks as
-they come, so without this a stream the fold calls broken (an adapter passing a tool call
-that never got a name, a block-end of the wrong kind) would end with ``[DONE]`` for the caller
-and as a ``contract`` error in the store. The gateway folds the chunks it publishes, by the same
-rules, and ends such a step as the store will record it.
-
-Cost: ~0.3 us of CPU per chunk, and the step's content is held until its end (bounded by
-``max_step_bytes``, which the gateway enforces before the fold would), as the assembler holds it.
+streaming caller gets the chunks as they come, so without this a stream the fold calls broken
+(a tool call that never got a name, a block-end of the wrong kind) would end with ``[DONE]``
+for the caller and as a ``contract`` error in the store. The gateway folds the chunks it
+publishes by the same rules and ends such a step as the store will record it, holding the
+step's content until its end as the assembler does (bounded by ``max_step_bytes``).
+docs/gateway.md, "Publishing semantics".
 """
 
 from __future__ import annotations

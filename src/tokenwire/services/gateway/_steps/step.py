@@ -1,33 +1,15 @@
 """One step through the gateway: read the provider to the end, publish every chunk, feed the
 caller.
 
-Semantics (docs/gateway.md, "Publishing"):
-
-- every chunk is published in order, in frames of consecutive chunks (``_steps/framing.py``; or
-  each as its own :class:`ChunkEnvelope` with frames off): ordinals from 0, ordinal 0 alone
-  and at once with ``first``, ``request_time_ns``, the caller's key name and tenant and the
-  step's trace headers; publishing waits only when the publisher's bounded window is full;
-- a provider failure before any chunk (HTTP error, transport failure, an immediate error
-  event) is still published as a one-chunk step ``finish {error}``, so the assembler records
-  the error; the caller then gets the error status in its dialect;
-- the caller's stream is completed (terminator) only after the broker acknowledged every
-  chunk of the step; a broker failure ends the step at once with a 503 (before the stream
-  began) or the dialect's in-stream error (after);
-- when the caller leaves, the step keeps reading the provider to the end (default) or, with
-  ``continue_on_disconnect=False``, publishes ``finish {aborted}`` and stops.
-
-:class:`StepRun` owns the step's whole lifecycle: the claim (:meth:`StepRun._claimed`), the
-provider call, publishing, the caller's output (its outbox and response, ``_output/caller.py``), the
-caller leaving (:meth:`StepRun.caller_left`) and cancellation. The app plans the step
-(:class:`StepPlan`), calls :meth:`StepRun.start`, and returns :meth:`StepRun.response` (a
-streaming caller) or, after :meth:`StepRun.settled`, the folded answer.
-
-Two halves, so that nothing between the request and its first chunk waits for another task
-(each task switch waits behind every other ready callback of a busy gateway):
-:meth:`StepRun.begin` runs in the caller's request task, calls the provider, takes the chunks
-of its first read, and raises the :class:`GatewayError` that prevented the start (after
-recording it); :meth:`StepRun.finish_rest` runs as a task of its own, never raises (except
-cancellation) and leaves a failure after the start in ``error``.
+:class:`StepRun` owns the step's whole lifecycle: the claim, the provider call, publishing
+(in frames, ``framing.py``), the caller's output (``_output/caller.py``), the caller leaving
+(:meth:`StepRun.caller_left`) and cancellation. The app plans the step (:class:`StepPlan`),
+calls :meth:`StepRun.start`, and returns :meth:`StepRun.response` (a streaming caller) or,
+after :meth:`StepRun.settled`, the folded answer. Two halves, so that nothing between the
+request and its first chunk waits for another task: :meth:`StepRun.begin` in the caller's
+request task, :meth:`StepRun.finish_rest` as a task of its own. The semantics (order, failed
+steps, acknowledgement before the terminator, the caller leaving): docs/gateway.md,
+"Publishing semantics".
 """
 
 from __future__ import annotations
