@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bench._suite import Figures
 
-from bench import capacity
+from bench import _capacity_inputs, capacity
 
 
 def _figures(loads: dict[int, float]) -> Figures:
@@ -41,7 +41,7 @@ def _figures(loads: dict[int, float]) -> Figures:
 
 
 def test_the_plan_from_round_inputs() -> None:
-    x = capacity.paced_inputs(_figures({100: 1.0}))
+    x = _capacity_inputs.paced_inputs(_figures({100: 1.0}))
     p = capacity.plan(x)
     # 5,000,000 chunks/s; cores at 60 %: gateway 5e6 * 60e-6 / 0.6 = 500, assembler 100,
     # telemetry 25
@@ -63,15 +63,17 @@ def test_the_plan_from_round_inputs() -> None:
 
 
 def test_the_model_takes_the_busiest_load_that_kept_pace() -> None:
-    assert capacity.paced_load(_figures({100: 1.0, 200: 0.90})) == 100
-    assert capacity.paced_load(_figures({100: 1.0, 200: 0.96})) == 200
-    assert capacity.paced_load(_figures({100: 0.5, 200: 0.4})) == 100  # none kept: the fewest
-    assert capacity.paced_load(Figures("default")) is None
+    assert _capacity_inputs.paced_load(_figures({100: 1.0, 200: 0.90})) == 100
+    assert _capacity_inputs.paced_load(_figures({100: 1.0, 200: 0.96})) == 200
+    assert (
+        _capacity_inputs.paced_load(_figures({100: 0.5, 200: 0.4})) == 100
+    )  # none kept: the fewest
+    assert _capacity_inputs.paced_load(Figures("default")) is None
 
 
 def test_the_retention_table() -> None:
     fig = _figures({100: 1.0})
-    rows = capacity._retention(fig, capacity.paced_inputs(fig))
+    rows = capacity._retention(fig, _capacity_inputs.paced_inputs(fig))
     # 1,000 sessions x 50 chunks/s x 100 B = 5 MB/s: 1 GiB lasts 1073741824 / 5e6 = 214.7 s;
     # disk at 25 B: 858.99 s = 14.3 min; a day: 5e6 * 86400 / 2**30 = 402 GiB of budget
     assert (
@@ -148,7 +150,7 @@ def test_the_frames_off_broker_takes_the_v1_consumers_cost_when_measured() -> No
     # a leader per chunk: 1.0 * (10 + 30) = 40 us -> 5e6 * 40e-6 / 0.5 = 400 streams
     assert off.streams == 400
     # frames on keeps the frames stream's consumer (30 / 25): 785 cores as before
-    assert capacity.plan(capacity.paced_inputs(fig)).total == 785
+    assert capacity.plan(_capacity_inputs.paced_inputs(fig)).total == 785
 
 
 def test_the_floors_scale_the_gateways_cores_by_their_same_run_ratio() -> None:
