@@ -11,6 +11,14 @@ Timing follows the chunks, not the clock of the rebuild: a step whose last chunk
 the assembler's gap/abandon timeout is closed as the assembler would have closed it; a step
 still streaming is skipped (reported), so a rebuild never records a live step as abandoned.
 Sessions the store has and the stream no longer retains cannot be rebuilt and are named.
+
+``--repair`` also rewrites every stored step that differs from what the broker retains
+(``replay --verify``'s differences ``outcome``, ``message``, ``error``, ``chunks`` and
+``seq-range``; never a step the broker retains only in part, nor one still streaming): the
+step re-derived through the same core replaces the stored one with
+:meth:`~tokenwire.store.Store.replace_step`, one transaction per step, logged in the store's
+``step_repairs`` and printed. The comparison uses the chunks read for the rebuild (one read of
+each session). A repaired step then equals the core's record, so a second run repairs nothing.
 """
 
 from __future__ import annotations
@@ -38,13 +46,15 @@ from tokenwire.cli._common import (
 from tokenwire.cli._errors import CheckFailedError, NotFoundError
 from tokenwire.cli._flags import variable_flags
 from tokenwire.cli._progress import SessionProgress
-from tokenwire.replay import stored_chunks
+from tokenwire.replay import Difference, RetainedSteps, compare_with_store, stored_chunks
 from tokenwire.schemas import chunk_envelopes
 from tokenwire.services.assembler import AssemblerSettings, Assembly, AssemblyConfig, ClosedStep
-from tokenwire.store import StepRecord, Store
+from tokenwire.store import StepRecord, StepRepair, Store
 from tokenwire.variables import NATS_URL
 
 COMMIT_BATCH = 256
+REPAIRABLE = frozenset({"outcome", "message", "error", "chunks", "seq-range"})
+"""The verify differences a repair rewrites the step for (with the step fully retained)."""
 
 
 @dataclass
@@ -57,6 +67,16 @@ class SessionRebuild:
     already_stored: int = 0
     still_streaming: int = 0
     undecodable: int = 0
+    repairs: list[StepRepair] = field(default_factory=list)
+    """Steps rewritten by ``--repair``."""
+    left: list[Difference] = field(default_factory=list)
+    """With ``--repair``: the differences still there after it (none a repair can fix)."""
+
+    @property
+    def noteworthy(self) -> bool:
+        """Whether its line is printed (it wrote, repaired, skipped or still differs)."""
+        return bool(self.inserted or self.still_streaming or self.undecodable or self.repairs
+                    or self.left)  # fmt: skip
 
 
 @dataclass
@@ -72,13 +92,17 @@ class RebuildReport:
     "--session", "sessions", multiple=True, help="Rebuild only this session (repeatable)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object.")
+@click.option("--repair", is_flag=True, help="Also rewrite stored steps that differ from it.")
 @variable_flags("rebuild")
 @click.pass_context
-def rebuild(ctx: click.Context, sessions: tuple[str, ...], as_json: bool) -> None:
+def rebuild(ctx: click.Context, sessions: tuple[str, ...], as_json: bool, repair: bool) -> None:
     """Rebuild the store from the retained stream (idempotent).
 
-    SIGINT/SIGTERM stop it between sessions: every session it reports is fully committed,
-    and running it again writes only what a clean rebuild would (exit 130/143).
+    With --repair, every stored step that differs from what the broker retains is rewritten
+    (outcome, chunk log, ledger line; one transaction per step) and printed; exit 1 when a
+    difference is left that no repair can fix. SIGINT/SIGTERM stop it between sessions: every
+    session it reports is fully committed (and repaired), and running it again writes only
+    what a clean rebuild would (exit 130/143).
     """
     s = settings(ctx)
     url = nats_url(s)
@@ -98,6 +122,7 @@ def rebuild(ctx: click.Context, sessions: tuple[str, ...], as_json: bool) -> Non
                     store,
                     list(sessions) or None,
                     config,
+                    repair=repair,
                     stop=stop,
                     on_session=progress.advance,
                     on_total=progress.start,
@@ -111,11 +136,14 @@ def rebuild(ctx: click.Context, sessions: tuple[str, ...], as_json: bool) -> Non
         with progress:
             run_until_signal(main, log_level=logging.WARNING)
     finally:
-        _print(report, as_json)
+        _print(report, as_json, repair=repair)
     if sessions and not report.sessions:
         raise NotFoundError(f"no retained chunks for {', '.join(sessions)}")
     if report.past_retention and sessions:
         raise CheckFailedError(f"past retention: {', '.join(report.past_retention)}")
+    left = sum(len(r.left) for r in report.sessions)
+    if left:
+        raise CheckFailedError(f"{left} difference(s) left that a repair cannot fix (listed above)")
 
 
 def _assembly_config(url: str) -> AssemblyConfig:
@@ -130,6 +158,7 @@ async def rebuild_store(
     only: list[str] | None,
     config: AssemblyConfig,
     *,
+    repair: bool = False,
     now: Callable[[], int] = time.time_ns,
     stop: asyncio.Event | None = None,
     on_session: Callable[[SessionRebuild], None] | None = None,
@@ -138,8 +167,10 @@ async def rebuild_store(
     """Rebuild ``only`` these sessions (default: every retained one); name those past retention.
 
     ``now`` is the clock steps' timeouts are measured against (a step whose last chunk is
-    older than its timeout closes as the assembler would have closed it). When ``stop`` is
-    set the rebuild ends after the session being committed, returning what is done so far.
+    older than its timeout closes as the assembler would have closed it). With ``repair``,
+    stored steps that differ from the retained stream are rewritten (see the module). When
+    ``stop`` is set the rebuild ends after the session being committed, returning what is
+    done so far.
     """
     retained = await retained_sessions(nc, t)
     wanted = [s for s in (only if only is not None else sorted(retained)) if s in retained]
@@ -149,7 +180,7 @@ async def rebuild_store(
     for session in wanted:
         if stop is not None and stop.is_set():
             return rebuilt, []
-        rebuilt.append(await rebuild_session(nc, t, store, session, config, now=now))
+        rebuilt.append(await rebuild_session(nc, t, store, session, config, now=now, repair=repair))
         if on_session is not None:
             on_session(rebuilt[-1])
     if only is not None:
@@ -177,12 +208,15 @@ async def rebuild_session(
     config: AssemblyConfig,
     *,
     now: Callable[[], int] = time.time_ns,
+    repair: bool = False,
 ) -> SessionRebuild:
-    """Feed one session's retained chunks through the assembler's core and commit its steps."""
+    """Feed one session's retained chunks through the assembler's core and commit its steps;
+    with ``repair``, rewrite the stored steps that differ from the retained chunks."""
     clock = _ChunkClock()
     assembly: Assembly[int] = Assembly(config, clock=clock)
     result = SessionRebuild(session)
     records: list[StepRecord] = []
+    retained = RetainedSteps() if repair else None
     async for batch in stored_chunks(nc, t, session):
         for seq, payload in batch:
             try:
@@ -197,13 +231,45 @@ async def rebuild_session(
                 outcome = assembly.feed(envelope, seq)
                 if isinstance(outcome, ClosedStep):
                     records.append(outcome.record)
+                if retained is not None:
+                    retained.add(seq, envelope)
     records += [closed.record for closed in assembly.expire(now())]
     result.still_streaming = assembly.open_steps
     for start in range(0, len(records), COMMIT_BATCH):
         for committed in await store.commit(records[start : start + COMMIT_BATCH]):
             result.inserted += committed.inserted
             result.already_stored += not committed.inserted
+    if retained is not None:
+        await _repair(store, session, retained, records, result)
     return result
+
+
+async def _repair(
+    store: Store,
+    session: str,
+    retained: RetainedSteps,
+    records: list[StepRecord],
+    result: SessionRebuild,
+) -> None:
+    """Rewrite each stored step whose differences from ``retained`` a repair fixes, with the
+    core's record of it (one transaction each); then record what still differs."""
+    differences = (await compare_with_store(retained, store, session)).differences
+    wrong = _repairable(differences)
+    for record in records:
+        if (record.turn, record.step) in wrong:
+            done = await store.replace_step(record)
+            if done is not None and done.replaced:
+                result.repairs.append(done)
+    if result.repairs:
+        differences = (await compare_with_store(retained, store, session)).differences
+    result.left = [d for d in differences if d.kind in REPAIRABLE]
+
+
+def _repairable(differences: list[Difference]) -> set[tuple[int, int]]:
+    """The steps with a difference a repair fixes, unless the broker retains only part of
+    them (retention removed their start: the stored step is all that is left of it)."""
+    partial = {(d.turn, d.step) for d in differences if d.kind == "not-retained"}
+    return {(d.turn, d.step) for d in differences if d.kind in REPAIRABLE} - partial
 
 
 @dataclass
@@ -216,21 +282,42 @@ class _ChunkClock:
         return self.now
 
 
-def _print(report: RebuildReport, as_json: bool) -> None:
+def _print(report: RebuildReport, as_json: bool, *, repair: bool = False) -> None:
     if as_json:
-        click.echo(msgspec.json.encode(_summary(report)).decode())
+        click.echo(msgspec.json.encode(_summary(report, repair=repair)).decode())
         return
     for r in report.sessions:
         if r.inserted or r.still_streaming or r.undecodable:
             click.echo(_session_line(r))
+        for done in r.repairs:
+            click.echo(_repair_line(done))
+        for difference in r.left:
+            click.echo(f"{r.session}: still differs: {difference}")
     for session in report.past_retention:
         click.echo(f"{session}: past retention, cannot be rebuilt (no chunk left on the stream)")
-    summary = _summary(report)
+    summary = _summary(report, repair=repair)
+    repaired = f"; {summary['repaired']} steps repaired" if repair else ""
     click.echo(
         f"rebuilt {summary['sessions']} sessions: {summary['steps_written']} steps written, "
         f"{summary['already_stored']} already stored, {summary['still_streaming']} still "
-        f"streaming, {len(report.past_retention)} past retention"
+        f"streaming, {len(report.past_retention)} past retention{repaired}"
     )
+
+
+def _repair_line(done: StepRepair) -> str:
+    line = (
+        f"{done.session}: repaired turn {done.turn} step {done.step}: stored "
+        f"{_outcome(done.before_kind, done.before_chunks)} -> "
+        f"{_outcome(done.after_kind, done.after_chunks)}"
+    )
+    if done.moved_steps:
+        shift = done.after_chunks - done.before_chunks
+        line += f"; {done.moved_steps} later steps moved by {shift:+d} seqs"
+    return line
+
+
+def _outcome(kind: str, chunks: int) -> str:
+    return f"{kind} ({chunks} chunk{'' if chunks == 1 else 's'})"
 
 
 def _session_line(r: SessionRebuild) -> str:
@@ -245,9 +332,9 @@ def _session_line(r: SessionRebuild) -> str:
     return line
 
 
-def _summary(report: RebuildReport) -> dict[str, object]:
+def _summary(report: RebuildReport, *, repair: bool = False) -> dict[str, object]:
     """The ``--json`` object (also the totals of the text summary)."""
-    return {
+    summary: dict[str, object] = {
         "sessions": len(report.sessions),
         "chunks": sum(r.chunks for r in report.sessions),
         "steps_written": sum(r.inserted for r in report.sessions),
@@ -255,9 +342,20 @@ def _summary(report: RebuildReport) -> dict[str, object]:
         "still_streaming": sum(r.still_streaming for r in report.sessions),
         "undecodable": sum(r.undecodable for r in report.sessions),
         "past_retention": report.past_retention,
-        "rebuilt": [
-            dataclasses.asdict(r)
-            for r in report.sessions
-            if r.inserted or r.still_streaming or r.undecodable
-        ],
+        "rebuilt": [_session_json(r) for r in report.sessions
+                    if r.inserted or r.still_streaming or r.undecodable],
     }
+    if repair:
+        summary["repaired"] = sum(len(r.repairs) for r in report.sessions)
+        summary["repairs"] = [msgspec.to_builtins(d) for r in report.sessions for d in r.repairs]
+        summary["left"] = [{"session": r.session, **msgspec.to_builtins(d)}
+                           for r in report.sessions for d in r.left]
+    return summary
+
+
+def _session_json(r: SessionRebuild) -> dict[str, object]:
+    """A session's counters (its repairs and differences are listed apart)."""
+    fields = dataclasses.asdict(r)
+    for name in ("repairs", "left"):
+        fields.pop(name)
+    return fields

@@ -45,7 +45,15 @@ from tokenwire.replay._read import paced, read_session
 from tokenwire.replay._render import SessionRenderer
 from tokenwire.replay._source import stored_chunks
 from tokenwire.replay._sse import ClientQueue, NcProvider, SlowReaderPolicy, SseStats, coalesce
-from tokenwire.replay._verify import Difference, DifferenceKind, VerifyReport, verify, verify_report
+from tokenwire.replay._verify import (
+    Difference,
+    DifferenceKind,
+    RetainedSteps,
+    VerifyReport,
+    compare_with_store,
+    verify,
+    verify_report,
+)
 
 __all__ = [
     "DEFAULT_MAX_READERS",
@@ -59,6 +67,7 @@ __all__ = [
     "ReplayError",
     "ReplayEvent",
     "ReplayStalled",
+    "RetainedSteps",
     "SessionNotFound",
     "SessionRenderer",
     "Shown",
@@ -74,6 +83,7 @@ __all__ = [
     "UndecodableChunk",
     "VerifyReport",
     "coalesce",
+    "compare_with_store",
     "events_router",
     "paced",
     "read_session",

@@ -114,19 +114,43 @@ async def verify_report(
     if not valid_session(session):
         raise InvalidSessionId(session)
     retained = await _retained(nc, topology, session)
-    outcomes = {(o.turn, o.step): o for o in await store.messages(session)}
-    if not retained and not outcomes:
+    report = await compare_with_store(retained, store, session)
+    if not report.steps:
         raise SessionNotFound(session, topology.stream_of(session))
-    logs = _chunk_logs(await store.session_events(session))
+    return report
+
+
+class RetainedSteps:
+    """A session's retained chunks, by step, as verify reads them: fed one envelope at a time
+    with the stream seq of its message (``tokenwire rebuild --repair`` feeds the envelopes it
+    reads for the assembler's core, and compares without a second read)."""
+
+    def __init__(self) -> None:
+        self._steps: defaultdict[StepKey, _Retained] = defaultdict(_Retained)
+
+    def add(self, seq: int, envelope: ChunkEnvelope) -> None:
+        """One retained chunk (a frame's chunks share their message's ``seq``)."""
+        self._steps[envelope.turn, envelope.step].add(seq, envelope)
+
+    def steps(self) -> dict[StepKey, _Retained]:
+        return dict(self._steps)
+
+
+async def compare_with_store(retained: RetainedSteps, store: Store, session: str) -> VerifyReport:
+    """The differences between the store's record of ``session`` and ``retained`` (see the
+    module for their kinds), in (turn, step) order. Raises StoreError."""
+    steps = retained.steps()
+    outcomes = {(o.turn, o.step): o for o in await store.messages(session)}
+    logs = _chunk_logs(await store.session_events(session)) if outcomes else {}
     differences: list[Difference] = []
-    for key in sorted(retained.keys() | outcomes.keys()):
-        differences += _compare(key, retained.get(key), outcomes.get(key), logs.get(key, []))
-    chunks = sum(len(r.seqs) for r in retained.values())
-    return VerifyReport(len(retained.keys() | outcomes.keys()), chunks, differences)
+    for key in sorted(steps.keys() | outcomes.keys()):
+        differences += _compare(key, steps.get(key), outcomes.get(key), logs.get(key, []))
+    chunks = sum(len(r.seqs) for r in steps.values())
+    return VerifyReport(len(steps.keys() | outcomes.keys()), chunks, differences)
 
 
-async def _retained(nc: Connection, topology: Topology, session: str) -> dict[StepKey, _Retained]:
-    steps: defaultdict[StepKey, _Retained] = defaultdict(_Retained)
+async def _retained(nc: Connection, topology: Topology, session: str) -> RetainedSteps:
+    steps = RetainedSteps()
     async for batch in stored_chunks(nc, topology, session):
         for seq, payload in batch:
             try:
@@ -134,8 +158,8 @@ async def _retained(nc: Connection, topology: Topology, session: str) -> dict[St
             except msgspec.MsgspecError as exc:
                 raise UndecodableChunk(seq, str(exc)) from exc
             for envelope in envelopes:
-                steps[envelope.turn, envelope.step].add(seq, envelope)
-    return dict(steps)
+                steps.add(seq, envelope)
+    return steps
 
 
 def _chunk_logs(events: Sequence[object]) -> dict[StepKey, list[ChunkEvent]]:

@@ -41,6 +41,7 @@ from tokenwire.store._records import (
     OutcomeKind,
     SessionSummary,
     StepRecord,
+    StepRepair,
     StoreStats,
 )
 from tokenwire.store._sqlite import SQLiteStore
@@ -66,6 +67,7 @@ __all__ = [
     "SQLiteStore",
     "SessionSummary",
     "StepRecord",
+    "StepRepair",
     "Store",
     "StoreConfigError",
     "StoreError",

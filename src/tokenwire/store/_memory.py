@@ -9,13 +9,22 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+import msgspec
+
 from tokenwire.ledger import StepUsage, UsageBy, UsageGroup
 from tokenwire.schemas import ErrorEvent, MessageEvent, SessionEvent
 from tokenwire.store._backend_rows import SessionState, StepRow, outcome_event, rows_events
 from tokenwire.store._commit_plan import StepKey, plan_commit, step_key, validate
 from tokenwire.store._errors import StoreUnavailable
-from tokenwire.store._records import CommittedStep, SessionSummary, StepRecord, StoreStats
-from tokenwire.store._usage_rows import group_lines, usage_lines
+from tokenwire.store._records import (
+    CommittedStep,
+    SessionSummary,
+    StepRecord,
+    StepRepair,
+    StoreStats,
+)
+from tokenwire.store._repair_plan import RepairPlan, plan_repair, unchanged
+from tokenwire.store._usage_rows import group_lines, usage_line, usage_lines
 
 
 class MemoryStore:
@@ -30,6 +39,8 @@ class MemoryStore:
         self._rows: dict[str, list[StepRow]] = {}
         self._index: dict[StepKey, StepRow] = {}
         self._lines: dict[StepKey, StepUsage] = {}
+        self.repairs: list[RepairPlan] = []
+        """The repair log (what ``step_repairs`` holds in a database), oldest first."""
         self._closed = False
 
     @property
@@ -54,6 +65,35 @@ class MemoryStore:
         self._sessions.update((s.session, s) for s in plan.sessions)
         self._lines.update(((li.session, li.turn, li.step), li) for li in plan.lines)
         return plan.results
+
+    async def replace_step(self, record: StepRecord) -> StepRepair | None:
+        """See :meth:`Store.replace_step`."""
+        self._check_open()
+        validate(record)
+        key = step_key(record)
+        row = self._index.get(key)
+        if row is None:
+            return None
+        rows = self._rows[record.session]
+        later = [r for r in rows if r.position > row.position]
+        plan = plan_repair(row, record, self._sessions[record.session], later_steps=len(later),
+                           line=usage_line(record), repaired_ns=self._clock())  # fmt: skip
+        if plan is None:
+            return unchanged(row)
+        moved = {r.position: msgspec.structs.replace(r, seq_start=r.seq_start + plan.shift,
+                                                     seq_end=r.seq_end + plan.shift)
+                 for r in later}  # fmt: skip
+        moved[row.position] = plan.row
+        rows[:] = [moved.get(r.position, r) for r in rows]
+        self._index.update(((r.session, r.turn, r.step), r) for r in rows)
+        self._lines[key] = plan.line
+        self._sessions[record.session] = msgspec.structs.replace(
+            plan.session,
+            first_ns=min(r.first_ns for r in rows),
+            last_ns=max(r.completed_ns for r in rows),
+        )
+        self.repairs.append(plan)
+        return plan.result
 
     async def session_events(
         self, session: str, from_seq: int = 1, to_seq: int | None = None
@@ -123,12 +163,14 @@ class MemoryStore:
         for row in rows:
             del self._index[(row.session, row.turn, row.step)]
             self._lines.pop((row.session, row.turn, row.step), None)
+        self.repairs = [plan for plan in self.repairs if plan.row.session != session]
         return len(rows)
 
     async def truncate(self) -> None:
         """See :meth:`Store.truncate`."""
         self._check_open()
         self._sessions.clear()
+        self.repairs.clear()
         self._rows.clear()
         self._index.clear()
         self._lines.clear()

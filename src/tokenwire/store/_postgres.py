@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import msgspec
+from psycopg import AsyncCursor
 
 from tokenwire.ledger import StepUsage, UsageBy, UsageGroup
 from tokenwire.schemas import ErrorEvent, MessageEvent, SessionEvent
@@ -32,7 +34,21 @@ from tokenwire.store._commit_plan import plan_commit, step_key, validate
 from tokenwire.store._errors import StoreUnavailable
 from tokenwire.store._migrations import CREATE_MIGRATIONS_TABLE, load_migrations, pending
 from tokenwire.store._pgconn import PgConnection, PgLink
-from tokenwire.store._records import CommittedStep, SessionSummary, StepRecord, StoreStats
+from tokenwire.store._records import (
+    CommittedStep,
+    SessionSummary,
+    StepRecord,
+    StepRepair,
+    StoreStats,
+)
+from tokenwire.store._repair_plan import (
+    counter_values,
+    plan_repair,
+    repair_sql,
+    shift_steps,
+    step_values,
+    unchanged,
+)
 from tokenwire.store._usage_rows import (
     LINE_COLUMNS,
     group_query,
@@ -78,6 +94,9 @@ _INSERT_LINE = insert_lines("%s")
 _UPSERT_ROLLUP = upsert_rollup("%s")
 _SESSION_LINES = session_lines_sql("%s")
 _SESSION_LINES_FOR_DELETE = f"SELECT {', '.join(LINE_COLUMNS)} FROM step_usage WHERE session = %s"
+_REPAIR = repair_sql("%s", json_cast="::json", line_columns=LINE_COLUMNS)
+_LOCK_SESSION = f"SELECT {_SESSIONS} FROM sessions WHERE session = %s FOR UPDATE"
+_SELECT_STEP = f"SELECT {_STEPS} FROM steps WHERE session = %s AND turn = %s AND step = %s"
 _STATS = (
     "SELECT count(*), coalesce(sum(steps), 0)::bigint, coalesce(sum(messages), 0)::bigint,"
     " coalesce(sum(errors), 0)::bigint, coalesce(sum(chunks), 0)::bigint FROM sessions"
@@ -125,6 +144,14 @@ class PostgresStore:
         lines = await asyncio.to_thread(usage_lines, records)
         async with self._writer.use() as conn, conn.transaction():
             return await self._commit(conn, records, lines)
+
+    async def replace_step(self, record: StepRecord) -> StepRepair | None:
+        """See :meth:`Store.replace_step`."""
+        validate(record)
+        await self._ensure_migrated()
+        [line] = await asyncio.to_thread(usage_lines, [record])  # priced before the lock
+        async with self._writer.use() as conn, conn.transaction():
+            return await _replace(conn, record, line, self._clock)
 
     async def session_events(
         self, session: str, from_seq: int = 1, to_seq: int | None = None
@@ -190,13 +217,14 @@ class PostgresStore:
             await _take_from_rollup(conn, session)
             cur = await conn.execute("DELETE FROM steps WHERE session = %s", (session,))
             await conn.execute("DELETE FROM sessions WHERE session = %s", (session,))
+            await conn.execute("DELETE FROM step_repairs WHERE session = %s", (session,))
             return cur.rowcount
 
     async def truncate(self) -> None:
         """See :meth:`Store.truncate`."""
         await self._ensure_migrated()
         async with self._writer.use() as conn:
-            await conn.execute("TRUNCATE steps, sessions, step_usage, usage_daily")
+            await conn.execute("TRUNCATE steps, sessions, step_usage, usage_daily, step_repairs")
 
     async def ping(self) -> None:
         """See :meth:`Store.ping`."""
@@ -277,6 +305,52 @@ class PostgresStore:
                 await cur.executemany(_INSERT_LINE, [line_values(line) for line in plan.lines])
                 await cur.executemany(_UPSERT_ROLLUP, rollup_deltas(plan.lines))
         return plan.results
+
+
+async def _replace(
+    conn: PgConnection, record: StepRecord, line: StepUsage, clock: Callable[[], int]
+) -> StepRepair | None:
+    """One repair inside the caller's transaction (see ``_repair_plan``): the session row is
+    locked first, as a commit locks it, so a commit of the same session waits for it."""
+    key = step_key(record)
+    async with conn.cursor() as cur:
+        await cur.execute(_LOCK_SESSION, (record.session,))
+        state = await cur.fetchone()
+        await cur.execute(_SELECT_STEP, key)
+        found = await cur.fetchone()
+        if state is None or found is None:
+            return None
+        row = step_row(found)
+        await cur.execute(_REPAIR.later_steps, (row.session, row.position))
+        (later,) = msgspec.convert(await cur.fetchone(), tuple[int])
+        plan = plan_repair(row, record, session_state(state), later_steps=later, line=line,
+                           repaired_ns=clock())  # fmt: skip
+        if plan is None:
+            return unchanged(row)
+        up_and_down = shift_steps(plan)
+        for values in up_and_down[:1]:
+            await cur.execute(_REPAIR.shift, values)
+        await cur.execute(_REPAIR.update_step, step_values(plan.row))
+        for values in up_and_down[1:]:
+            await cur.execute(_REPAIR.shift, values)
+        await cur.execute(_REPAIR.step_line, key)
+        old = [line_from_row(r) for r in await cur.fetchall()]
+        await _move_rollup(cur, old, sign=-1)
+        await cur.execute(_REPAIR.delete_line, key)
+        await cur.execute(_INSERT_LINE, line_values(plan.line))
+        await _move_rollup(cur, [plan.line], sign=1)
+        await cur.execute("DELETE FROM usage_daily WHERE steps = 0")
+        await cur.execute(_REPAIR.session_counters, counter_values(plan.session))
+        await cur.execute(_REPAIR.insert_log, plan.log_values())
+    return plan.result
+
+
+async def _move_rollup(
+    cur: AsyncCursor[tuple[Any, ...]], lines: list[StepUsage], *, sign: int
+) -> None:
+    deltas = rollup_deltas(lines, sign=sign)
+    if deltas:
+        await cur.executemany(_UPSERT_ROLLUP, deltas)
 
 
 async def _take_from_rollup(conn: PgConnection, session: str) -> None:

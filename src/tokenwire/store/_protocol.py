@@ -7,7 +7,13 @@ from typing import Protocol
 
 from tokenwire.ledger import StepUsage, UsageBy, UsageGroup
 from tokenwire.schemas import ErrorEvent, MessageEvent, SessionEvent
-from tokenwire.store._records import CommittedStep, SessionSummary, StepRecord, StoreStats
+from tokenwire.store._records import (
+    CommittedStep,
+    SessionSummary,
+    StepRecord,
+    StepRepair,
+    StoreStats,
+)
 
 
 class Store(Protocol):
@@ -38,6 +44,19 @@ class Store(Protocol):
         again and returns its stored range with ``inserted=False``. When the commit raises,
         nothing of the batch was written (or, if the connection died during COMMIT, all of
         it may have been: commit again to learn which).
+        """
+        ...
+
+    async def replace_step(self, record: StepRecord) -> StepRepair | None:
+        """Rewrite a stored step with ``record``, in ONE transaction: the repair of a step
+        stored wrong (``tokenwire rebuild --repair``).
+
+        Its outcome, chunk log and ledger line are replaced (the rollup moves with the line),
+        its position and ``seq_start`` kept; when its chunk count changes, the session's later
+        steps move by the difference, so the seqs stay contiguous and every outcome cites its
+        own chunks; the session's counters follow. One row of the repair log (``step_repairs``)
+        keeps what the step held before. A row already holding the record's outcome and chunk
+        log is left as it is (``replaced=False``); a step not stored returns None.
         """
         ...
 

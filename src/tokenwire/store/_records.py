@@ -80,3 +80,24 @@ class StoreStats(msgspec.Struct, frozen=True):
     messages: int
     errors: int
     chunks: int
+
+
+class StepRepair(msgspec.Struct, frozen=True):
+    """What :meth:`Store.replace_step` did to one stored step.
+
+    ``before_*`` is what the store held, ``after_*`` what it holds now (the same when
+    ``replaced`` is False: the row already held the record). ``moved_steps`` later steps of
+    the session moved by ``after_chunks - before_chunks`` seqs, so the session's seqs stay
+    contiguous; their positions and contents are unchanged.
+    """
+
+    session: str
+    turn: int
+    step: int
+    replaced: bool
+    before_kind: OutcomeKind
+    before_chunks: int
+    after_kind: OutcomeKind
+    after_chunks: int
+    seq_start: int
+    moved_steps: int = 0

@@ -38,7 +38,21 @@ from tokenwire.store._errors import (
     StoreUnavailable,
 )
 from tokenwire.store._migrations import CREATE_MIGRATIONS_TABLE, load_migrations, pending
-from tokenwire.store._records import CommittedStep, SessionSummary, StepRecord, StoreStats
+from tokenwire.store._records import (
+    CommittedStep,
+    SessionSummary,
+    StepRecord,
+    StepRepair,
+    StoreStats,
+)
+from tokenwire.store._repair_plan import (
+    counter_values,
+    plan_repair,
+    repair_sql,
+    shift_steps,
+    step_values,
+    unchanged,
+)
 from tokenwire.store._usage_rows import (
     LINE_COLUMNS,
     group_query,
@@ -70,6 +84,8 @@ _SELECT_RANGE = (
 _INSERT_LINE = insert_lines("?")
 _UPSERT_ROLLUP = upsert_rollup("?")
 _SESSION_LINES = session_lines_sql("?")
+_REPAIR = repair_sql("?", line_columns=LINE_COLUMNS)
+_SELECT_STEP = f"SELECT {_STEPS} FROM steps WHERE session = ? AND turn = ? AND step = ?"
 
 
 class SQLiteStore:
@@ -123,6 +139,11 @@ class SQLiteStore:
         if not records:
             return []
         return await self._run(lambda conn: self._commit(conn, records))
+
+    async def replace_step(self, record: StepRecord) -> StepRepair | None:
+        """See :meth:`Store.replace_step`."""
+        validate(record)
+        return await self._run(lambda conn: self._replace(conn, record))
 
     async def session_events(
         self, session: str, from_seq: int = 1, to_seq: int | None = None
@@ -211,6 +232,7 @@ class SQLiteStore:
                     "DELETE FROM steps WHERE session = ?", (session,)
                 ).rowcount
                 conn.execute("DELETE FROM sessions WHERE session = ?", (session,))
+                conn.execute("DELETE FROM step_repairs WHERE session = ?", (session,))
             return count
 
         return await self._run(delete)
@@ -220,7 +242,7 @@ class SQLiteStore:
 
         def truncate(conn: sqlite3.Connection) -> None:
             with _immediate(conn):
-                for table in ("steps", "sessions", "step_usage", "usage_daily"):
+                for table in ("steps", "sessions", "step_usage", "usage_daily", "step_repairs"):
                     conn.execute(f"DELETE FROM {table}")
 
         await self._run(truncate)
@@ -315,6 +337,30 @@ class SQLiteStore:
             conn.executemany(_UPSERT_ROLLUP, rollup_deltas(plan.lines))
         return plan.results
 
+    def _replace(self, conn: sqlite3.Connection, record: StepRecord) -> StepRepair | None:
+        [line] = usage_lines([record])  # priced before the write lock is taken
+        key = step_key(record)
+        with _immediate(conn):
+            found = conn.execute(_SELECT_STEP, key).fetchone()
+            if found is None:
+                return None
+            row = step_row(found)
+            later = conn.execute(_REPAIR.later_steps, (row.session, row.position)).fetchone()[0]
+            plan = plan_repair(row, record, _load_state(conn, record.session),
+                               later_steps=later, line=line, repaired_ns=self._clock())  # fmt: skip
+            if plan is None:
+                return unchanged(row)
+            up_and_down = shift_steps(plan)
+            for values in up_and_down[:1]:
+                conn.execute(_REPAIR.shift, values)
+            conn.execute(_REPAIR.update_step, step_values(plan.row))
+            for values in up_and_down[1:]:
+                conn.execute(_REPAIR.shift, values)
+            _replace_line(conn, key, plan.line)
+            conn.execute(_REPAIR.session_counters, counter_values(plan.session))
+            conn.execute(_REPAIR.insert_log, plan.log_values())
+        return plan.result
+
     def _translate(self, exc: sqlite3.Error) -> StoreError:
         reason = str(exc) or type(exc).__name__
         if isinstance(exc, sqlite3.IntegrityError):
@@ -356,6 +402,16 @@ def _take_from_rollup(conn: sqlite3.Connection, session: str) -> None:
     conn.executemany(_UPSERT_ROLLUP, rollup_deltas(lines, sign=-1))
     conn.execute("DELETE FROM usage_daily WHERE steps = 0")
     conn.execute("DELETE FROM step_usage WHERE session = ?", (session,))
+
+
+def _replace_line(conn: sqlite3.Connection, key: StepKey, line: StepUsage) -> None:
+    """The step's ledger line becomes ``line``; the rollup moves with it."""
+    old = [line_from_row(r) for r in conn.execute(_REPAIR.step_line, key)]
+    conn.executemany(_UPSERT_ROLLUP, rollup_deltas(old, sign=-1))
+    conn.execute(_REPAIR.delete_line, key)
+    conn.execute(_INSERT_LINE, line_values(line))
+    conn.executemany(_UPSERT_ROLLUP, rollup_deltas([line]))
+    conn.execute("DELETE FROM usage_daily WHERE steps = 0")
 
 
 def _load_state(conn: sqlite3.Connection, session: str) -> SessionState:
