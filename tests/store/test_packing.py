@@ -49,6 +49,7 @@ def test_migrations_are_numbered_and_define_the_tables(backend: Backend) -> None
         (1, "initial"),
         (2, "session_tenant"),
         (3, "usage_ledger"),
+        (4, "step_repairs"),
     ]
     text = " ".join(migrations[0].statements)
     for table in ("CREATE TABLE sessions", "CREATE TABLE steps"):
