@@ -21,7 +21,7 @@ from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route, Router
 from starlette.types import Receive, Scope, Send
 
-from tokenwire.broker import BrokerError, Topology, session_owner, valid_session
+from tokenwire.broker import BrokerError, Connection, Topology, session_owner, valid_session
 from tokenwire.ledger import StepUsage, session_report
 from tokenwire.replay._sse import NcProvider, SlowReaderPolicy, SseStats, stream
 from tokenwire.schemas import json_encoder
@@ -141,24 +141,43 @@ class _Routes:
             return _error(503, "unavailable", f"broker not available: {exc}")
         if self._stats.clients >= self._max_readers:
             return self._refused()
+        # The slot is taken before the first await (the owner lookup): a burst of readers
+        # can never all pass the check while each still waits for its lookup.
+        slot = _ReaderSlot(self._stats)
+        response: _CountedStream | None = None
+        try:
+            refusal = await self._refusal(request, nc, session)
+            if refusal is not None:
+                return refusal
+            body = stream(
+                nc,
+                self._topology,
+                session,
+                start=start,
+                follow=follow,
+                policy=self._policy,
+                stats=self._stats,
+            )
+            response = _CountedStream(body, slot)
+            return response
+        finally:
+            if response is None:  # a 404, a 503, an error or a cancellation: given back
+                slot.release()
+
+    async def _refusal(self, request: Request, nc: Connection, session: str) -> Response | None:
+        """The answer for a reader that may not read ``session`` (None: it may). A tenant's
+        reader asks the broker for the session's owner; an unknown session and another
+        tenant's are the same 404."""
         scope = read_scope(request)
-        if scope is not None:
-            try:
-                owner = await session_owner(nc, self._topology, session)
-            except BrokerError as exc:
-                return _error(503, "unavailable", f"broker not available: {exc}")
-            if owner is None or owner.tenant != scope:
-                return _not_found(session)
-        body = stream(
-            nc,
-            self._topology,
-            session,
-            start=start,
-            follow=follow,
-            policy=self._policy,
-            stats=self._stats,
-        )
-        return _CountedStream(body, self._stats)
+        if scope is None:
+            return None
+        try:
+            owner = await session_owner(nc, self._topology, session)
+        except BrokerError as exc:
+            return _error(503, "unavailable", f"broker not available: {exc}")
+        if owner is None or owner.tenant != scope:
+            return _not_found(session)
+        return None
 
     def _refused(self) -> Response:
         self._stats.refused += 1
@@ -237,20 +256,34 @@ async def _owned(store: Store, session: str, scope: str) -> bool:
     return summary is not None and summary.tenant == scope
 
 
-class _CountedStream(StreamingResponse):
-    """An SSE response counted in ``stats.clients`` from its creation until it ended, however
-    it ends (caught up, lagged, the client gone, or never started): the reader cap's count."""
+class _ReaderSlot:
+    """One place under the reader cap, counted in ``stats.clients`` from its creation until
+    :meth:`release` (idempotent): by the route when it answers anything but the stream, else
+    by the stream's response when it ends."""
 
-    def __init__(self, body: AsyncIterator[bytes], stats: SseStats) -> None:
-        super().__init__(body, media_type="text/event-stream", headers=_SSE_HEADERS)
-        self._stats = stats
+    def __init__(self, stats: SseStats) -> None:
+        self._stats: SseStats | None = stats
         stats.clients += 1
+
+    def release(self) -> None:
+        if self._stats is not None:
+            self._stats.clients -= 1
+            self._stats = None
+
+
+class _CountedStream(StreamingResponse):
+    """An SSE response holding a reader slot until it ended, however it ends (caught up,
+    lagged, the client gone, or never started): the reader cap's count."""
+
+    def __init__(self, body: AsyncIterator[bytes], slot: _ReaderSlot) -> None:
+        super().__init__(body, media_type="text/event-stream", headers=_SSE_HEADERS)
+        self._slot = slot
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self._stats.clients -= 1
+            self._slot.release()
 
 
 def viewer_html() -> str:
