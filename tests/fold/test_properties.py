@@ -6,6 +6,8 @@ Hypothesis runs derandomized with no example database, so CI sees the same examp
 
 from __future__ import annotations
 
+import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -164,3 +166,55 @@ def _expected_missing(seen: set[int], finish_at: int) -> list[int]:
     first_unseen = next(o for o in range(len(seen) + 1) if o not in seen)
     upper = finish_at if finish_at in seen else max(seen)
     return [o for o in range(first_unseen, upper) if o not in seen]
+
+
+def _without_text(outcome: object) -> object:
+    """The outcome with every text and reasoning block emptied (the oracle of keep_text)."""
+    if not isinstance(outcome, Message):
+        return outcome
+    content = [
+        TextBlock("") if isinstance(b, TextBlock)
+        else ReasoningBlock("", b.signature, b.redacted) if isinstance(b, ReasoningBlock)
+        else b
+        for b in outcome.content
+    ]  # fmt: skip
+    return msgspec.structs.replace(outcome, content=content)
+
+
+@PROPERTY
+@given(plan=plans(), reason=NORMAL_FINISHES | st.just("max-tokens"), small=st.booleans())
+def test_a_fold_keeping_no_text_ends_the_same_way_without_the_text(
+    plan: Plan, reason, small: bool
+) -> None:
+    """keep_text=False (the events feed's renderer) applies the same rules and bounds: the
+    same outcome, every text and reasoning block empty; the same limit error when the step's
+    bytes exceed a bound it is given."""
+    limits = FoldLimits(max_step_bytes=16) if small else FoldLimits()
+    chunks = [*plan.chunks, Finish(reason=reason)]
+    kept, counted = StepFold(limits), StepFold(limits, keep_text=False)
+    for chunk in chunks:
+        kept.feed(chunk)
+        counted.feed(chunk)
+    assert counted.result() == _without_text(kept.result())
+
+
+@pytest.mark.parametrize("by_reference", [False, True])
+@pytest.mark.parametrize("bound", [10, 11, 12, 1000])
+def test_a_fold_keeping_no_text_counts_block_ends_alike(by_reference: bool, bound: int) -> None:
+    """A block-end after streamed text (its block whole, or by reference to the deltas) adds
+    the same bytes whether or not the text was kept: the limit trips at the same bound."""
+    end = TextBlock("" if by_reference else "hello world")
+    chunks: list[StreamChunk] = [
+        TextDelta(index=0, text="hello "),
+        TextDelta(index=0, text="world"),
+        BlockEnd(index=0, block=end, by_reference=by_reference),
+        Finish(reason="stop"),
+    ]
+    kept, counted = (
+        StepFold(FoldLimits(max_step_bytes=bound)),
+        StepFold(FoldLimits(max_step_bytes=bound), keep_text=False),
+    )
+    for chunk in chunks:
+        kept.feed(chunk)
+        counted.feed(chunk)
+    assert counted.result() == _without_text(kept.result())

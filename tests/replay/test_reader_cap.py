@@ -128,7 +128,7 @@ async def test_a_reader_cancelled_or_failed_during_its_lookup_gives_its_slot_bac
 
     monkeypatch.setattr(_http, "session_owner", lookup)
     stats = SseStats()
-    router = events_router(object, Topology(), MemoryStore, stats=stats,  # type: ignore[arg-type,return-value]  # the lookup is replaced; nothing reads the broker
+    router = events_router(object, Topology(), MemoryStore, stats=stats,  # type: ignore[arg-type]  # the lookup is replaced; nothing reads the broker
                            max_readers=1)  # fmt: skip
     events = next(r for r in router.routes if r.path.endswith("/events")).endpoint  # type: ignore[attr-defined]  # starlette Route
 

@@ -10,6 +10,11 @@ messages, 52 MB, for one reader of a 400,000-chunk session), and this test faile
 growth of hundreds of MB. Then every client reads again, reconnecting with
 ``Last-Event-ID`` after a ``lagged`` event as an EventSource does, and must get every chunk
 exactly once, in order: the oracle is the text written into the session here.
+
+The second test is issue 48's: a 20 MB session of long steps, 50 readers stalled in the middle
+of a step (half of them resumed there with ``Last-Event-ID``, which renders the step's start
+silently). Each reader's renderer kept the text of its open step, ~4 MB a reader (+191 MB for
+50); the documented bound is 1 MB a reader (docs/replay.md, "Memory of the events endpoint").
 """
 
 from __future__ import annotations
@@ -31,7 +36,14 @@ import pytest
 
 from tests.gateway._helpers import GATEWAY_KEY
 from tests.replay.sessions import publish
-from tokenwire.broker import EmbeddedServer, Topology, connect, ensure_topology, free_port
+from tokenwire.broker import (
+    EmbeddedServer,
+    Topology,
+    connect,
+    ensure_topology,
+    free_port,
+    stream_info,
+)
 from tokenwire.schemas import ChunkEnvelope, Finish, TextDelta
 
 pytestmark = pytest.mark.slow
@@ -39,7 +51,11 @@ MB = 1024 * 1024
 READERS = 50
 STEPS, STEP_CHUNKS = 3, 1_000
 GROWTH_BOUND = 50 * MB
+PER_READER_BOUND = 1 * MB
+"""The documented bound of one stalled reader's gateway memory."""
 SESSION = "stalled-readers"
+LONG_STEPS, LONG_STEP_CHUNKS = 4, 11_000
+"""The large session: 44,000 chunks of ~500 bytes each, ~22 MB retained; steps of ~4 MB."""
 
 
 FILLER = "a fragment of the long answer, as a provider streams it, word after word; " * 5
@@ -272,3 +288,53 @@ async def test_50_stalled_readers_hold_little_and_then_get_every_event_once(tmp_
             for reader in readers:
                 _check(reader, len(sent), text)
             print(f"reconnects after lagged: {sum(r.reconnects for r in readers)}")
+
+
+def _long_session() -> list[ChunkEnvelope]:
+    out: list[ChunkEnvelope] = []
+    for step in range(LONG_STEPS):
+        for k in range(LONG_STEP_CHUNKS):
+            chunk = TextDelta(0, _text(step, k)) if k < LONG_STEP_CHUNKS - 1 else Finish("stop")
+            out.append(ChunkEnvelope(SESSION, 0, step, k, 1_000 + len(out), "scripted", "m",
+                                     chunk, request_time_ns=0 if k == 0 else None))  # fmt: skip
+    return out
+
+
+async def test_50_stalled_readers_of_a_20_mb_session_stay_under_the_documented_bound(
+    tmp_path: Path,
+) -> None:
+    sent = _long_session()
+    async with EmbeddedServer(tmp_path / "nats") as nats:
+        nc = await connect(nats.url)
+        try:
+            topology = Topology(partitions=2)
+            await ensure_topology(nc, topology)
+            await publish(nc, topology, sent)
+            retained = int((await stream_info(nc, topology.stream))["state"]["bytes"])
+        finally:
+            await nc.close()
+        assert retained > 20 * MB
+        async with gateway_process(nats.url, tmp_path / "data") as (url, proc):
+            port = int(url.rsplit(":", 1)[1])
+            warm = Reader(port, last_id=len(sent) - 100)  # imports and caches: not a reader's
+            await warm.connect()
+            await warm.read_to_the_end()
+            base = proc.memory_info().rss
+
+            # Half read from the start, half resume deep inside the third step (~3 MB of it
+            # rendered silently first); each reads a few events, then stops reading.
+            middle = 2 * LONG_STEP_CHUNKS + 7_000
+            readers = [Reader(port, last_id=middle if i % 2 else None) for i in range(READERS)]
+
+            async def read_a_little(reader: Reader) -> str:
+                await reader.connect()
+                return await reader.read_events(3)
+
+            assert await asyncio.gather(*map(read_a_little, readers)) == ["more"] * READERS
+            peak = await _settled_peak(proc)
+            for reader in readers:
+                await reader.close()
+    growth = peak - base
+    print(f"\n{retained / MB:.1f} MB session, {READERS} stalled readers: gateway RSS "
+          f"+{growth / MB:.1f} MB ({growth / READERS / MB:.2f} MB a reader)")  # fmt: skip
+    assert growth < READERS * PER_READER_BOUND

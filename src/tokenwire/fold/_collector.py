@@ -34,7 +34,8 @@ class StepCollector:
     bounded by ``limits.reorder_window`` (an ordinal that far ahead of the next expected one
     raises :class:`ReorderWindowError` and is not kept). Duplicates are dropped by
     ordinal. The step is :attr:`complete` once its finish was fed, which implies every
-    ordinal below it was; :meth:`missing` names the gaps meanwhile.
+    ordinal below it was; :meth:`missing` names the gaps meanwhile. ``keep_text`` is the
+    fold's (:class:`StepFold`).
 
     >>> from tokenwire.schemas import TextDelta
     >>> c = StepCollector()
@@ -59,8 +60,8 @@ class StepCollector:
         "_window",
     )
 
-    def __init__(self, limits: FoldLimits = DEFAULT_LIMITS) -> None:
-        self._fold = StepFold(limits)
+    def __init__(self, limits: FoldLimits = DEFAULT_LIMITS, *, keep_text: bool = True) -> None:
+        self._fold = StepFold(limits, keep_text=keep_text)
         self._window = limits.reorder_window
         self._next = 0
         self._pending: dict[int, StreamChunk] = {}

@@ -27,10 +27,11 @@ class Acc:
     """The fragments of one open block at ``index`` of kind ``kind``.
 
     ``parts`` holds recent fragments, ``runs`` joined runs of ``RUN_LENGTH`` of them; their
-    concatenation, in order, is the block's text (or a tool call's arguments).
+    concatenation, in order, is the block's text (or a tool call's arguments). ``dropped``
+    counts the UTF-8 bytes received and not kept (a fold that does not keep text).
     """
 
-    __slots__ = ("id", "index", "kind", "name", "parts", "runs")
+    __slots__ = ("dropped", "id", "index", "kind", "name", "parts", "runs")
 
     def __init__(self, index: int, kind: BlockType) -> None:
         self.index = index
@@ -39,6 +40,7 @@ class Acc:
         self.runs: list[str] = []
         self.id = ""
         self.name = ""
+        self.dropped = 0
 
     def compact(self) -> None:
         """Join the pending fragments into one run."""
@@ -53,7 +55,7 @@ class Acc:
 
     def size(self) -> int:
         """UTF-8 bytes received so far."""
-        return sum(map(utf8_len, self.runs)) + sum(map(utf8_len, self.parts))
+        return sum(map(utf8_len, self.runs)) + sum(map(utf8_len, self.parts)) + self.dropped
 
     def partial(self) -> TextBlock | ReasoningBlock | None:
         """The block so far when it may be shown before it ends (text, reasoning), else None."""

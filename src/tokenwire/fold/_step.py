@@ -53,6 +53,11 @@ class StepFold:
     fold then drops what it holds and only waits for ``finish``. A chunk after the step ended
     raises :class:`ChunkAfterFinish` and changes nothing.
 
+    ``keep_text=False`` folds by the same rules and bounds (every byte counted, every block
+    checked) but keeps no text or reasoning: the result's text and reasoning blocks are
+    empty. For a reader that showed them as they streamed (the session events feed), so that
+    what it holds per open step is its tool calls, not its text.
+
     >>> step = StepFold()
     >>> step.feed(TextDelta(index=0, text="Hel"))
     >>> step.feed(TextDelta(index=0, text="lo"))
@@ -68,6 +73,7 @@ class StepFold:
         "_ended_by",
         "_failure",
         "_ignored",
+        "_keep_text",
         "_limits",
         "_max_bytes",
         "_open",
@@ -75,10 +81,11 @@ class StepFold:
         "_usage",
     )
 
-    def __init__(self, limits: FoldLimits = DEFAULT_LIMITS) -> None:
+    def __init__(self, limits: FoldLimits = DEFAULT_LIMITS, *, keep_text: bool = True) -> None:
         self._limits = limits
         self._max_bytes = limits.max_step_bytes
-        self._dispatch: dict[type, _Handler] = _ACCUMULATING
+        self._keep_text = keep_text
+        self._dispatch: dict[type, _Handler] = _ACCUMULATING if keep_text else _COUNTING
         self._open: dict[int, Acc] = {}
         self._closed: dict[int, ContentBlock] = {}
         self._bytes = 0
@@ -201,8 +208,11 @@ class StepFold:
             received = acc.size()
         if chunk.by_reference:
             block = _with_streamed_content(block, acc)
+        size = block_size(block)
+        if not self._keep_text:
+            block = _without_text(block)
         self._closed[index] = block
-        self._grow(block_size(block) - received)
+        self._grow(size - received)
 
     def _on_usage(self, chunk: Usage) -> None:
         self._usage = chunk.usage
@@ -353,6 +363,38 @@ class StepFold:
         raise ChunkAfterFinish(str(chunk.__struct_config__.tag), self._ended_by)
 
 
+def _counting_handler(kind: Literal["text", "reasoning"]) -> _Handler:
+    """Text and reasoning deltas for a fold that keeps no text: counted, checked, dropped."""
+
+    def on_delta(fold: StepFold, chunk: TextDelta | ReasoningDelta) -> None:
+        text = chunk.text
+        if not text:
+            return
+        acc = fold._open.get(chunk.index)
+        if acc is None or acc.kind != kind:
+            acc = fold._acc_for(chunk.index, kind)
+            if acc is None:
+                return
+        size = len(text) if text.isascii() else utf8_len(text)
+        acc.dropped += size
+        fold._grow(size)
+
+    return on_delta
+
+
+def _without_text(block: ContentBlock) -> ContentBlock:
+    """A text or reasoning block's fields without its text (other blocks as they are)."""
+    match block:
+        case TextBlock():
+            return TextBlock("")
+        case ReasoningBlock(signature=signature, redacted=redacted):
+            return ReasoningBlock("", signature, redacted)
+        case ToolCallBlock() | ToolResultBlock() | ImageBlock():
+            return block
+        case _:
+            assert_never(block)
+
+
 def _text_handler(kind: Literal["text", "reasoning"]) -> _Handler:
     """The hot path for text and reasoning deltas (one closure each, no per-chunk allocation)."""
 
@@ -419,6 +461,11 @@ _ACCUMULATING: dict[type, _Handler] = {
     BlockEnd: StepFold._on_end,
     Usage: StepFold._on_usage,
     Finish: StepFold._on_finish,
+}
+_COUNTING: dict[type, _Handler] = {
+    **_ACCUMULATING,
+    TextDelta: _counting_handler("text"),
+    ReasoningDelta: _counting_handler("reasoning"),
 }
 _FAILED: dict[type, _Handler] = {
     **dict.fromkeys(CHUNK_TYPES, StepFold._skip),

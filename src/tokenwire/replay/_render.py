@@ -50,7 +50,9 @@ class _StepView:
     __slots__ = ("collector", "held", "shown_calls", "streamed")
 
     def __init__(self, limits: FoldLimits) -> None:
-        self.collector = StepCollector(limits)
+        # The text was shown as it streamed: the fold counts it (same rules, same limits)
+        # without keeping it, so a reader holds a long step's tool calls, not its text.
+        self.collector = StepCollector(limits, keep_text=False)
         self.held: dict[int, ChunkEnvelope] = {}
         self.streamed: set[int] = set()
         self.shown_calls: set[str] = set()
