@@ -26,6 +26,7 @@ LIBRARIES = {
     "config",
     "scrub",
     "variables",
+    "leftovers",
 }
 ALLOWED: dict[str, set[str]] = {
     "schemas": set(),
@@ -34,6 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "variables": set(),
     "config": {"variables"},
     "scrub": set(),
+    "leftovers": set(),
     "providers": {"schemas", "sse", "scrub"},
     "broker": {"schemas", "config", "scrub", "variables"},
     "ledger": {"schemas"},

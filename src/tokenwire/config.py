@@ -31,6 +31,7 @@ from tokenwire.variables import (
     RETENTION_BYTES,
     SHARD_TAGS,
     SHARDS,
+    STOP_TIMEOUT_S,
     STORE,
     ConfigError,
     parse_addr,
@@ -110,6 +111,12 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
 def connect_timeout(env: Mapping[str, str] | None = None) -> float:
     """``TOKENWIRE_CONNECT_TIMEOUT_S`` alone (default: the process environment)."""
     return CONNECT_TIMEOUT_S.read(os.environ if env is None else env)
+
+
+def stop_timeout(env: Mapping[str, str] | None = None) -> float:
+    """``TOKENWIRE_STOP_TIMEOUT_S`` alone (default: the process environment): how long a
+    process takes at most to exit after SIGINT/SIGTERM."""
+    return STOP_TIMEOUT_S.read(os.environ if env is None else env)
 
 
 def without_userinfo(text: str) -> str:

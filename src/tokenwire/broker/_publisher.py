@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import time
 from collections import OrderedDict, deque
@@ -42,6 +43,8 @@ from tokenwire.broker._replies import ReplyInbox
 from tokenwire.broker._topology import Topology, chunk_subject, msg_id
 
 StepKey = tuple[str, int, int]
+log = logging.getLogger(__name__)
+
 _RETRYABLE_CODES = frozenset({408, 503})
 _MAX_REMEMBERED_FAILURES = 10_000
 
@@ -183,6 +186,9 @@ class ChunkPublisher:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
+        if self._pending:
+            log.warning("%d chunk messages not acknowledged at close: their steps fail",
+                        len(self._pending))  # fmt: skip
         for token in list(self._pending):
             entry = self._pending[token]
             self._fail(token, PublishTimeout(entry.subject, entry.msg_id, timeout_s))

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -17,7 +19,8 @@ import click
 
 from tokenwire.broker import Connection, Topology, connect, free_port, topology_from, valid_session
 from tokenwire.cli._errors import Interrupted, UnreachableError, UsageError
-from tokenwire.config import Settings, connect_timeout, load, without_userinfo
+from tokenwire.config import Settings, connect_timeout, load, stop_timeout, without_userinfo
+from tokenwire.leftovers import LEFTOVERS
 from tokenwire.schemas import json_encoder
 from tokenwire.scrub import install_log_scrubbing
 from tokenwire.store import Store, StoreUnavailable, open_store
@@ -64,27 +67,33 @@ def nats_url(s: Settings, *, service: bool = False) -> str:
     raise UsageError(f"TOKENWIRE_NATS_URL is not set{hint}")
 
 
-STOP_GRACE_S = 10.0
-"""After SIGINT/SIGTERM a command has this long to stop on its own (commit what it holds,
-close); then its task is cancelled. A second signal cancels it at once."""
+CANCEL_RESERVE_S = 2.0
+"""After SIGINT/SIGTERM a command stops on its own (commits what it holds, closes); this long
+before the stop bound its task is cancelled, and at the bound the process exits whatever it
+is doing (a quarter of the bound when that is shorter)."""
 
 
 def run_until_signal(
     main: Callable[[asyncio.Event], Coroutine[Any, Any, None]],
     log_level: int = logging.INFO,
     *,
-    grace_s: float = STOP_GRACE_S,
+    stop_timeout_s: float | None = None,
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
 ) -> None:
     """Run ``main(stop)`` on a new event loop; SIGINT and SIGTERM set ``stop``.
 
-    ``main`` stops on its own when ``stop`` is set; past ``grace_s`` it is cancelled. After a
-    signal, raises :class:`Interrupted` (exit 130 or 143), also when ``main`` failed on its
-    way out (its error is logged).
+    ``main`` stops on its own when ``stop`` is set. The stop is bounded by ``stop_timeout_s``
+    (default ``TOKENWIRE_STOP_TIMEOUT_S``), whether or not the broker and the store answer:
+    :data:`CANCEL_RESERVE_S` before the bound ``main`` is cancelled, and at the bound a
+    watchdog thread exits the process (128 + the signal), each time logging what the
+    process's parts leave unflushed (:data:`tokenwire.leftovers.LEFTOVERS`). A second signal
+    cancels at once. After a signal, raises :class:`Interrupted` (exit 130 or 143), also when
+    ``main`` failed on its way out (its error is logged).
     """
     logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     received: list[int] = []
     install_log_scrubbing()
+    bound = stop_timeout_s if stop_timeout_s is not None else stop_timeout()
 
     async def runner() -> None:
         stop = asyncio.Event()
@@ -97,7 +106,8 @@ def run_until_signal(
                 return
             received.append(signum)
             stop.set()
-            loop.call_later(grace_s, task.cancel)
+            loop.call_later(bound - min(CANCEL_RESERVE_S, bound / 4), _cut, task, bound)
+            _exit_at_the_bound(bound, signum)
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
@@ -119,7 +129,49 @@ def run_until_signal(
             raise
         logging.getLogger("tokenwire").warning("while stopping: %s", without_userinfo(str(exc)))
     if received:
+        _log_leftovers(logging.getLogger("tokenwire"), quiet=True)
         raise Interrupted(received[0])
+
+
+def _cut(task: asyncio.Future[None], bound: float) -> None:
+    """The graceful stop ran out of time: say what is left, cancel the command."""
+    if task.done():
+        return
+    log = logging.getLogger("tokenwire")
+    log.warning("stop not finished %g s before its bound of %g s: cancelling it",
+                min(CANCEL_RESERVE_S, bound / 4), bound)  # fmt: skip
+    _log_leftovers(log)
+    task.cancel()
+
+
+def _exit_at_the_bound(bound: float, signum: int) -> None:
+    """A daemon thread that exits the process at the bound: the event loop (blocked, or
+    waiting on a thread pool at exit) may never get back to it."""
+
+    def exit_now() -> None:
+        log = logging.getLogger("tokenwire")
+        log.error("not stopped %g s after %s: exiting now", bound, signal.Signals(signum).name)
+        _log_leftovers(log)
+        sys.stderr.write(f"tokenwire: stopped by {signal.Signals(signum).name}\n")
+        for handler in logging.getLogger().handlers:
+            with contextlib.suppress(Exception):
+                handler.flush()
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    watchdog = threading.Timer(bound, exit_now)
+    watchdog.daemon = True
+    watchdog.start()
+
+
+def _log_leftovers(log: logging.Logger, *, quiet: bool = False) -> None:
+    """One line per part that left something; ``quiet``: nothing when none did."""
+    lines = LEFTOVERS.lines()
+    for line in lines:
+        log.warning("left unflushed: %s (nothing acknowledged is lost)", line)
+    if not lines and not quiet:
+        log.warning("left unflushed: nothing any part reported (what was not acknowledged "
+                    "is redelivered)")  # fmt: skip
 
 
 async def unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T:

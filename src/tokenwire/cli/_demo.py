@@ -24,7 +24,8 @@ from tokenwire.cli._common import port_or_free, run_until_signal, settings, topo
 from tokenwire.cli._errors import CheckFailedError, UsageError
 from tokenwire.cli._flags import variable_flags
 from tokenwire.cli._fleet import ExpectedTotals, FleetPlan, FleetResult, expected_totals, run_fleet
-from tokenwire.cli._stack import Stack
+from tokenwire.cli._stack import STACK_MARGIN_S, Stack
+from tokenwire.config import stop_timeout
 from tokenwire.schemas import ErrorEvent, MessageEvent, StreamStarted
 from tokenwire.store import Store, open_store
 
@@ -115,7 +116,8 @@ def demo(
         finally:
             stack.stop()
 
-    run_until_signal(main, log_level=logging.WARNING)
+    run_until_signal(main, log_level=logging.WARNING,
+                     stop_timeout_s=stop_timeout() + STACK_MARGIN_S)  # fmt: skip
     if not ok:
         raise CheckFailedError("the demo's checks failed (see the summary above)")
 
@@ -136,7 +138,7 @@ def up(ctx: click.Context) -> None:
         finally:
             stack.stop()
 
-    run_until_signal(main)
+    run_until_signal(main, stop_timeout_s=stop_timeout() + STACK_MARGIN_S)
 
 
 def _print_addresses(stack: Stack) -> None:

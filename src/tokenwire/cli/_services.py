@@ -10,7 +10,6 @@ import click
 
 from tokenwire.broker import Connection, Topology
 from tokenwire.cli._common import (
-    STOP_GRACE_S,
     event_loop_factory,
     nats_url,
     run_until_signal,
@@ -60,6 +59,7 @@ def telemetry(ctx: click.Context, burst: bool) -> None:
     type=click.Path(exists=True, file_okay=False),
     help="Folder the X-Scripted-Recording header may select files from.",
 )
+@variable_flags("scripted-provider")
 def scripted_provider(
     *,
     host: str,
@@ -102,8 +102,8 @@ def scripted_provider(
 def gateway() -> None:
     """Run the provider gateway (configured by TOKENWIRE_GATEWAY_* and TOKENWIRE_NATS_URL).
 
-    SIGINT/SIGTERM: stop accepting, let in-flight steps finish (bounded by the ack timeout),
-    flush the publisher, exit 130/143.
+    SIGINT/SIGTERM: stop accepting, let in-flight steps finish and flush the publisher, all
+    within TOKENWIRE_STOP_TIMEOUT_S; exit 130/143.
     """
     from tokenwire.services import gateway as service
 
@@ -113,9 +113,7 @@ def gateway() -> None:
     async def main(stop: asyncio.Event) -> None:
         await service.run(config, stop)
 
-    run_until_signal(
-        main, grace_s=config.ack_timeout_s + STOP_GRACE_S, loop_factory=event_loop_factory()
-    )
+    run_until_signal(main, loop_factory=event_loop_factory())
 
 
 @click.command()
@@ -209,7 +207,8 @@ async def _retry_topology(
 def assembler() -> None:
     """Run one assembler instance (configured by TOKENWIRE_ASSEMBLER_* and the shared variables).
 
-    SIGINT/SIGTERM: stop pulling, commit what closed, exit 130/143.
+    SIGINT/SIGTERM: stop pulling, commit what closed, hand back what is open, all within
+    TOKENWIRE_STOP_TIMEOUT_S; exit 130/143.
     """
     from tokenwire.services import assembler as service
 

@@ -3,7 +3,9 @@
 Each service runs as ``python -m tokenwire <service>`` configured by environment, exactly as
 compose or Kubernetes would run it, with its log under ``<data dir>/logs/``. ``start`` returns
 once every part answers its readiness probe (bounded); ``stop`` sends SIGTERM to every child,
-then SIGKILL to any still alive after the bound, so no process is left behind.
+which exits within its stop bound (``TOKENWIRE_STOP_TIMEOUT_S``, inherited), then SIGKILL to
+any still alive :data:`CHILD_MARGIN_S` later, then stops the broker: no process is left
+behind, and the whole stop takes at most the bound plus :data:`STACK_MARGIN_S`.
 """
 
 from __future__ import annotations
@@ -22,10 +24,16 @@ import httpx
 from tokenwire import variables as v
 from tokenwire.broker import EmbeddedServer, Topology, connect, ensure_topology, free_port
 from tokenwire.cli._errors import CliError
-from tokenwire.config import Settings
+from tokenwire.config import Settings, stop_timeout
 
 READY_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 10.0
+CHILD_MARGIN_S = 3.0
+"""How long past its own stop bound a child gets before its SIGKILL."""
+BROKER_STOP_S = 5.0
+"""How long the embedded nats-server gets after SIGTERM before its SIGKILL."""
+STACK_MARGIN_S = 15.0
+"""``up`` and ``demo`` stop within the services' stop bound plus this (the children's margin,
+the broker's stop, and room to spare)."""
 
 
 class StackError(CliError):
@@ -92,7 +100,8 @@ class Stack:
 
     async def _start(self) -> None:
         data = self.settings.data_dir
-        self.server = EmbeddedServer(data, write_url_file=True).start()
+        self.server = EmbeddedServer(data, write_url_file=True, stop_timeout_s=BROKER_STOP_S)
+        self.server.start()
         self.addresses["nats"] = self.server.url
         nc = await connect(self.server.url)
         try:
@@ -185,11 +194,11 @@ class Stack:
         raise StackError(child.name, f"not ready after {READY_TIMEOUT_S:.0f} s", child.log)
 
     def stop(self) -> None:
-        """SIGTERM every child (gateway first), SIGKILL what outlives the bound, stop NATS."""
+        """SIGTERM every child (gateway first), SIGKILL what outlives its bound, stop NATS."""
         for child in reversed(self.children):
             if child.alive() and child.proc is not None:
                 child.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
+        deadline = time.monotonic() + stop_timeout() + CHILD_MARGIN_S
         for child in self.children:
             if child.proc is None:
                 continue

@@ -36,6 +36,7 @@ from tokenwire.variables._parse import (
     parse_flag,
     parse_int,
     parse_seconds,
+    seconds_at_least,
     text,
 )
 from tokenwire.variables._variable import Variable
@@ -55,6 +56,8 @@ READ_COMMANDS = ("replay", "tail", "messages", "status", "rebuild", "usage")
 STACK_COMMANDS = ("demo", "up")
 PROVISIONING = ("gateway", "assembler", "telemetry", "provision", "reshard", *STACK_COMMANDS)
 """The commands that create or update streams (and so apply the retention and placement)."""
+SERVICE_COMMANDS = ("gateway", "assembler", "telemetry", "scripted-provider", *STACK_COMMANDS)
+"""The long-running commands (the stop bound's)."""
 
 
 NATS_URL: Variable[tuple[str, ...]] = Variable(
@@ -196,6 +199,20 @@ CONNECT_TIMEOUT_S: Variable[float] = Variable(
         " bounds."
     ),
     commands=(*BROKER_COMMANDS, "messages", "usage"),
+)
+STOP_TIMEOUT_S: Variable[float] = Variable(
+    env="TOKENWIRE_STOP_TIMEOUT_S",
+    flag="stop-timeout-s",
+    parse=seconds_at_least(1.0),
+    default="25",
+    meaning=(
+        "Seconds a service takes at most to exit after SIGINT/SIGTERM, whether or not the "
+        "broker and the store answer: its graceful stop is cut 2 s before (cancelled), and at "
+        "the bound it logs what it leaves unflushed and exits 130/143 (nothing acknowledged is "
+        "lost). `up`/`demo` give it to their services and exit at most 15 s after it (at "
+        "least 1)."
+    ),
+    commands=SERVICE_COMMANDS,
 )
 GATEWAY_ADDR: Variable[tuple[str, int]] = Variable(
     env="TOKENWIRE_GATEWAY_ADDR",
@@ -575,6 +592,7 @@ VARIABLES: tuple[Variable[typing.Any], ...] = (
     COMPRESSION,
     PROVISION,
     CONNECT_TIMEOUT_S,
+    STOP_TIMEOUT_S,
     GATEWAY_ADDR,
     GATEWAY_KEYS,
     GATEWAY_KEYS_FILE,
@@ -694,9 +712,11 @@ __all__ = [
     "REPLICAS",
     "RETENTION_AGE_S",
     "RETENTION_BYTES",
+    "SERVICE_COMMANDS",
     "SHARDS",
     "SHARD_TAGS",
     "STACK_COMMANDS",
+    "STOP_TIMEOUT_S",
     "STORE",
     "TELEMETRY_METRICS_ADDR",
     "VARIABLES",
@@ -716,5 +736,6 @@ __all__ = [
     "parse_int",
     "parse_seconds",
     "reference_markdown",
+    "seconds_at_least",
     "text",
 ]

@@ -79,6 +79,18 @@ def parse_seconds(name: str, value: str) -> float:
     return seconds
 
 
+def seconds_at_least(low: float) -> Callable[[str, str], float]:
+    """The parser of a number of seconds of at least ``low``."""
+
+    def parse(name: str, value: str) -> float:
+        seconds = parse_seconds(name, value)
+        if seconds < low:
+            raise ConfigError(name, value, f"expected at least {low:g} seconds")
+        return seconds
+
+    return parse
+
+
 def parse_bytes(name: str, value: str) -> int:
     """A positive byte count: ``4294967296``, ``4GiB``, ``512MiB``, ``10GB`` (binary and
     decimal units, case-insensitive)."""

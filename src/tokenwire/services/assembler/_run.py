@@ -9,6 +9,7 @@ import logging
 from tokenwire.broker import BrokerError, Connection, check_layout, connect
 from tokenwire.config import without_userinfo
 from tokenwire.ledger import preload as preload_prices
+from tokenwire.leftovers import LEFTOVERS
 from tokenwire.observability import OtelProviders, otel_from_env
 from tokenwire.services.assembler._errors import AssemblerStartError
 from tokenwire.services.assembler._gc import tune_gc
@@ -52,11 +53,15 @@ async def run(
         if settings.tune_gc:
             tune_gc()
         server = _serve_probes(settings, assembler)
-        await assembler.start()
+        remove = LEFTOVERS.add("assembler", assembler.leftovers)
         try:
-            await _wait(assembler, stop)
+            await assembler.start()
+            try:
+                await _wait(assembler, stop)
+            finally:
+                await assembler.close()
         finally:
-            await assembler.close()
+            remove()  # what it still left is kept for the stop's report
         return assembler
     finally:
         if server is not None:

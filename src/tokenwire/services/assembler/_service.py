@@ -32,6 +32,7 @@ from tokenwire.broker import (
     parse_stored_subject,
     partition_of,
 )
+from tokenwire.leftovers import counted
 from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.schemas import (
     ChunkEnvelope,
@@ -138,6 +139,22 @@ class Assembler:
     def ready(self) -> bool:
         """Connected to the broker, consuming, and the last store call succeeded."""
         return self.started and self._nc.is_connected and self.committer.store_ok
+
+    def leftovers(self) -> str:
+        """What stopping now would leave unflushed ("" when nothing): for the stop bound's
+        report (``tokenwire.leftovers``). Unacknowledged messages are redelivered."""
+        held = [counted(n, what) for n, what in (
+            (self.committer.pending, "closed step not committed"),
+            (self.assembly.open_steps, "open step"),
+        ) if n]  # fmt: skip
+        parts = []
+        if held:
+            parts.append(f"{', '.join(held)} (their messages stay unacknowledged: redelivered)")
+        if self._events.pending:
+            events = counted(self._events.pending, "persisted event")
+            parts.append(f"{events} not confirmed by the broker (their steps are stored; the "
+                         "announcement may be missing)")  # fmt: skip
+        return "; ".join(parts)
 
     async def start(self) -> Assembler:
         """Start the commit, expiry and lag loops, then the partition consumers."""

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 
 from prometheus_client import start_http_server
 
-from tokenwire.broker import Topology, check_layout, connect, ensure_topology, publish_event
+from tokenwire.broker import (
+    Topology,
+    check_layout,
+    connect,
+    ensure_topology,
+    publish_event,
+)
 from tokenwire.observability import otel_from_env
 from tokenwire.services.telemetry._otel import OtelSignals
 from tokenwire.services.telemetry._prometheus import TelemetryMetrics
@@ -56,7 +63,11 @@ async def run(
         log.info("telemetry consuming %s on %s", t.first_chunks_filter, ", ".join(t.chunk_streams))
         await consumer.run(stop, burst=burst)
     finally:
-        await nc.drain()
+        # Closed, not drained: the consumers' stop already let their handlers finish and
+        # handed back what they held, and a drain waits for a broker that may not answer
+        # (30 s, then a 10 s flush: the stop bound's to keep).
+        with contextlib.suppress(OSError):
+            await nc.close()
         otel.shutdown()
         server.shutdown()
         server.server_close()

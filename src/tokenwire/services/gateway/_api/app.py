@@ -16,6 +16,7 @@ import contextlib
 import importlib.metadata
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from starlette.applications import Starlette
@@ -119,11 +120,18 @@ class Gateway:
         self.guard = SessionGuard(deps.owners, active=self.keys.tenants, monotonic=deps.monotonic)
         self.metrics = GatewayMetrics(lambda: float(deps.sink.stats().in_flight))
         self._tasks: set[asyncio.Task[None]] = set()
+        self.drain_deadline: float | None = None
+        """When set (``time.monotonic``), the stop's drain ends by then: the stop bound's."""
         self._secrets = settings.secrets()
         register(*self._secrets)  # scrubbed from every error and log line of the process
         self._rng = random.Random()
         self.calls = GenAICalls(self.metrics, deps.otel)
         self.resumer = _resumer(settings, deps)
+
+    @property
+    def running_steps(self) -> int:
+        """Steps streaming now."""
+        return len(self._tasks)
 
     # -- routes ---------------------------------------------------------------------------
 
@@ -417,9 +425,18 @@ class Gateway:
         return response
 
     async def drain(self, timeout_s: float) -> None:
-        """Let running steps finish (bounded), then cancel the rest (they record ``aborted``)."""
+        """Let running steps finish (bounded by ``timeout_s`` and :attr:`drain_deadline`),
+        then cancel the rest (they record ``aborted``)."""
+        if self.drain_deadline is not None:
+            timeout_s = max(0.0, min(timeout_s, self.drain_deadline - time.monotonic()))
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        if self._tasks:
+            log.warning(
+                "%d step(s) still streaming at the stop's deadline: cancelled (their callers' "
+                "streams end without their end marker)",
+                len(self._tasks),
+            )
         for task in set(self._tasks):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import gc
 import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,9 +32,10 @@ from tokenwire.broker import (
     stream_info,
 )
 from tokenwire.config import ConfigError
+from tokenwire.leftovers import LEFTOVERS, counted
 from tokenwire.observability import OtelProviders, no_otel, otel_from_env
 from tokenwire.replay import SseStats, events_router
-from tokenwire.services.gateway._api.app import create_app
+from tokenwire.services.gateway._api.app import Gateway, create_app
 from tokenwire.services.gateway._api.edge import KEEP_ALIVE_S, bounded_protocol
 from tokenwire.services.gateway._api.settings import GatewaySettings
 from tokenwire.services.gateway._resume.step_source import BrokerStepSource
@@ -242,9 +244,12 @@ async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> N
             lambda: nc, topology, lambda: store, stats=readers, max_readers=settings.max_readers
         ).routes
         real.deps = dataclasses.replace(real.deps, extra_routes=routes, store=lambda: store)
+        remove = _registered_nothing
         try:
             app = create_app(settings, real.deps)
-            app.state.gateway.metrics.watch_readers(readers)
+            gw: Gateway = app.state.gateway
+            gw.metrics.watch_readers(readers)
+            remove = LEFTOVERS.add("gateway", lambda: _leftovers(gw, real.publisher))
             config = uvicorn.Config(
                 app,
                 host=settings.host,
@@ -253,22 +258,65 @@ async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> N
                 lifespan="on",
                 access_log=False,
                 **_edge_options(settings),
-                timeout_graceful_shutdown=int(settings.ack_timeout_s),
+                timeout_graceful_shutdown=_drain_s(settings),
             )
-            await _serve(uvicorn.Server(config), stop)
+            await _serve(uvicorn.Server(config), stop, on_stop=lambda: _drain_by(gw, settings))
         finally:
-            await real.aclose()
+            try:
+                await real.aclose()
+            finally:
+                remove()  # what it still left is kept for the stop's report
             otel.shutdown()
 
 
-async def _serve(server: uvicorn.Server, stop: asyncio.Event | None) -> None:
-    """``server.serve()``, asked to exit (gracefully) when ``stop`` is set."""
+def _registered_nothing() -> None:
+    """The remover before the gateway registered its leftovers."""
+
+
+CLOSE_RESERVE_S = 8.0
+"""What the stop bound keeps for the rest of a stop once the running steps had their time: the
+publisher's flush (5 s), the registry and the connections, and the runner's cancel reserve."""
+
+
+def _drain_s(settings: GatewaySettings) -> int:
+    """How long running steps get to finish at a stop: the ack timeout, within the stop bound
+    (``TOKENWIRE_STOP_TIMEOUT_S`` less :data:`CLOSE_RESERVE_S`; at least 1 s)."""
+    return max(1, int(min(settings.ack_timeout_s, config.stop_timeout() - CLOSE_RESERVE_S)))
+
+
+def _drain_by(gw: Gateway, settings: GatewaySettings) -> None:
+    """From the stop on, uvicorn's graceful wait and the app's drain share one deadline."""
+    gw.drain_deadline = time.monotonic() + _drain_s(settings)
+
+
+def _leftovers(gw: Gateway, publisher: ChunkPublisher) -> str:
+    """What stopping now would leave unflushed ("" when nothing), for the stop bound's report."""
+    parts = []
+    if gw.running_steps:
+        parts.append(
+            f"{counted(gw.running_steps, 'step')} streaming (their callers' streams end without "
+            "their end marker; the request sent again resumes from the broker)"
+        )
+    in_flight = publisher.stats().in_flight
+    if in_flight:
+        parts.append(
+            f"{counted(in_flight, 'chunk message')} published and not acknowledged (their steps "
+            "fail; no caller was told they were captured)"
+        )
+    return "; ".join(parts)
+
+
+async def _serve(
+    server: uvicorn.Server, stop: asyncio.Event | None, *, on_stop: Callable[[], None]
+) -> None:
+    """``server.serve()``, asked to exit (gracefully) when ``stop`` is set (``on_stop`` first)."""
     if stop is None:
         await server.serve()
         return
 
     async def exit_on_stop() -> None:
         await stop.wait()
+        on_stop()
         server.should_exit = True
 
     watcher = asyncio.create_task(exit_on_stop())
