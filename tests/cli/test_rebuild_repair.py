@@ -50,8 +50,12 @@ async def broker(tmp_path: Path) -> AsyncIterator[str]:
         try:
             await ensure_topology(nc, Topology(partitions=PARTITIONS))
             for i, session in enumerate(SESSIONS):
-                await publish(nc, Topology(partitions=PARTITIONS), envelopes(session),
-                              frame_size=8 if i % 2 else 0)  # fmt: skip
+                await publish(
+                    nc,
+                    Topology(partitions=PARTITIONS),
+                    envelopes(session),
+                    frame_size=8 if i % 2 else 0,
+                )
         finally:
             await nc.close()
         yield server.url
@@ -73,8 +77,16 @@ def _dropped(chunks: list[ChunkEnvelope]) -> StepRecord:
 
     kept = [c for c in chunks if c.ordinal != 2]
     first = chunks[0]
-    return StepRecord(first.session, first.turn, first.step, first.provider, first.model, kept,
-                      fold(c.chunk for c in chunks), chunks[-1].time_ns)  # fmt: skip
+    return StepRecord(
+        first.session,
+        first.turn,
+        first.step,
+        first.provider,
+        first.model,
+        kept,
+        fold(c.chunk for c in chunks),
+        chunks[-1].time_ns,
+    )
 
 
 async def _damage(store: Store) -> int:
@@ -105,8 +117,9 @@ async def _differences(url: str, store: Store) -> list[tuple[str, int, int, str]
     nc = await connect(url)
     try:
         t = Topology(partitions=PARTITIONS)
-        return [(s, d.turn, d.step, d.kind) for s in SESSIONS
-                for d in await verify(nc, t, store, s)]  # fmt: skip
+        return [
+            (s, d.turn, d.step, d.kind) for s in SESSIONS for d in await verify(nc, t, store, s)
+        ]
     finally:
         await nc.close()
 
@@ -128,14 +141,20 @@ async def _check_against_the_script(store: Store) -> None:
         seqs = [e.seq for e in events if isinstance(e, ChunkEvent)]
         assert seqs == list(range(1, total_chunks + 1)), session
         for key, outcome in outcomes.items():
-            cited = [e.seq for e in events if isinstance(e, ChunkEvent)
-                     and (e.envelope.turn, e.envelope.step) == key]  # fmt: skip
+            cited = [
+                e.seq
+                for e in events
+                if isinstance(e, ChunkEvent) and (e.envelope.turn, e.envelope.step) == key
+            ]
             assert cited == list(range(outcome.seq_start, outcome.seq_end + 1)), (session, key)
         summary = await store.session(session)
         assert summary is not None
         assert (summary.steps, summary.messages, summary.errors, summary.chunks) == (
-            4, 3, 1, total_chunks
-        )  # fmt: skip
+            4,
+            3,
+            1,
+            total_chunks,
+        )
     [group] = await store.usage("model")
     assert group.totals.steps == 4 * len(SESSIONS)
     assert group.totals.input_tokens == 320 * len(SESSIONS)
@@ -156,9 +175,13 @@ async def test_a_damaged_store_is_repaired_once_to_no_difference(
     try:
         damaged = await _damage(store)
         settings = AssemblerSettings(
-            nats_urls=(broker,), store_url=db_url, topology=Topology(partitions=PARTITIONS),
-            burst=True, metrics_addr=None, provision=False,
-        )  # fmt: skip
+            nats_urls=(broker,),
+            store_url=db_url,
+            topology=Topology(partitions=PARTITIONS),
+            burst=True,
+            metrics_addr=None,
+            provision=False,
+        )
         await run(settings, store=store)  # the real assembler skips the damaged steps as stored
         before = await _differences(broker, store)
         assert {d[:3] for d in before} == {*ABANDONED, CHUNK_DROPPED}
@@ -166,8 +189,9 @@ async def test_a_damaged_store_is_repaired_once_to_no_difference(
         assert (*CHUNK_DROPPED, "chunks") in before
         nc = await connect(broker)
         try:  # the bug: a rebuild writes nothing for them
-            plain, _ = await rebuild_store(nc, Topology(partitions=PARTITIONS), store, None,
-                                           AssemblyConfig())  # fmt: skip
+            plain, _ = await rebuild_store(
+                nc, Topology(partitions=PARTITIONS), store, None, AssemblyConfig()
+            )
         finally:
             await nc.close()
         assert sum(r.inserted for r in plain) == 0
@@ -191,8 +215,10 @@ async def test_a_damaged_store_is_repaired_once_to_no_difference(
         await _check_against_the_script(store)
     finally:
         await store.close()
-    print(f"\nrepair: {len(before)} differences over {damaged} damaged steps; "
-          f"{first['repaired']} repaired; second run 0")  # fmt: skip
+    print(
+        f"\nrepair: {len(before)} differences over {damaged} damaged steps; "
+        f"{first['repaired']} repaired; second run 0"
+    )
 
 
 def test_usage_of_the_script_is_what_the_oracle_says() -> None:

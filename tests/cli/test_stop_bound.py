@@ -105,16 +105,22 @@ def _cleanup(procs: list[Proc], server: EmbeddedServer) -> Iterator[None]:
 
 def _env(nats_url: str, tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOKENWIRE_")}
-    return env | {"TOKENWIRE_NATS_URL": nats_url, "TOKENWIRE_PARTITIONS": "4",
-                  "TOKENWIRE_STORE": f"sqlite:///{tmp / 'store.db'}",
-                  "TOKENWIRE_DATA_DIR": str(tmp / "data"),
-                  "TOKENWIRE_STOP_TIMEOUT_S": str(BOUND_S)}  # fmt: skip
+    return env | {
+        "TOKENWIRE_NATS_URL": nats_url,
+        "TOKENWIRE_PARTITIONS": "4",
+        "TOKENWIRE_STORE": f"sqlite:///{tmp / 'store.db'}",
+        "TOKENWIRE_DATA_DIR": str(tmp / "data"),
+        "TOKENWIRE_STOP_TIMEOUT_S": str(BOUND_S),
+    }
 
 
 async def _stream(client: httpx.AsyncClient, url: str, got: list[str]) -> None:
     """A caller streaming a long answer (400 fragments at 20 a second)."""
-    body = {"model": "scripted/text", "stream": True,
-            "messages": [{"role": "user", "content": "a long answer, please"}]}  # fmt: skip
+    body = {
+        "model": "scripted/text",
+        "stream": True,
+        "messages": [{"role": "user", "content": "a long answer, please"}],
+    }
     with contextlib.suppress(httpx.HTTPError):
         async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
             async for line in response.aiter_lines():
@@ -134,18 +140,39 @@ async def test_every_service_stops_within_the_bound_while_the_broker_is_stopped(
         sp, gp, ap, tp = free_port(), free_port(), free_port(), free_port()
         local = "http://127.0.0.1"
         procs = [
-            _spawn("scripted", ["scripted-provider", "--port", str(sp), "--rate", "20",
-                                "--fragments", "400"], env, tmp_path, f"{local}:{sp}/healthz"),
-            _spawn("gateway", ["gateway"], env | {"TOKENWIRE_GATEWAY_ADDR": f"127.0.0.1:{gp}",
-                   "TOKENWIRE_SCRIPTED_BASE_URL": f"{local}:{sp}/v1"}, tmp_path,
-                   f"{local}:{gp}/readyz"),
-            _spawn("assembler", ["assembler"],
-                   env | {"TOKENWIRE_ASSEMBLER_METRICS_ADDR": f"127.0.0.1:{ap}"}, tmp_path,
-                   f"{local}:{ap}/metrics"),
-            _spawn("telemetry", ["telemetry"],
-                   env | {"TOKENWIRE_TELEMETRY_METRICS_ADDR": f"127.0.0.1:{tp}"}, tmp_path,
-                   f"{local}:{tp}/metrics"),
-        ]  # fmt: skip
+            _spawn(
+                "scripted",
+                ["scripted-provider", "--port", str(sp), "--rate", "20", "--fragments", "400"],
+                env,
+                tmp_path,
+                f"{local}:{sp}/healthz",
+            ),
+            _spawn(
+                "gateway",
+                ["gateway"],
+                env
+                | {
+                    "TOKENWIRE_GATEWAY_ADDR": f"127.0.0.1:{gp}",
+                    "TOKENWIRE_SCRIPTED_BASE_URL": f"{local}:{sp}/v1",
+                },
+                tmp_path,
+                f"{local}:{gp}/readyz",
+            ),
+            _spawn(
+                "assembler",
+                ["assembler"],
+                env | {"TOKENWIRE_ASSEMBLER_METRICS_ADDR": f"127.0.0.1:{ap}"},
+                tmp_path,
+                f"{local}:{ap}/metrics",
+            ),
+            _spawn(
+                "telemetry",
+                ["telemetry"],
+                env | {"TOKENWIRE_TELEMETRY_METRICS_ADDR": f"127.0.0.1:{tp}"},
+                tmp_path,
+                f"{local}:{tp}/metrics",
+            ),
+        ]
         with _cleanup(procs, server):
             async with httpx.AsyncClient(timeout=30.0) as client:
                 await asyncio.gather(*(_ready(client, p) for p in procs))
@@ -161,15 +188,21 @@ async def test_every_service_stops_within_the_bound_while_the_broker_is_stopped(
                 caller.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await caller
-    print("\nstop with the broker stopped: " + ", ".join(
-        f"{p.name} {t:.1f} s (exit {p.popen.returncode})" for p, t in zip(procs, took, strict=True)
-    ))  # fmt: skip
+    print(
+        "\nstop with the broker stopped: "
+        + ", ".join(
+            f"{p.name} {t:.1f} s (exit {p.popen.returncode})"
+            for p, t in zip(procs, took, strict=True)
+        )
+    )
     assert [p.popen.returncode for p in procs] == [143] * len(procs)
     gateway, assembler = procs[1].text(), procs[2].text()
     # Its drain ends at the bound less 8 s (1 s here) and names the step it cut; a stop cut
     # before that (a loaded machine) names it in the runner's report instead.
-    assert ("1 step(s) still streaming at the stop's deadline: cancelled" in gateway
-            or "left unflushed: gateway: 1 step streaming" in gateway), gateway[-3000:]  # fmt: skip
+    assert (
+        "1 step(s) still streaming at the stop's deadline: cancelled" in gateway
+        or "left unflushed: gateway: 1 step streaming" in gateway
+    ), gateway[-3000:]
     assert "left unflushed: assembler: 1 open step" in assembler
     for proc in procs:
         assert "tokenwire: stopped by SIGTERM" in proc.text(), proc.name
@@ -177,13 +210,22 @@ async def test_every_service_stops_within_the_bound_while_the_broker_is_stopped(
 
 async def test_up_stops_within_its_bound_while_its_broker_is_stopped(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOKENWIRE_")}
-    env |= {"TOKENWIRE_DATA_DIR": str(tmp_path / "data"), "TOKENWIRE_PARTITIONS": "4",
-            "TOKENWIRE_GATEWAY_ADDR": f"127.0.0.1:{free_port()}",
-            "TOKENWIRE_STOP_TIMEOUT_S": str(BOUND_S)}  # fmt: skip
+    env |= {
+        "TOKENWIRE_DATA_DIR": str(tmp_path / "data"),
+        "TOKENWIRE_PARTITIONS": "4",
+        "TOKENWIRE_GATEWAY_ADDR": f"127.0.0.1:{free_port()}",
+        "TOKENWIRE_STOP_TIMEOUT_S": str(BOUND_S),
+    }
     up = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tokenwire", "up", env=env, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "tokenwire",
+        "up",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
     assert up.stdout is not None
     family: list[psutil.Process] = []
     try:

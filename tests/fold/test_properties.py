@@ -173,11 +173,13 @@ def _without_text(outcome: object) -> object:
     if not isinstance(outcome, Message):
         return outcome
     content = [
-        TextBlock("") if isinstance(b, TextBlock)
-        else ReasoningBlock("", b.signature, b.redacted) if isinstance(b, ReasoningBlock)
+        TextBlock("")
+        if isinstance(b, TextBlock)
+        else ReasoningBlock("", b.signature, b.redacted)
+        if isinstance(b, ReasoningBlock)
         else b
         for b in outcome.content
-    ]  # fmt: skip
+    ]
     return msgspec.structs.replace(outcome, content=content)
 
 

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import msgspec
@@ -55,22 +56,25 @@ async def test_a_tenant_burst_of_100_readers_opens_exactly_the_cap(
     other = [msgspec.structs.replace(e, tenant="team-b") for e in envelopes(theirs)]
     await publish(nc, topology, [*owned, *other])
 
-    env = {"TOKENWIRE_GATEWAY_KEYS_FILE": str(_keys_file(tmp_path / "keys.toml")),
-           "TOKENWIRE_GATEWAY_ADDR": "127.0.0.1:0"}  # fmt: skip
-    settings = replace(GatewaySettings.from_env(env), provider_env=provider_env(),
-                       partitions=topology.partitions)  # fmt: skip
+    env = {
+        "TOKENWIRE_GATEWAY_KEYS_FILE": str(_keys_file(tmp_path / "keys.toml")),
+        "TOKENWIRE_GATEWAY_ADDR": "127.0.0.1:0",
+    }
+    settings = replace(
+        GatewaySettings.from_env(env), provider_env=provider_env(), partitions=topology.partitions
+    )
     store, stats = MemoryStore(), SseStats()
     real = await broker_deps(nc, topology)
-    routes = events_router(lambda: nc, topology, lambda: store, stats=stats,
-                           max_readers=CAP).routes  # fmt: skip
+    routes = events_router(lambda: nc, topology, lambda: store, stats=stats, max_readers=CAP).routes
     release = asyncio.Event()
     statuses: list[int] = []
     try:
         async with GatewayServer(settings, replace(real.deps, extra_routes=routes)) as server:
             limits = httpx.Limits(max_connections=BURST + 10)
             headers = {"authorization": f"Bearer {KEY}"}
-            async with httpx.AsyncClient(base_url=server.url, headers=headers, limits=limits,
-                                         timeout=60.0) as client:  # fmt: skip
+            async with httpx.AsyncClient(
+                base_url=server.url, headers=headers, limits=limits, timeout=60.0
+            ) as client:
 
                 async def read(session: str) -> None:
                     async with client.stream("GET", f"/v1/sessions/{session}/events") as r:
@@ -91,8 +95,10 @@ async def test_a_tenant_burst_of_100_readers_opens_exactly_the_cap(
     finally:
         release.set()
         await real.aclose()
-    print(f"\nburst of {BURST} tenant readers, cap {CAP}: {opened} opened, "
-          f"{statuses[:BURST].count(503)} refused")  # fmt: skip
+    print(
+        f"\nburst of {BURST} tenant readers, cap {CAP}: {opened} opened, "
+        f"{statuses[:BURST].count(503)} refused"
+    )
     assert (opened, statuses[:BURST].count(503)) == (CAP, BURST - CAP)
     assert stats.refused >= BURST - CAP
     assert set(statuses[BURST:]) <= {404, 503}
@@ -104,9 +110,15 @@ class _Tenant:
 
 
 def _request(session: str) -> Request:
-    scope = {"type": "http", "method": "GET", "path": f"/v1/sessions/{session}/events",
-             "path_params": {"session": session}, "query_string": b"", "headers": [],
-             "state": {"caller": _Tenant()}}  # fmt: skip
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": f"/v1/sessions/{session}/events",
+        "path_params": {"session": session},
+        "query_string": b"",
+        "headers": [],
+        "state": {"caller": _Tenant()},
+    }
     return Request(scope)
 
 
@@ -128,8 +140,8 @@ async def test_a_reader_cancelled_or_failed_during_its_lookup_gives_its_slot_bac
 
     monkeypatch.setattr(_http, "session_owner", lookup)
     stats = SseStats()
-    router = events_router(object, Topology(), MemoryStore, stats=stats,  # type: ignore[arg-type]  # the lookup is replaced; nothing reads the broker
-                           max_readers=1)  # fmt: skip
+    no_broker: Any = object  # the lookup is replaced: nothing reads the broker
+    router = events_router(no_broker, Topology(), MemoryStore, stats=stats, max_readers=1)
     events = next(r for r in router.routes if r.path.endswith("/events")).endpoint  # type: ignore[attr-defined]  # starlette Route
 
     waiting = asyncio.create_task(events(_request("s-1")))

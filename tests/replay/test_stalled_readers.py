@@ -295,8 +295,19 @@ def _long_session() -> list[ChunkEnvelope]:
     for step in range(LONG_STEPS):
         for k in range(LONG_STEP_CHUNKS):
             chunk = TextDelta(0, _text(step, k)) if k < LONG_STEP_CHUNKS - 1 else Finish("stop")
-            out.append(ChunkEnvelope(SESSION, 0, step, k, 1_000 + len(out), "scripted", "m",
-                                     chunk, request_time_ns=0 if k == 0 else None))  # fmt: skip
+            out.append(
+                ChunkEnvelope(
+                    SESSION,
+                    0,
+                    step,
+                    k,
+                    1_000 + len(out),
+                    "scripted",
+                    "m",
+                    chunk,
+                    request_time_ns=0 if k == 0 else None,
+                )
+            )
     return out
 
 
@@ -335,6 +346,8 @@ async def test_50_stalled_readers_of_a_20_mb_session_stay_under_the_documented_b
             for reader in readers:
                 await reader.close()
     growth = peak - base
-    print(f"\n{retained / MB:.1f} MB session, {READERS} stalled readers: gateway RSS "
-          f"+{growth / MB:.1f} MB ({growth / READERS / MB:.2f} MB a reader)")  # fmt: skip
+    print(
+        f"\n{retained / MB:.1f} MB session, {READERS} stalled readers: gateway RSS "
+        f"+{growth / MB:.1f} MB ({growth / READERS / MB:.2f} MB a reader)"
+    )
     assert growth < READERS * PER_READER_BOUND

@@ -21,19 +21,29 @@ SESSION = "rep-s"
 
 def _full(step: int, n: int, *, text: str = "answer") -> StepRecord:
     """A finished step of ``n`` chunks: text, then usage, then the finish."""
-    chunks = [envelope(SESSION, 0, step, i, TextDelta(index=0, text=f"{text}{i}"))
-              for i in range(n - 2)]  # fmt: skip
+    chunks = [
+        envelope(SESSION, 0, step, i, TextDelta(index=0, text=f"{text}{i}")) for i in range(n - 2)
+    ]
     chunks.append(envelope(SESSION, 0, step, n - 2, Usage(TokenUsage(7, n))))
     chunks.append(envelope(SESSION, 0, step, n - 1, Finish(reason="stop")))
-    return StepRecord(SESSION, 0, step, "openai", "gpt-4o-mini", chunks,
-                      fold([c.chunk for c in chunks]), completed_ns=chunks[-1].time_ns)  # fmt: skip
+    return StepRecord(
+        SESSION,
+        0,
+        step,
+        "openai",
+        "gpt-4o-mini",
+        chunks,
+        fold([c.chunk for c in chunks]),
+        completed_ns=chunks[-1].time_ns,
+    )
 
 
 def _abandoned(full: StepRecord, kept: int) -> StepRecord:
     """What an assembler that fell behind stored: the first ``kept`` chunks, abandoned."""
     error = RecordedError(kind="abandoned", message="no finish and no new chunk for 120 s")
-    return msgspec.structs.replace(full, chunks=full.chunks[:kept], outcome=error,
-                                   completed_ns=full.completed_ns + 120 * 10**9)  # fmt: skip
+    return msgspec.structs.replace(
+        full, chunks=full.chunks[:kept], outcome=error, completed_ns=full.completed_ns + 120 * 10**9
+    )
 
 
 async def _snapshot(store: Store) -> tuple[object, ...]:

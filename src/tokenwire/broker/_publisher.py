@@ -187,8 +187,9 @@ class ChunkPublisher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
         if self._pending:
-            log.warning("%d chunk messages not acknowledged at close: their steps fail",
-                        len(self._pending))  # fmt: skip
+            log.warning(
+                "%d chunk messages not acknowledged at close: their steps fail", len(self._pending)
+            )
         for token in list(self._pending):
             entry = self._pending[token]
             self._fail(token, PublishTimeout(entry.subject, entry.msg_id, timeout_s))

@@ -138,8 +138,11 @@ def _cut(task: asyncio.Future[None], bound: float) -> None:
     if task.done():
         return
     log = logging.getLogger("tokenwire")
-    log.warning("stop not finished %g s before its bound of %g s: cancelling it",
-                min(CANCEL_RESERVE_S, bound / 4), bound)  # fmt: skip
+    log.warning(
+        "stop not finished %g s before its bound of %g s: cancelling it",
+        min(CANCEL_RESERVE_S, bound / 4),
+        bound,
+    )
     _log_leftovers(log)
     task.cancel()
 
@@ -170,8 +173,9 @@ def _log_leftovers(log: logging.Logger, *, quiet: bool = False) -> None:
     for line in lines:
         log.warning("left unflushed: %s (nothing acknowledged is lost)", line)
     if not lines and not quiet:
-        log.warning("left unflushed: nothing any part reported (what was not acknowledged "
-                    "is redelivered)")  # fmt: skip
+        log.warning(
+            "left unflushed: nothing any part reported (what was not acknowledged is redelivered)"
+        )
 
 
 async def unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T:

@@ -116,8 +116,9 @@ def demo(
         finally:
             stack.stop()
 
-    run_until_signal(main, log_level=logging.WARNING,
-                     stop_timeout_s=stop_timeout() + STACK_MARGIN_S)  # fmt: skip
+    run_until_signal(
+        main, log_level=logging.WARNING, stop_timeout_s=stop_timeout() + STACK_MARGIN_S
+    )
     if not ok:
         raise CheckFailedError("the demo's checks failed (see the summary above)")
 

@@ -75,8 +75,9 @@ class SessionRebuild:
     @property
     def noteworthy(self) -> bool:
         """Whether its line is printed (it wrote, repaired, skipped or still differs)."""
-        return bool(self.inserted or self.still_streaming or self.undecodable or self.repairs
-                    or self.left)  # fmt: skip
+        return bool(
+            self.inserted or self.still_streaming or self.undecodable or self.repairs or self.left
+        )
 
 
 @dataclass
@@ -342,14 +343,20 @@ def _summary(report: RebuildReport, *, repair: bool = False) -> dict[str, object
         "still_streaming": sum(r.still_streaming for r in report.sessions),
         "undecodable": sum(r.undecodable for r in report.sessions),
         "past_retention": report.past_retention,
-        "rebuilt": [_session_json(r) for r in report.sessions
-                    if r.inserted or r.still_streaming or r.undecodable],
+        "rebuilt": [
+            _session_json(r)
+            for r in report.sessions
+            if r.inserted or r.still_streaming or r.undecodable
+        ],
     }
     if repair:
         summary["repaired"] = sum(len(r.repairs) for r in report.sessions)
         summary["repairs"] = [msgspec.to_builtins(d) for r in report.sessions for d in r.repairs]
-        summary["left"] = [{"session": r.session, **msgspec.to_builtins(d)}
-                           for r in report.sessions for d in r.left]
+        summary["left"] = [
+            {"session": r.session, **msgspec.to_builtins(d)}
+            for r in report.sessions
+            for d in r.left
+        ]
     return summary
 
 

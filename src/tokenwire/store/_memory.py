@@ -76,13 +76,22 @@ class MemoryStore:
             return None
         rows = self._rows[record.session]
         later = [r for r in rows if r.position > row.position]
-        plan = plan_repair(row, record, self._sessions[record.session], later_steps=len(later),
-                           line=usage_line(record), repaired_ns=self._clock())  # fmt: skip
+        plan = plan_repair(
+            row,
+            record,
+            self._sessions[record.session],
+            later_steps=len(later),
+            line=usage_line(record),
+            repaired_ns=self._clock(),
+        )
         if plan is None:
             return unchanged(row)
-        moved = {r.position: msgspec.structs.replace(r, seq_start=r.seq_start + plan.shift,
-                                                     seq_end=r.seq_end + plan.shift)
-                 for r in later}  # fmt: skip
+        moved = {
+            r.position: msgspec.structs.replace(
+                r, seq_start=r.seq_start + plan.shift, seq_end=r.seq_end + plan.shift
+            )
+            for r in later
+        }
         moved[row.position] = plan.row
         rows[:] = [moved.get(r.position, r) for r in rows]
         self._index.update(((r.session, r.turn, r.step), r) for r in rows)

@@ -323,8 +323,9 @@ async def _replace(
         row = step_row(found)
         await cur.execute(_REPAIR.later_steps, (row.session, row.position))
         (later,) = msgspec.convert(await cur.fetchone(), tuple[int])
-        plan = plan_repair(row, record, session_state(state), later_steps=later, line=line,
-                           repaired_ns=clock())  # fmt: skip
+        plan = plan_repair(
+            row, record, session_state(state), later_steps=later, line=line, repaired_ns=clock()
+        )
         if plan is None:
             return unchanged(row)
         up_and_down = shift_steps(plan)

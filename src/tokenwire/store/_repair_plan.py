@@ -69,9 +69,17 @@ class RepairPlan(msgspec.Struct, frozen=True):
         """The ``step_repairs`` row, in :data:`REPAIR_COLUMNS` order."""
         r = self.result
         return (
-            r.session, r.turn, r.step, self.row.committed_ns, r.before_kind, self.before_outcome,
-            r.before_chunks, r.after_kind, r.after_chunks, r.moved_steps,
-        )  # fmt: skip
+            r.session,
+            r.turn,
+            r.step,
+            self.row.committed_ns,
+            r.before_kind,
+            self.before_outcome,
+            r.before_chunks,
+            r.after_kind,
+            r.after_chunks,
+            r.moved_steps,
+        )
 
 
 def holds(row: StepRow, record: StepRecord) -> bool:
@@ -88,8 +96,17 @@ def holds(row: StepRow, record: StepRecord) -> bool:
 def unchanged(row: StepRow) -> StepRepair:
     """The result for a row that already holds the record."""
     kind = _kind(row.outcome_kind)
-    return StepRepair(row.session, row.turn, row.step, False, kind, row.chunk_count, kind,
-                      row.chunk_count, row.seq_start)  # fmt: skip
+    return StepRepair(
+        row.session,
+        row.turn,
+        row.step,
+        False,
+        kind,
+        row.chunk_count,
+        kind,
+        row.chunk_count,
+        row.seq_start,
+    )
 
 
 def plan_repair(
@@ -132,9 +149,17 @@ def plan_repair(
         after.messages += moved
         after.errors -= moved
     result = StepRepair(
-        row.session, row.turn, row.step, True, _kind(row.outcome_kind), row.chunk_count,
-        record.outcome_kind, count, row.seq_start, later_steps if shift else 0,
-    )  # fmt: skip
+        row.session,
+        row.turn,
+        row.step,
+        True,
+        _kind(row.outcome_kind),
+        row.chunk_count,
+        record.outcome_kind,
+        count,
+        row.seq_start,
+        later_steps if shift else 0,
+    )
     return RepairPlan(new, shift, after, line, result, row.outcome)
 
 
@@ -154,8 +179,19 @@ class RepairSql(msgspec.Struct, frozen=True):
     insert_log: str
 
 
-_STEP_FIELDS = ("seq_end", "chunk_count", "provider", "model", "outcome_kind", "outcome",
-                "packing", "chunks", "first_ns", "completed_ns", "committed_ns")  # fmt: skip
+_STEP_FIELDS = (
+    "seq_end",
+    "chunk_count",
+    "provider",
+    "model",
+    "outcome_kind",
+    "outcome",
+    "packing",
+    "chunks",
+    "first_ns",
+    "completed_ns",
+    "committed_ns",
+)
 
 
 def repair_sql(ph: str, *, json_cast: str = "", line_columns: tuple[str, ...]) -> RepairSql:

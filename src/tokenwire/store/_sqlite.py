@@ -346,8 +346,14 @@ class SQLiteStore:
                 return None
             row = step_row(found)
             later = conn.execute(_REPAIR.later_steps, (row.session, row.position)).fetchone()[0]
-            plan = plan_repair(row, record, _load_state(conn, record.session),
-                               later_steps=later, line=line, repaired_ns=self._clock())  # fmt: skip
+            plan = plan_repair(
+                row,
+                record,
+                _load_state(conn, record.session),
+                later_steps=later,
+                line=line,
+                repaired_ns=self._clock(),
+            )
             if plan is None:
                 return unchanged(row)
             up_and_down = shift_steps(plan)

@@ -143,17 +143,23 @@ class Assembler:
     def leftovers(self) -> str:
         """What stopping now would leave unflushed ("" when nothing): for the stop bound's
         report (``tokenwire.leftovers``). Unacknowledged messages are redelivered."""
-        held = [counted(n, what) for n, what in (
-            (self.committer.pending, "closed step not committed"),
-            (self.assembly.open_steps, "open step"),
-        ) if n]  # fmt: skip
+        held = [
+            counted(n, what)
+            for n, what in (
+                (self.committer.pending, "closed step not committed"),
+                (self.assembly.open_steps, "open step"),
+            )
+            if n
+        ]
         parts = []
         if held:
             parts.append(f"{', '.join(held)} (their messages stay unacknowledged: redelivered)")
         if self._events.pending:
             events = counted(self._events.pending, "persisted event")
-            parts.append(f"{events} not confirmed by the broker (their steps are stored; the "
-                         "announcement may be missing)")  # fmt: skip
+            parts.append(
+                f"{events} not confirmed by the broker (their steps are stored; the "
+                "announcement may be missing)"
+            )
         return "; ".join(parts)
 
     async def start(self) -> Assembler:
