@@ -1,24 +1,14 @@
-"""``tokenwire rebuild [--session S]``: the store, rebuilt from the broker's retained stream.
+"""``tokenwire rebuild [--session S] [--repair]``: the store, rebuilt from the retained stream.
 
-Each session's retained chunks are read in stream order and fed to the assembler's own pure
-core (:class:`tokenwire.services.assembler.Assembly`), so a rebuilt step is folded, closed and
-numbered exactly as the assembler does it; the records are committed with the store's
-idempotent ``commit``, so steps already stored are left as they are and running rebuild twice
-changes nothing. Into an empty store, the result equals the assembler's store for every step
-that closed complete (steps closed by a timeout depend on when the timeout fired).
+Each session's retained chunks are fed, in stream order, to the assembler's own pure core
+(:class:`tokenwire.services.assembler.Assembly`) and committed with the store's idempotent
+``commit``: steps already stored stay as they are, and a second run changes nothing. Timing
+follows the chunks, not the rebuild's clock; a step still streaming is skipped, never
+recorded as abandoned. Sessions the stream no longer retains are named.
 
-Timing follows the chunks, not the clock of the rebuild: a step whose last chunk is older than
-the assembler's gap/abandon timeout is closed as the assembler would have closed it; a step
-still streaming is skipped (reported), so a rebuild never records a live step as abandoned.
-Sessions the store has and the stream no longer retains cannot be rebuilt and are named.
-
-``--repair`` also rewrites every stored step that differs from what the broker retains
-(``replay --verify``'s differences ``outcome``, ``message``, ``error``, ``chunks`` and
-``seq-range``; never a step the broker retains only in part, nor one still streaming): the
-step re-derived through the same core replaces the stored one with
-:meth:`~tokenwire.store.Store.replace_step`, one transaction per step, logged in the store's
-``step_repairs`` and printed. The comparison uses the chunks read for the rebuild (one read of
-each session). A repaired step then equals the core's record, so a second run repairs nothing.
+``--repair`` also rewrites each stored step that differs from what the broker retains whole
+(:meth:`~tokenwire.store.Store.replace_step`, one transaction per step, logged in
+``step_repairs``). See docs/replay.md ("Rebuild and repair") and ADR 0034.
 """
 
 from __future__ import annotations
