@@ -35,6 +35,8 @@ NS = 1_000_000_000
 """Nanoseconds per second: JetStream durations are integers in ns."""
 
 STREAM_NAME_IN_USE = 10058
+STREAM_NOT_FOUND = 10059
+CONSUMER_NOT_FOUND = 10014
 DEFAULT_INBOX = "_INBOX"
 
 

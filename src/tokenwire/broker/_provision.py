@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from nats.aio.client import Client
 from nats.js.errors import Error as JsError
 
-from tokenwire.broker._api import NS, STREAM_NAME_IN_USE, ApiError, api_request
+from tokenwire.broker._api import NS, STREAM_NAME_IN_USE, STREAM_NOT_FOUND, ApiError, api_request
 from tokenwire.broker._errors import ReshardRefused, TopologyError
 from tokenwire.broker._layout import (
     check_layout,
@@ -20,6 +21,8 @@ from tokenwire.broker._layout import (
     undrained,
 )
 from tokenwire.broker._topology import Topology
+
+log = logging.getLogger(__name__)
 
 DEFAULT_ACK_WAIT_S = 300.0
 DEFAULT_MAX_DELIVER = 10
@@ -170,14 +173,19 @@ async def ensure_steps_bucket(nc: Client, t: Topology) -> None:
 def members_bucket_config(t: Topology, member_ttl_s: float) -> dict[str, Any]:
     """The assemblers' membership bucket: a KV bucket (``KV_<name>``, ``$KV.<name>.<member>``,
     one value per key) whose ``max_age`` is the heartbeat TTL, so the broker removes a member
-    that stopped writing. Memory storage: heartbeats are worthless after a restart."""
+    that stopped writing.
+
+    File storage, so the bucket survives a broker restart (a memory stream of a single
+    server is gone after one, and every heartbeat then fails with "no responders": issue 48);
+    the heartbeats stored before an outage longer than the TTL expire by ``max_age`` when the
+    server loads them again."""
     bucket = t.members_bucket
     ttl = int(member_ttl_s * NS)
     return {
         "name": f"KV_{bucket}",
         "subjects": [f"$KV.{bucket}.>"],
         "retention": "limits",
-        "storage": "memory",
+        "storage": "file",
         "discard": "new",
         "max_msgs_per_subject": 1,
         "max_age": ttl,
@@ -187,6 +195,28 @@ def members_bucket_config(t: Topology, member_ttl_s: float) -> dict[str, Any]:
         "allow_rollup_hdrs": True,
         "num_replicas": t.replicas,
     }
+
+
+async def ensure_members_bucket(nc: Client, t: Topology, member_ttl_s: float) -> None:
+    """Create or update the membership bucket (:func:`members_bucket_config`). A bucket of
+    before issue 48 keeps its heartbeats in memory, and JetStream refuses to change a
+    stream's storage type: such a bucket is deleted and created again (it holds nothing but
+    heartbeats, which every member writes again within a heartbeat period)."""
+    config = members_bucket_config(t, member_ttl_s)
+    name = config["name"]
+    try:
+        info = await api_request(nc, f"$JS.API.STREAM.INFO.{name}")
+    except ApiError as exc:
+        if exc.err_code != STREAM_NOT_FOUND:
+            raise TopologyError(f"stream {name}", exc.description) from exc
+    else:
+        if (info.get("config") or {}).get("storage") == "memory":
+            log.warning("membership bucket %s was in memory: recreated with file storage", name)
+            try:
+                await api_request(nc, f"$JS.API.STREAM.DELETE.{name}")
+            except ApiError as exc:
+                raise TopologyError(f"stream {name}", exc.description) from exc
+    await ensure_stream(nc, config)
 
 
 async def ensure_topology(
@@ -225,7 +255,7 @@ async def ensure_topology(
         await ensure_stream(nc, events_stream_config(t, shard))
     await ensure_stream(nc, side_stream_config(t, t.dlq_stream, f"{t.prefix}.dlq.>"))
     await ensure_steps_bucket(nc, t)
-    await ensure_stream(nc, members_bucket_config(t, member_ttl_s))
+    await ensure_members_bucket(nc, t, member_ttl_s)
     for p in range(t.partitions):
         config = assembler_consumer_config(t, p, ack_wait_s, max_deliver, priority_timeout_s)
         await ensure_consumer(nc, t.stream_of_partition(p), config)
