@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
+import msgspec
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from tests.fixtures.broker import close_client
 from tokenwire.broker import (
+    DEFAULT_CLAIM_IDLE_S,
     RegistryBucket,
     StepClaimConflict,
+    StepClaims,
     StepRegistry,
     Topology,
     connect,
@@ -268,3 +272,36 @@ async def test_a_guess_whose_writes_landed_unacknowledged_is_still_ours(
     assert await guessed.result() == (0, 0)
     assert await steps.next_step("lossy-fresh", new_turn=False) == (0, 1)
     await steps.close()
+
+
+async def test_a_claim_keeps_the_gateway_s_silence_bound_and_the_assembler_reads_it(
+    nc: Client, topology: Topology
+) -> None:
+    """Issue 48: the assembler reads a claim (``StepClaims``, one direct get) before it
+    records a step abandoned; the claim says how long its gateway may stay silent."""
+    steps = await StepRegistry.open(nc, topology, idle_s=95.0)
+    claims = StepClaims(nc, topology)
+    try:
+        before = time.time_ns()
+        await steps.claim("s-idle", 0, 0)
+        assert await steps.next_step("s-idle", False) == (0, 1)
+        for step in (0, 1):
+            record = await claims.record("s-idle", 0, step)
+            assert record is not None
+            assert record.idle_s == 95.0
+            same = await steps.record("s-idle", 0, step)  # as the registry reads it
+            assert same is not None
+            assert msgspec.structs.replace(record, time_ns=0) == msgspec.structs.replace(
+                same, time_ns=0
+            )
+            assert abs(record.time_ns - same.time_ns) < 10_000  # both from a float timestamp
+            assert before - 5e9 <= record.time_ns <= time.time_ns() + 5e9  # the broker's clock
+        assert await claims.record("s-idle", 0, 2) is None
+        older = await StepRegistry.open(nc, topology)  # a gateway of before: no bound stated
+        await older.claim("s-idle", 1, 0)
+        record = await claims.record("s-idle", 1, 0)
+        assert record is not None
+        assert (record.idle_s, record.silence_s()) == (0.0, DEFAULT_CLAIM_IDLE_S)
+        await older.close()
+    finally:
+        await steps.close()

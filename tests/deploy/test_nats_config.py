@@ -34,6 +34,7 @@ from tokenwire.broker import (
     ConsumedMessage,
     PullConsumer,
     SessionReader,
+    StepClaims,
     StepRegistry,
     Topology,
     check_layout,
@@ -141,8 +142,10 @@ def test_assembler_permissions_list_every_partition_consumer() -> None:
     16 partitions (TOKENWIRE_PARTITIONS' default) needs its own entries, and no more."""
     allowed = _allowed("ASSEMBLER_PERMISSIONS")
     topology = Topology()
-    for verb in ("MSG.NEXT", "UNPIN", "INFO"):
+    for verb in ("MSG.NEXT", "UNPIN", "INFO", "CREATE"):
         listed = {s for s in allowed if s.startswith(f"$JS.API.CONSUMER.{verb}.")}
+        if verb == "CREATE":  # besides: its read-backs' ordered consumers (filtered form)
+            listed.discard("$JS.API.CONSUMER.CREATE.*.*.tw.chunks.*.>")
         expected = {  # `*`: on whichever shard stream holds the partition
             f"$JS.API.CONSUMER.{verb}.*.{topology.assembler_consumer(p)}"
             for p in range(topology.partitions)
@@ -277,6 +280,10 @@ async def _assembler_consumes(conn: Connection, topology: Topology) -> int:
         await publish_event(conn.nc, topology.event_subject(session), b"{}", msg_id=msg_id)
     assert {topology.events_stream_of(s) for s in SESSIONS} == set(topology.events_streams)
     await consumers.stop()  # acks done; unpins the partition it owned
+    claims = StepClaims(conn.nc, topology)  # before recording a step abandoned (issue 48)
+    for session in ("sess-a", *SESSIONS):  # with R = 3, every registry bucket
+        assert await claims.record(session, 0, 0) is not None, session
+    assert await claims.record("sess-a", 9, 0) is None
     # The takeover read of a dead owner's tail: an ordered consumer on the chunk stream.
     tail = await ordered_subscribe(
         conn.nc.jetstream(),

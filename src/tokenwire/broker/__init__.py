@@ -15,6 +15,7 @@ from __future__ import annotations
 from tokenwire.broker._api import Connection, connect
 from tokenwire.broker._batches import READ_IDLE_TIMEOUT_S, READ_MAX_BATCH, RawChunk, session_batches
 from tokenwire.broker._bounded import ReadWindow
+from tokenwire.broker._claims import StepClaims
 from tokenwire.broker._consumed import ConsumedMessage, ack_fields
 from tokenwire.broker._consumer import (
     PIN_HEADER,
@@ -95,6 +96,7 @@ from tokenwire.broker._protocol import (
 from tokenwire.broker._provision import ensure_topology, reshard
 from tokenwire.broker._publisher import ChunkPublisher, PublisherStats
 from tokenwire.broker._reader import SessionReader, StoredChunk
+from tokenwire.broker._restore import Restored, Restorer, missing, stream_missing
 from tokenwire.broker._retained import retained_sessions
 from tokenwire.broker._server import (
     URL_FILE,
@@ -105,7 +107,7 @@ from tokenwire.broker._server import (
     find_binary,
     free_port,
 )
-from tokenwire.broker._step_record import KeyBinding, StepNames, StepRecord
+from tokenwire.broker._step_record import DEFAULT_CLAIM_IDLE_S, KeyBinding, StepNames, StepRecord
 from tokenwire.broker._step_registry import PendingStep, RegistryBucket, StepRegistry
 from tokenwire.broker._topology import (
     Topology,
@@ -123,6 +125,7 @@ PartitionConsumer = PullConsumer
 """The assembler's per-partition consumer is a grouped PullConsumer; see partition_consumer()."""
 
 __all__ = [
+    "DEFAULT_CLAIM_IDLE_S",
     "PIN_HEADER",
     "READ_IDLE_TIMEOUT_S",
     "READ_MAX_BATCH",
@@ -167,6 +170,8 @@ __all__ = [
     "Reject",
     "RequestFailed",
     "ReshardRefused",
+    "Restored",
+    "Restorer",
     "Retry",
     "ServerInfo",
     "ServerStartError",
@@ -176,6 +181,7 @@ __all__ = [
     "StepAllocator",
     "StepAssignmentContention",
     "StepClaimConflict",
+    "StepClaims",
     "StepNames",
     "StepRecord",
     "StepRegistry",
@@ -203,6 +209,7 @@ __all__ = [
     "jetstream_request",
     "last_by_subject",
     "locate_session",
+    "missing",
     "msg_id",
     "nak_many",
     "next_stored",
@@ -225,6 +232,7 @@ __all__ = [
     "stored_subject",
     "stored_with_msg_id",
     "stream_info",
+    "stream_missing",
     "stream_subjects",
     "topology_from",
     "unpin",

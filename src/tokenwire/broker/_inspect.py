@@ -5,6 +5,7 @@ holds, stream and consumer listings, the connected server. Read-only requests; e
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import msgspec
@@ -18,6 +19,7 @@ from tokenwire.broker._translate import translated
 class _Floor(msgspec.Struct):
     stream_seq: int = 0
     consumer_seq: int = 0
+    last_active: datetime.datetime | None = None
 
 
 class _Group(msgspec.Struct):
@@ -30,7 +32,9 @@ class ConsumerState(msgspec.Struct):
 
     ``ack_floor.stream_seq``: every message at or below it is settled; ``delivered.stream_seq``:
     the highest message delivered to any client of the consumer (``consumer_seq``: how many
-    deliveries it made); ``priority_groups``: who holds each group's pin.
+    deliveries it made; ``last_active``: when it made the last); ``priority_groups``: who
+    holds each group's pin; ``created`` and ``ts`` (when the server answered) are the
+    server's clock.
     """
 
     num_pending: int = 0
@@ -38,6 +42,22 @@ class ConsumerState(msgspec.Struct):
     ack_floor: _Floor = msgspec.field(default_factory=_Floor)
     delivered: _Floor = msgspec.field(default_factory=_Floor)
     priority_groups: list[_Group] = msgspec.field(default_factory=list)
+    created: datetime.datetime | None = None
+    ts: datetime.datetime | None = None
+
+    @property
+    def work(self) -> bool:
+        """Messages wait for a delivery or an acknowledgement."""
+        return self.num_pending > 0 or self.num_ack_pending > 0
+
+    def waited_s(self) -> float:
+        """How long the undelivered messages have waited without a delivery: from the
+        consumer's last delivery (its creation, when it made none) to the answer, on the
+        server's clock; 0 when nothing waits (or the server did not say)."""
+        since = self.delivered.last_active or self.created
+        if self.num_pending == 0 or since is None or self.ts is None:
+            return 0.0
+        return max(0.0, (self.ts - since).total_seconds())
 
     def pinned(self, group: str) -> str | None:
         """The id of the client holding ``group``'s pin (None: no one)."""

@@ -8,6 +8,7 @@ works.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -90,6 +91,8 @@ class MemoryStepRegistry:
     latest: dict[str, tuple[int, int]] = field(default_factory=dict)
     records: dict[tuple[str, int, int], StepRecord] = field(default_factory=dict)
     bindings: dict[str, KeyBinding] = field(default_factory=dict)
+    idle_s: float = 0.0
+    clock_ns: Callable[[], int] = time.time_ns
 
     async def claim(self, session: str, turn: int, step: int, fingerprint: str = "") -> None:
         """Claim the triple or raise :class:`StepClaimConflict`."""
@@ -113,7 +116,8 @@ class MemoryStepRegistry:
     def _claimed(self, triple: tuple[str, int, int], fingerprint: str) -> None:
         self.claimed.add(triple)
         token = f"memory.{len(self.claimed)}"
-        self.records[triple] = StepRecord(token, fingerprint, time_ns=time.time_ns())
+        self.records[triple] = StepRecord(token, fingerprint, idle_s=self.idle_s,
+                                          time_ns=self.clock_ns())  # fmt: skip
 
     async def record(self, session: str, turn: int, step: int) -> StepRecord | None:
         """The claim's record, None when never claimed."""

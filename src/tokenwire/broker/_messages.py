@@ -92,6 +92,7 @@ class _Stored(msgspec.Struct):
     seq: int
     hdrs: str | None = None
     data: str | None = None
+    time: datetime.datetime | None = None
 
 
 class _Reply(msgspec.Struct):
@@ -152,10 +153,13 @@ def _has_id(stored: _Stored, msg_id: str) -> bool:
 
 
 class StoredAt(msgspec.Struct, frozen=True):
-    """A stored message read by position: its stream sequence and payload."""
+    """A stored message read by position: its stream sequence and payload (and, from
+    :func:`last_stored`, its headers and the broker's time of it, Unix ns)."""
 
     seq: int
     data: bytes
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    time_ns: int = 0
 
 
 async def last_stored(
@@ -168,7 +172,21 @@ async def last_stored(
     stored = await _get(nc, api, {"last_by_subj": subject}, timeout_s)
     if stored is None:
         return None
-    return StoredAt(stored.seq, base64.b64decode(stored.data or ""))
+    moment = stored.time
+    return StoredAt(
+        stored.seq,
+        base64.b64decode(stored.data or ""),
+        _header_fields(stored.hdrs),
+        int(moment.timestamp() * 1e9) if moment is not None else 0,
+    )
+
+
+def _header_fields(hdrs: str | None) -> dict[str, str]:
+    """The headers of a stored message (``NATS/1.0`` and ``Name: value`` lines, base64)."""
+    if not hdrs:
+        return {}
+    lines = base64.b64decode(hdrs).decode("utf-8", "replace").split("\r\n")[1:]
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lines) if k}
 
 
 async def next_stored(

@@ -409,6 +409,13 @@ class ChunkPublisher:
         """The connected server's ``max_payload`` (payload and header block together)."""
         return int(self._nc.max_payload)
 
+    def oldest_unacked_s(self) -> float:
+        """How long the oldest message in flight has waited for its ack since its first send
+        (0 when none is in flight): past a few resends, the broker is not taking chunks."""
+        for entry in self._pending.values():  # kept in first-send order
+            return max(0.0, self._clock() - entry.first_sent)
+        return 0.0
+
     def stats(self) -> PublisherStats:
         """Counters since start plus the in-flight gauge."""
         return PublisherStats(

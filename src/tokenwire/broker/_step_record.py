@@ -3,9 +3,11 @@ names the step's answer got; and the idempotency keys that map to a step.
 
 A claim key (``<session>.<turn>.<step>``) holds a :class:`StepRecord` as JSON: the claim's
 ``token`` (whose claim it is), the request's ``fingerprint`` (a retry of the same request
-resumes the step, another one is a conflict) and, once the step's answer was named
-(``names``), the response id, model and creation time its caller saw. A claim written
-before records existed holds the bare token: it reads as a record without a fingerprint.
+resumes the step, another one is a conflict), the claiming gateway's bound on the step's
+silence (``idle_s``: the assembler's abandonment check reads it, issue 48) and, once the
+step's answer was named (``names``), the response id, model and creation time its caller
+saw. A claim written before records existed holds the bare token: it reads as a record
+without a fingerprint.
 
 An idempotency key (``idem.k.<hash>``; never a session's key: sessions have no dots, and a
 claim key's second token is a number) holds a :class:`KeyBinding`: the step the key's first
@@ -29,13 +31,29 @@ class StepNames(msgspec.Struct, frozen=True, omit_defaults=True):
     system_fingerprint: str | None = None
 
 
+DEFAULT_CLAIM_IDLE_S = 95.0
+"""The silence bound of a claim that does not state one (written before issue 48): the
+gateway's defaults then, ``max_step_idle_seconds`` (60 s) plus ``ack_timeout_s`` (35 s)."""
+
+
 class StepRecord(msgspec.Struct, frozen=True, omit_defaults=True):
-    """A claim key's value (see the module)."""
+    """A claim key's value (see the module).
+
+    ``idle_s``: while the claiming gateway lives, the broker stores the step's next chunk (or
+    its end) within this many seconds of the gateway time of the step's last chunk (its
+    ``max_step_idle_seconds`` plus ``ack_timeout_s``, the publish retries included); 0: not
+    stated (:data:`DEFAULT_CLAIM_IDLE_S`).
+    """
 
     token: str
     fingerprint: str = ""
     names: StepNames | None = None
+    idle_s: float = 0.0
     time_ns: int = msgspec.field(default=0, name="_t")  # from the stored message, never written
+
+    def silence_s(self) -> float:
+        """The claim's silence bound (``idle_s``, or the default of older claims)."""
+        return self.idle_s or DEFAULT_CLAIM_IDLE_S
 
 
 class KeyBinding(msgspec.Struct, frozen=True, omit_defaults=True):

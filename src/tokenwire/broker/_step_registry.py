@@ -234,6 +234,7 @@ class StepRegistry:
         retries: int = DEFAULT_RETRIES,
         retry_s: float = DEFAULT_RETRY_S,
         js: JetStreamContext | None = None,
+        idle_s: float = 0.0,
     ) -> None:
         if not buckets:
             raise ValueError("a step registry needs at least one bucket")
@@ -244,6 +245,7 @@ class StepRegistry:
         self._retries = retries
         self._retry_s = retry_s
         self._js = js  # reads from the bucket's leader (None: the KV's own reads)
+        self._idle_s = idle_s  # kept with every claim (StepRecord.idle_s)
         self._tokens = (f"{uuid.uuid4().hex[:12]}.{n}" for n in itertools.count())
         self._known: OrderedDict[str, tuple[int, _Latest]] = OrderedDict()
 
@@ -256,9 +258,11 @@ class StepRegistry:
         *,
         retries: int = DEFAULT_RETRIES,
         retry_s: float = DEFAULT_RETRY_S,
+        idle_s: float = 0.0,
     ) -> StepRegistry:
         """Bind to the buckets ``ensure_topology`` created; ``retries`` and ``retry_s`` bound
-        the retries of one assignment or claim (see the module)."""
+        the retries of one assignment or claim (see the module); ``idle_s``, the gateway's
+        bound on a step's silence, is kept with every claim (``StepRecord.idle_s``)."""
         buckets: list[RegistryBucket] = []
         try:
             for name in topology.registry_buckets:
@@ -270,7 +274,8 @@ class StepRegistry:
         except BaseException:
             await asyncio.gather(*(b.writer.close() for b in buckets))
             raise
-        return cls(buckets, max_attempts, retries=retries, retry_s=retry_s, js=nc.jetstream())
+        return cls(buckets, max_attempts, retries=retries, retry_s=retry_s, js=nc.jetstream(),
+                   idle_s=idle_s)  # fmt: skip
 
     def _of(self, key: str) -> RegistryBucket:
         """The bucket holding a session's keys (or an idempotency key's binding)."""
@@ -337,7 +342,7 @@ class StepRegistry:
 
     def _value(self, fingerprint: str) -> bytes:
         """A fresh claim value: a token of its own and the request's fingerprint."""
-        return encode_record(StepRecord(next(self._tokens), fingerprint))
+        return encode_record(StepRecord(next(self._tokens), fingerprint, idle_s=self._idle_s))
 
     async def assign(
         self, session: str, new_turn: bool, first: _Attempt | None, fingerprint: str = ""
