@@ -301,15 +301,21 @@ async def test_metrics_and_probes_over_http(
     await publish_plan(nc, topology, plan)
     nc1 = await connect(nats_url)
     assembler = Assembler(settings_for(nats_url, topology, sqlite_url, burst=False), nc1, store)
-    server = ProbeServer(
-        "127.0.0.1", 0, probe_app(assembler.metrics.registry, lambda: assembler.ready)
-    )
+    server = ProbeServer("127.0.0.1", 0, probe_app(assembler.metrics.registry, assembler.probe))
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as client:
-            assert (await client.get("/readyz")).status_code == 503
+            not_yet = await client.get("/readyz")
+            assert (not_yet.status_code, not_yet.text) == (503, "not ready: not started\n")
             await assembler.start()
             assert (await client.get("/healthz")).status_code == 200
-            assert (await client.get("/readyz")).status_code == 200
+
+            async def ready() -> bool:  # once it holds the partitions the two steps are on
+                return (await client.get("/readyz")).status_code == 200
+
+            await eventually(ready, what="ready")
+            answer = (await client.get("/readyz")).text
+            assert answer.startswith("ready: owns ")
+            assert answer.endswith(" of 4 partitions\n")
 
             async def committed() -> bool:
                 complete: float = assembler.metrics.steps.labels("complete")._value.get()
@@ -323,6 +329,9 @@ async def test_metrics_and_probes_over_http(
         assert "tokenwire_assembler_commit_seconds_bucket" in body
         assert 'tokenwire_assembler_lag_messages{partition="0"} 0.0' in body
         assert "tokenwire_assembler_owned_partitions" in body
+        assert 'tokenwire_assembler_lag_seconds{partition="0"} 0.0' in body
+        assert "tokenwire_assembler_ready 1.0" in body
+        assert 'tokenwire_assembler_not_ready{reason="unowned"} 0.0' in body
     finally:
         await assembler.close()
         server.close()

@@ -77,9 +77,12 @@ async def test_a_missing_telemetry_consumer_is_created_again(
 async def test_a_consumer_whose_stream_is_gone_is_not_created(nc: Client) -> None:
     t = fresh_topology()
     restorer = Restorer(nc, t, interval_s=0.0)
-    assert await restorer.assembler_consumer(
-        0, ack_wait_s=30.0, max_deliver=10, priority_timeout_s=5.0
-    ) == "failed"  # fmt: skip
+    assert (
+        await restorer.assembler_consumer(
+            0, ack_wait_s=30.0, max_deliver=10, priority_timeout_s=5.0
+        )
+        == "failed"
+    )
     assert not await _exists(nc, f"$JS.API.STREAM.INFO.{t.stream}")
 
 

@@ -57,15 +57,20 @@ async def test_the_services_may_create_again_what_only_they_use(tmp_path: Path) 
         try:
             bucket = f"KV_{topology.members_bucket}"
             await api_request(conns["provisioner"].nc, f"$JS.API.STREAM.DELETE.{bucket}")
-            board = MemberBoard(conns["assembler"].nc, topology,
-                                restore=lambda: Restorer(conns["assembler"].nc,
-                                                         topology).members(6.0))  # fmt: skip
+            board = MemberBoard(
+                conns["assembler"].nc,
+                topology,
+                restore=lambda: Restorer(conns["assembler"].nc, topology).members(6.0),
+            )
             assert await board.beat(MemberRecord("a"))  # the bucket is back, the beat stored
             # a stream of the same names elsewhere: the users' creates, proved on it
             other = dataclasses.replace(topology, stream="TOKENWIRE_RESTORE", prefix="twr")
             await ensure_stream(conns["provisioner"].nc, shard_stream_config(other, 0))
-            restore: dict[str, Any] = {"ack_wait_s": 30.0, "max_deliver": 10,
-                                       "priority_timeout_s": 5.0}  # fmt: skip
+            restore: dict[str, Any] = {
+                "ack_wait_s": 30.0,
+                "max_deliver": 10,
+                "priority_timeout_s": 5.0,
+            }
             as_assembler = Restorer(conns["assembler"].nc, other)
             assert await as_assembler.assembler_consumer(3, **restore) == "restored"
             assert await as_assembler.telemetry_consumer(other.stream) == "failed"  # not its

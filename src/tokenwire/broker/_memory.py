@@ -116,8 +116,9 @@ class MemoryStepRegistry:
     def _claimed(self, triple: tuple[str, int, int], fingerprint: str) -> None:
         self.claimed.add(triple)
         token = f"memory.{len(self.claimed)}"
-        self.records[triple] = StepRecord(token, fingerprint, idle_s=self.idle_s,
-                                          time_ns=self.clock_ns())  # fmt: skip
+        self.records[triple] = StepRecord(
+            token, fingerprint, idle_s=self.idle_s, time_ns=self.clock_ns()
+        )
 
     async def record(self, session: str, turn: int, step: int) -> StepRecord | None:
         """The claim's record, None when never claimed."""

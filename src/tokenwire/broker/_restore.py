@@ -97,8 +97,9 @@ class Restorer:
     ) -> Restored:
         """Partition ``partition``'s durable consumer, with these settings if it is created."""
         t = self.topology
-        config = assembler_consumer_config(t, partition, ack_wait_s, max_deliver,
-                                           priority_timeout_s)  # fmt: skip
+        config = assembler_consumer_config(
+            t, partition, ack_wait_s, max_deliver, priority_timeout_s
+        )
         return await self._consumer(t.stream_of_partition(partition), config)
 
     async def telemetry_consumer(
@@ -167,11 +168,11 @@ class Restorer:
         try:
             await self._request(subject, body)
         except BrokerError as exc:
-            if isinstance(exc, RequestFailed) and exc.code in (STREAM_NAME_IN_USE,
-                                                               CONSUMER_EXISTS):  # fmt: skip
+            if isinstance(exc, RequestFailed) and exc.code in (STREAM_NAME_IN_USE, CONSUMER_EXISTS):
                 return "present"  # another process created it meanwhile
-            log.error("%s is missing and could not be created (%s): run `tokenwire provision`",
-                      what, exc)  # fmt: skip
+            log.error(
+                "%s is missing and could not be created (%s): run `tokenwire provision`", what, exc
+            )
             return "failed"
         log.warning("%s was missing on the broker: created again", what)
         self.restored += 1

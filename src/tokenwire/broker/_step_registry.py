@@ -274,8 +274,14 @@ class StepRegistry:
         except BaseException:
             await asyncio.gather(*(b.writer.close() for b in buckets))
             raise
-        return cls(buckets, max_attempts, retries=retries, retry_s=retry_s, js=nc.jetstream(),
-                   idle_s=idle_s)  # fmt: skip
+        return cls(
+            buckets,
+            max_attempts,
+            retries=retries,
+            retry_s=retry_s,
+            js=nc.jetstream(),
+            idle_s=idle_s,
+        )
 
     def _of(self, key: str) -> RegistryBucket:
         """The bucket holding a session's keys (or an idempotency key's binding)."""

@@ -1,5 +1,6 @@
-"""Observability shared by the services: pinned GenAI convention names, bounded labels, and
-the OpenTelemetry SDK set up from the standard ``OTEL_*`` variables."""
+"""Observability shared by the services: pinned GenAI convention names, bounded labels, the
+OpenTelemetry SDK set up from the standard ``OTEL_*`` variables, and the metrics and probe
+server."""
 
 from tokenwire.observability import conventions
 from tokenwire.observability._context import parent_context
@@ -9,6 +10,7 @@ from tokenwire.observability._labels import (
     error_type_labels,
     model_labels,
 )
+from tokenwire.observability._probes import ProbeServer, WsgiApp, probe_app
 from tokenwire.observability._setup import (
     OtelProviders,
     no_otel,
@@ -22,6 +24,8 @@ __all__ = [
     "OTHER",
     "BoundedLabels",
     "OtelProviders",
+    "ProbeServer",
+    "WsgiApp",
     "conventions",
     "error_type_labels",
     "model_labels",
@@ -29,6 +33,7 @@ __all__ = [
     "otel_from_env",
     "otlp_configured",
     "parent_context",
+    "probe_app",
     "resource_for",
     "sdk_providers",
 ]

@@ -534,6 +534,17 @@ ASSEMBLER_MEMBER_TTL_S: Variable[float] = Variable(
     ),
     commands=("assembler",),
 )
+ASSEMBLER_READY_MAX_LAG_S: Variable[float] = Variable(
+    env="TOKENWIRE_ASSEMBLER_READY_MAX_LAG_S",
+    flag="ready-max-lag-s",
+    parse=parse_seconds,
+    default="60",
+    meaning=(
+        "Not ready (`/readyz` 503, reason `lag`) while a held partition's undelivered messages"
+        " have waited this long without a delivery."
+    ),
+    commands=("assembler",),
+)
 ASSEMBLER_MEMBER: Variable[str] = Variable(
     env="TOKENWIRE_ASSEMBLER_MEMBER",
     flag="member",
@@ -628,6 +639,7 @@ VARIABLES: tuple[Variable[typing.Any], ...] = (
     ASSEMBLER_HEARTBEAT_S,
     ASSEMBLER_MEMBER_TTL_S,
     ASSEMBLER_MEMBER,
+    ASSEMBLER_READY_MAX_LAG_S,
     ASSEMBLER_PROVISION,
     ASSEMBLER_BURST,
     ASSEMBLER_TUNE_GC,
@@ -670,6 +682,7 @@ __all__ = [
     "ASSEMBLER_METRICS_ADDR",
     "ASSEMBLER_PRIORITY_TIMEOUT_S",
     "ASSEMBLER_PROVISION",
+    "ASSEMBLER_READY_MAX_LAG_S",
     "ASSEMBLER_TUNE_GC",
     "BROKER_COMMANDS",
     "COMPRESSION",

@@ -136,6 +136,19 @@ class FedFrame(Generic[T]):
     outcomes: list[Outcome[T]]
 
 
+@dataclass(frozen=True, slots=True)
+class DueStep:
+    """An open step past its timeout, not closed yet (:meth:`Assembly.due`): the service
+    decides whether it can still finish (``_expiry.py``) before it closes it.
+
+    ``last_chunk_ns``: the gateway time of the newest chunk held (its envelope's ``time_ns``).
+    """
+
+    key: StepKey
+    reason: CloseReason
+    last_chunk_ns: int
+
+
 @dataclass(slots=True)
 class _OpenStep(Generic[T]):
     collector: StepCollector
@@ -316,17 +329,59 @@ class Assembly(Generic[T]):
 
         A step whose finish arrived closes as ``gap`` after ``gap_timeout_s`` without a new
         chunk; one without its finish closes as ``abandoned`` after ``abandon_timeout_s``.
+        (The service asks the broker first: :meth:`due`; ``tokenwire rebuild`` closes them.)
         """
+        return [
+            self._close(key, self._open[key], reason, now_ns)
+            for key, reason in self._overdue(now_ns)
+        ]
+
+    def _overdue(self, now_ns: int) -> list[tuple[StepKey, CloseReason]]:
         soonest = now_ns - min(self._gap_ns, self._abandon_ns)
-        due: list[tuple[StepKey, _OpenStep[T], CloseReason]] = []
+        found: list[tuple[StepKey, CloseReason]] = []
         for key, step in self._open.items():
             if step.last_ns > soonest:
                 break  # ordered by activity: every later step is younger still
-            reason: CloseReason = "gap" if step.finish_at is not None else "abandoned"
-            timeout = self._gap_ns if reason == "gap" else self._abandon_ns
-            if step.last_ns <= now_ns - timeout:
-                due.append((key, step, reason))
-        return [self._close(key, step, reason, now_ns) for key, step, reason in due]
+            reason = self._overdue_for(step, now_ns)
+            if reason is not None:
+                found.append((key, reason))
+        return found
+
+    def _overdue_for(self, step: _OpenStep[T], now_ns: int) -> CloseReason | None:
+        reason: CloseReason = "gap" if step.finish_at is not None else "abandoned"
+        timeout = self._gap_ns if reason == "gap" else self._abandon_ns
+        return reason if step.last_ns <= now_ns - timeout else None
+
+    def due(self, now_ns: int) -> list[DueStep]:
+        """The open steps :meth:`expire` would close at ``now_ns``, least recently active
+        first, left open: close each with :meth:`close_due`, keep waiting with :meth:`touch`,
+        or hand it back with :meth:`drop_step`."""
+        return [
+            DueStep(key, reason, _newest(self._open[key])) for key, reason in self._overdue(now_ns)
+        ]
+
+    def close_due(self, due: DueStep, now_ns: int) -> ClosedStep[T] | None:
+        """Close a step :meth:`due` listed; None when it is no longer open or no longer due
+        (a chunk came meanwhile)."""
+        step = self._open.get(due.key)
+        reason = None if step is None else self._overdue_for(step, now_ns)
+        if step is None or reason is None:
+            return None
+        return self._close(due.key, step, reason, now_ns)
+
+    def touch(self, key: StepKey, now_ns: int) -> None:
+        """Count the step as active at ``now_ns``: its timeout starts again (it may still
+        finish: this instance is behind, or its gateway may still publish)."""
+        step = self._open.get(key)
+        if step is not None:
+            step.last_ns = now_ns
+            self._open.move_to_end(key)
+
+    def drop_step(self, key: StepKey) -> list[T]:
+        """Forget one open step without closing it; its tokens, to hand back (its partition
+        is another instance's now)."""
+        step = self._open.pop(key, None)
+        return [] if step is None else list(step.tokens.values())
 
     def close_all(self, now_ns: int) -> list[ClosedStep[T]]:
         """Close every open step now (``gap`` or ``abandoned``): the end of a finite read."""
@@ -362,6 +417,11 @@ class Assembly(Generic[T]):
         self._closed.move_to_end(key)
         if len(self._closed) > self.config.closed_memory:
             self._closed.popitem(last=False)
+
+
+def _newest(step: _OpenStep[T]) -> int:
+    """The gateway time of the newest chunk a step holds."""
+    return max((e.time_ns for e in step.envelopes.values()), default=0)
 
 
 def _settle(tomb: _Tombstone, key: StepKey, envelope: ChunkEnvelope, token: T) -> Outcome[T]:

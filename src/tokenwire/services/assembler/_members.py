@@ -14,12 +14,14 @@ import os
 import re
 import socket
 import uuid
+from collections.abc import Awaitable, Callable
 
 import msgspec
 
 from tokenwire.broker import (
     BrokerError,
     Connection,
+    Restored,
     Topology,
     last_by_subject,
     publish_acked,
@@ -59,20 +61,43 @@ def member_name(hint: str = "") -> str:
     return _KEY_UNSAFE.sub("_", raw)[:64]
 
 
-class MemberBoard:
-    """Read and write the membership bucket of ``topology`` (``Topology.members_bucket``)."""
+Restore = Callable[[], Awaitable[Restored]]
+"""Create the bucket again if the broker lost it (``broker.Restorer.members``: bounded,
+logged, create-only)."""
 
-    def __init__(self, nc: Connection, topology: Topology, timeout_s: float = 2.0) -> None:
+
+class MemberBoard:
+    """Read and write the membership bucket of ``topology`` (``Topology.members_bucket``).
+
+    ``restore``: called when a heartbeat or a read fails (the bucket may be missing: a broker
+    restart lost a bucket of before issue 48, or it was deleted); when it created the bucket
+    again, the heartbeat or read is tried once more.
+    """
+
+    def __init__(
+        self,
+        nc: Connection,
+        topology: Topology,
+        timeout_s: float = 2.0,
+        restore: Restore | None = None,
+    ) -> None:
         self._nc = nc
         self._bucket = topology.members_bucket
         self._stream = f"KV_{self._bucket}"
         self._timeout_s = timeout_s
+        self._restore = restore
 
     def _subject(self, name: str) -> str:
         return f"$KV.{self._bucket}.{name}"
 
+    async def _restored(self) -> bool:
+        return self._restore is not None and await self._restore() == "restored"
+
     async def beat(self, record: MemberRecord) -> bool:
         """Write this member's heartbeat (stored before it returns); False when it failed."""
+        return await self._beat(record) or (await self._restored() and await self._beat(record))
+
+    async def _beat(self, record: MemberRecord) -> bool:
         try:
             await publish_acked(
                 self._nc,
@@ -101,6 +126,12 @@ class MemberBoard:
 
     async def names(self) -> list[str] | None:
         """The live members' names (the keys the TTL has not removed), or None on no answer."""
+        names = await self._names()
+        if names is None and await self._restored():
+            names = await self._names()
+        return names
+
+    async def _names(self) -> list[str] | None:
         prefix = f"$KV.{self._bucket}."
         try:
             subjects = await stream_subjects(self._nc, self._stream, f"{prefix}>", self._timeout_s)

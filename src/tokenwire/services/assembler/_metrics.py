@@ -1,24 +1,19 @@
-"""The assembler's Prometheus metrics (one registry per instance) and its probe server.
-
-The server is ``wsgiref`` in a daemon thread, the same machinery as prometheus_client's own
-``start_http_server``, with two probe paths added: ``/healthz`` (the process answers) and
-``/readyz`` (connected to the broker and the last store call succeeded).
+"""The assembler's Prometheus metrics (one registry per instance). They are served with
+``/healthz`` and ``/readyz`` (200 or 503, its body the reasons: ``_ready.py``) by
+``tokenwire.observability.ProbeServer``.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from socketserver import ThreadingMixIn
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from tokenwire.observability import ProbeServer, probe_app
 from tokenwire.services.assembler._usage_metrics import UsageMetrics
 
 _NS = "tokenwire_assembler"
+__all__ = ["AssemblerMetrics", "ProbeServer", "probe_app"]
 
 
 @dataclass
@@ -91,6 +86,45 @@ class AssemblerMetrics:
             ["partition"],
             registry=r,
         )
+        self.lag_seconds = Gauge(
+            f"{_NS}_lag_seconds",
+            "Seconds the partition's undelivered messages have waited without a delivery "
+            "(0 when none waits), by the broker's clock: how far the store is behind.",
+            ["partition"],
+            registry=r,
+        )
+        self.unowned = Gauge(
+            f"{_NS}_unowned_partitions",
+            "Partitions with messages waiting (undelivered or unacknowledged) whose consumer "
+            "pins no client, as last polled.",
+            registry=r,
+        )
+        self.ready = Gauge(
+            f"{_NS}_ready",
+            "1 when the instance can do its job (/readyz answers 200).",
+            registry=r,
+        )
+        self.not_ready = Gauge(
+            f"{_NS}_not_ready",
+            "1 for each reason the instance is not ready (docs/assembler.md, Readiness).",
+            ["reason"],
+            registry=r,
+        )
+        self.expiry = Counter(
+            f"{_NS}_expiry_steps",
+            "Steps past their timeout, by what the broker showed: closed (they cannot finish), "
+            "handed-back (their partition is held elsewhere), waiting (behind, a live claim, "
+            "or no answer; counted each pass).",
+            ["outcome"],
+            registry=r,
+        )
+        self.restored = Counter(
+            f"{_NS}_restored",
+            "Objects the broker said were missing and this instance created again, by kind "
+            "(members, consumer, topology).",
+            ["kind"],
+            registry=r,
+        )
         self.owned_partitions = Gauge(
             f"{_NS}_owned_partitions", "Partitions this instance holds the pin of.", registry=r
         )
@@ -136,50 +170,3 @@ class AssemblerMetrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
             registry=r,
         )
-
-
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """Scrapes every few seconds would flood the log."""
-
-
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-
-
-def probe_app(registry: CollectorRegistry, ready: Callable[[], bool]) -> WsgiApp:
-    """``/healthz``, ``/readyz`` and, on every other path, the metrics."""
-    metrics = make_wsgi_app(registry)
-
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "/")
-        if path == "/healthz":
-            start_response("200 OK", [("Content-Type", "text/plain")])
-            return [b"ok\n"]
-        if path == "/readyz":
-            ok = ready()
-            start_response("200 OK" if ok else "503 Service Unavailable", [])
-            return [b"ready\n" if ok else b"not ready\n"]
-        result: Iterable[bytes] = metrics(environ, start_response)
-        return result
-
-    return app
-
-
-class ProbeServer:
-    """The metrics and probe HTTP server in a daemon thread; ``port`` is the bound port."""
-
-    def __init__(self, host: str, port: int, app: WsgiApp) -> None:
-        self._server = make_server(
-            host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler
-        )
-        self.port: int = self._server.server_port
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()

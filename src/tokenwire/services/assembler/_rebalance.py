@@ -56,6 +56,10 @@ class Rebalancer:
     _held_until: dict[int, float] = field(default_factory=dict)
     _unheld: dict[int, int] = field(default_factory=dict)
     _standby: frozenset[int] = field(default_factory=frozenset)
+    beat_ok_at: float | None = None
+    """``clock()`` of the last heartbeat the bucket stored (None: never)."""
+    read_ok_at: float | None = None
+    """``clock()`` of the last membership read answered (None: never)."""
 
     async def beat(self) -> bool:
         """Write this instance's heartbeat, unless a partition's pull loop has died (then the
@@ -64,7 +68,10 @@ class Rebalancer:
         if not self.partitions.healthy():
             log.warning("a partition loop died: no heartbeat, the others take over")
             return False
-        return await self.board.beat(self._record())
+        stored = await self.board.beat(self._record())
+        if stored:
+            self.beat_ok_at = self.clock()
+        return stored
 
     async def round(self) -> None:
         """Read, decide, act. The hand-overs run concurrently (each bounded by its wait)."""
@@ -75,6 +82,7 @@ class Rebalancer:
                 for consumer in self.partitions.consumers.values():
                     consumer.offering = True
             return  # no answer: keep the last view, decide nothing this round
+        self.read_ok_at = self.clock()
         members[self.name] = mine
         self.members = members
         self._note_view(frozenset(members))

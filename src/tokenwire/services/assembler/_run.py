@@ -141,9 +141,7 @@ def _serve_probes(settings: AssemblerSettings, assembler: Assembler) -> ProbeSer
         return None
     host, port = settings.metrics_addr
     try:
-        server = ProbeServer(
-            host, port, probe_app(assembler.metrics.registry, lambda: assembler.ready)
-        )
+        server = ProbeServer(host, port, probe_app(assembler.metrics.registry, assembler.probe))
     except OSError as exc:
         raise AssemblerStartError("metrics", f"cannot listen on {host}:{port}: {exc}") from exc
     log.info("assembler metrics on http://%s:%d/metrics", host, server.port)

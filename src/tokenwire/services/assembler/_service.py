@@ -20,17 +20,23 @@ import msgspec
 
 from tokenwire.broker import (
     BatchHandler,
+    BrokerError,
     Connection,
     ConsumedMessage,
     ConsumerState,
     EventPublisher,
     PullSettings,
+    Restored,
+    Restorer,
+    StepClaims,
     Topology,
+    consumer_state,
     dead_letter,
     ensure_topology,
     nak_many,
     parse_stored_subject,
     partition_of,
+    stream_missing,
 )
 from tokenwire.leftovers import counted
 from tokenwire.observability import OtelProviders, no_otel
@@ -53,8 +59,11 @@ from tokenwire.services.assembler._assembly import (
 from tokenwire.services.assembler._committer import CommitPolicy, Committer
 from tokenwire.services.assembler._consume import Delivery, PartitionSet, nak_tokens
 from tokenwire.services.assembler._errors import ReadBackError
+from tokenwire.services.assembler._expiry import UNANSWERED, Expiry, PartitionView, Unanswered
+from tokenwire.services.assembler._lag import LagPoll
 from tokenwire.services.assembler._members import MemberBoard, member_name
 from tokenwire.services.assembler._metrics import AssemblerMetrics
+from tokenwire.services.assembler._ready import NOT_STARTED, REASONS, Facts, Readiness, assess
 from tokenwire.services.assembler._rebalance import Rebalancer
 from tokenwire.services.assembler._settings import AssemblerSettings
 from tokenwire.services.assembler._takeover import ReadBackCause, partition_state, read_back
@@ -114,7 +123,15 @@ class Assembler:
         )
         self.partitions = PartitionSet(nc, t, self._handler_for, pull)
         self.member = member_name(settings.member)
-        self.board = MemberBoard(nc, t)
+        self.restorer = Restorer(nc, t)
+        self.board = MemberBoard(nc, t, restore=self._restore_members)
+        self.lag = LagPoll(nc, t, self.metrics, self._restore_partition)
+        self.expiry = Expiry(
+            self.assembly,
+            self._partition_view,
+            StepClaims(nc, t),
+            lambda session: partition_of(session, t.partitions),
+        )
         self.rebalancer = Rebalancer(
             self.board,
             self.partitions,
@@ -134,11 +151,52 @@ class Assembler:
         self._beating: asyncio.Task[None] | None = None
         self._closing = False
         self.started = False
+        self._readiness: Readiness = NOT_STARTED
 
     @property
     def ready(self) -> bool:
-        """Connected to the broker, consuming, and the last store call succeeded."""
-        return self.started and self._nc.is_connected and self.committer.store_ok
+        """Whether the instance can do its job (:meth:`readiness`)."""
+        return self._readiness.ready
+
+    def readiness(self) -> Readiness:
+        """The readiness as last assessed (every ``expire_interval_s`` and after each lag poll;
+        ``_ready.py``). Safe to call from another thread (the probe server's)."""
+        return self._readiness
+
+    def probe(self) -> tuple[bool, str]:
+        """``/readyz``: whether ready, and the line it answers with (``probe_app``)."""
+        readiness = self._readiness
+        return readiness.ready, readiness.body()
+
+    def assess(self) -> Readiness:
+        """Assess the readiness now (in the event loop) and export it."""
+        readiness = assess(self._facts()) if self.started else NOT_STARTED
+        self._readiness = readiness
+        self.metrics.ready.set(1 if readiness.ready else 0)
+        for reason in REASONS:
+            self.metrics.not_ready.labels(reason).set(1 if reason in readiness.reasons else 0)
+        return readiness
+
+    def _facts(self) -> Facts:
+        s, r, now = self.settings, self.rebalancer, time.monotonic()
+        others = [p for name, m in r.members.items() if name != self.member for p in m.pins]
+        return Facts(
+            started=self.started,
+            connected=self._nc.is_connected,
+            store_ok=self.committer.store_ok,
+            partitions=s.topology.partitions,
+            owned=frozenset(self.partitions.owned()),
+            poll_age_s=self.lag.age_s(),
+            lag_poll_s=s.lag_poll_s,
+            beat_age_s=_age(now, r.beat_ok_at),
+            read_age_s=_age(now, r.read_ok_at),
+            member_ttl_s=s.member_ttl_s,
+            max_lag_s=s.ready_max_lag_s,
+            work=dict(self.lag.work),
+            others=frozenset(others),
+            waited_s=dict(self.lag.waited_s),
+            missing=frozenset(self.lag.missing),
+        )
 
     def leftovers(self) -> str:
         """What stopping now would leave unflushed ("" when nothing): for the stop bound's
@@ -175,7 +233,9 @@ class Assembler:
         await self.rebalancer.round()
         self._balancing = asyncio.create_task(self._balance_forever(), name="balance")
         self._beating = asyncio.create_task(self._beat_forever(), name="heartbeat")
+        await self.poll_lag()
         self.started = True
+        self.assess()
         return self
 
     async def close(self, flush_timeout_s: float = 10.0) -> None:
@@ -202,6 +262,7 @@ class Assembler:
             log.warning("%d persisted events unacknowledged at shutdown", unannounced)
         await self.partitions.unpin()
         self.started = False
+        self.assess()
 
     # -- the handler ---------------------------------------------------------------------
 
@@ -538,6 +599,36 @@ class Assembler:
             except Exception:  # a round is retried next period; a dead loop would stop beats
                 log.exception("membership round failed")
 
+    # -- what the broker lost (issue 48) -----------------------------------------------------
+
+    async def _restore_members(self) -> Restored:
+        restored = await self.restorer.members(self.settings.member_ttl_s)
+        if restored == "restored":
+            self.metrics.restored.labels("members").inc()
+        return restored
+
+    async def _restore_partition(self, partition: int, exc: BrokerError) -> bool:
+        """The broker said partition ``partition``'s consumer (or its stream) is missing:
+        create the consumer again; a missing stream is provisioned again only by an instance
+        that provisions (``TOKENWIRE_ASSEMBLER_PROVISION``), else it stays missing."""
+        s = self.settings
+        if stream_missing(exc):
+            if not s.provision:
+                return False
+            restored = await self.restorer.provision(lambda: provision(self._nc, s))
+            kind = "topology"
+        else:
+            restored = await self.restorer.assembler_consumer(
+                partition,
+                ack_wait_s=s.ack_wait_s,
+                max_deliver=s.max_deliver,
+                priority_timeout_s=s.priority_timeout_s,
+            )
+            kind = "consumer"
+        if restored == "restored":
+            self.metrics.restored.labels(kind).inc()
+        return restored in ("restored", "present")
+
     # -- effects ---------------------------------------------------------------------------
 
     async def _dead_letter(
@@ -593,26 +684,69 @@ class Assembler:
     async def _expire_forever(self) -> None:
         while not self._closing:
             await asyncio.sleep(self.settings.expire_interval_s)
-            for closed in self.assembly.expire(self._clock()):
-                self.committer.add(closed)
+            try:
+                await self.expire()
+            except Exception:  # a pass is tried again next period; a dead loop closes nothing
+                log.exception("expiry pass failed")
             self.metrics.open_steps.set(self.assembly.open_steps)
+            self.assess()
+
+    async def expire(self) -> None:
+        """One expiry pass: close the due steps the broker shows cannot finish, hand back
+        those of partitions held elsewhere now, let the others wait (``_expiry.py``)."""
+        expired = await self.expiry.run(self._clock())
+        for closed in expired.closed:
+            self.committer.add(closed)
+        if expired.handed_back:
+            log.info(
+                "handing back %d messages of due steps on partitions held elsewhere",
+                len(expired.handed_back),
+            )
+            await nak_tokens(expired.handed_back)
+        self.metrics.expiry.labels("closed").inc(len(expired.closed))
+        self.metrics.expiry.labels("handed-back").inc(len(expired.handed_back))
+        self.metrics.expiry.labels("waiting").inc(expired.waiting)
+
+    async def _partition_view(self, partition: int) -> PartitionView | Unanswered:
+        """Whether this instance holds ``partition``'s pin, and whether nothing of it waits
+        elsewhere: no undelivered message, and no unacknowledged one it does not hold."""
+        t = self.settings.topology
+        try:
+            state = await consumer_state(
+                self._nc, t.stream_of_partition(partition), t.assembler_consumer(partition)
+            )
+        except BrokerError as exc:
+            log.warning("partition %d: expiry check unanswered: %s", partition, exc)
+            return UNANSWERED
+        consumer = self.partitions.consumers.get(partition)
+        if consumer is None:
+            return PartitionView(owner=False, caught_up=False)
+        pin = consumer.pin_id
+        owner = pin is not None and state.pinned(t.assembler_group) == pin
+        # every delivery handled (none waits in the consumer: it may hold the step's next
+        # chunk), and nothing unacknowledged that this instance does not hold
+        held = self._in_flight(partition) - consumer.buffered
+        caught_up = (
+            state.num_pending == 0 and consumer.buffered == 0 and state.num_ack_pending <= held
+        )
+        return PartitionView(owner, caught_up)
 
     async def _poll_lag_forever(self) -> None:
         while not self._closing:
-            await self.poll_lag()
             await asyncio.sleep(self.settings.lag_poll_s)
+            await self.poll_lag()
 
     async def poll_lag(self) -> tuple[int, int] | None:
-        """Update the lag gauges; ``(num_pending, num_ack_pending)`` summed over partitions
-        (None when a partition did not answer)."""
-        t = self.settings.topology
-        states = [await partition_state(self._nc, t, p) for p in range(t.partitions)]
+        """Update the lag gauges and what the readiness knows (``_lag.py``);
+        ``(num_pending, num_ack_pending)`` summed over partitions (None when a partition did
+        not answer)."""
+        states = await self.lag.poll()
         self.metrics.owned_partitions.set(len(self.partitions.owned()))
         for p, state in enumerate(states):
             if state is not None:
-                self.metrics.lag.labels(str(p)).set(state.num_pending)
-                self.metrics.ack_pending.labels(str(p)).set(state.num_ack_pending)
                 await self._check_tail(p, state)
+        if self.started:
+            self.assess()
         if any(state is None for state in states):
             return None
         return (
@@ -642,6 +776,10 @@ async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
     for task in tasks:
         if not task.cancelled() and task.exception() is not None:
             log.error("assembler loop %s failed", task.get_name(), exc_info=task.exception())
+
+
+def _age(now: float, then: float | None) -> float | None:
+    return None if then is None else now - then
 
 
 def _policy(s: AssemblerSettings) -> CommitPolicy:

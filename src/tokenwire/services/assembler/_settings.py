@@ -33,6 +33,9 @@ class AssemblerSettings:
     - ``heartbeat_s``, ``member_ttl_s``, ``member``: membership (ADR 0016); a member silent
       for ``member_ttl_s`` is dropped by the broker. Keep the TTL at least the priority
       timeout (a pause that keeps the pins keeps the membership) and above two heartbeats.
+    - ``ready_max_lag_s``: the instance is not ready (``/readyz`` 503, reason ``lag``) while
+      undelivered messages of a partition it holds have waited this long without a delivery
+      (the store falls behind the broker; ``_ready.py``).
     - ``handover_wait_s``: how long a hand-over waits for the partition's closed steps to
       commit before releasing the pin anyway (the next owner reads back what is unacked).
     - ``metrics_addr``: ``(host, port)`` of the metrics and probe server, None to disable.
@@ -60,6 +63,7 @@ class AssemblerSettings:
     heartbeat_s: float = v.ASSEMBLER_HEARTBEAT_S.value
     member_ttl_s: float = v.ASSEMBLER_MEMBER_TTL_S.value
     handover_wait_s: float = 2.0
+    ready_max_lag_s: float = v.ASSEMBLER_READY_MAX_LAG_S.value
     member: str = v.ASSEMBLER_MEMBER.value
     provision: bool = v.PROVISION.value
     pull_batch: int = 512
@@ -107,6 +111,7 @@ class AssemblerSettings:
             heartbeat_s=v.ASSEMBLER_HEARTBEAT_S.read(env),
             member_ttl_s=v.ASSEMBLER_MEMBER_TTL_S.read(env),
             member=v.ASSEMBLER_MEMBER.read(env),
+            ready_max_lag_s=v.ASSEMBLER_READY_MAX_LAG_S.read(env),
             provision=shared.provision if provision is None else provision,
             burst=v.ASSEMBLER_BURST.read(env),
             tune_gc=v.ASSEMBLER_TUNE_GC.read(env),

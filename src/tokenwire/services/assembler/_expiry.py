@@ -1,0 +1,160 @@
+"""Whether a step past its timeout cannot finish, is lag, or is another owner's (issue 48).
+
+The Assembly lists a step that took no chunk for ``abandon_timeout_s`` (``gap_timeout_s``
+with its finish seen) as due. That silence is measured on this instance, and it may be this
+instance's own: it lost the partition (a broker restart, a hand-over), or it is behind. So
+before a due step is closed the broker is asked, cheaply and bounded:
+
+1. Does this instance still hold the partition's pin (one consumer info per partition per
+   pass)? If not, the step's messages are handed back (nak): the partition's owner reads it
+   back and assembles it whole.
+2. Is the partition caught up: nothing undelivered, and nothing unacknowledged that this
+   instance does not hold (a delivery on its way, or one held by a previous owner)? If not,
+   the step keeps waiting: that is lag. Caught up, no later chunk of the step is retained
+   that this instance has not read.
+3. For ``abandoned`` only: does the registry still hold the step's claim, with the claiming
+   gateway's silence bound (``StepRecord.silence_s``) not passed since the gateway time of
+   the step's newest chunk? Then that gateway may still publish: the step keeps waiting.
+4. Otherwise the broker shows the step cannot finish: it is closed (``gap``/``abandoned``).
+
+A step kept waiting starts its timeout again. A question the broker does not answer leaves
+the step open and due (unknown is not proof): it is asked again at the next pass. Each pass
+reads at most ``max_claim_reads`` claims and asks nothing more after the first unanswered
+request; the steps not asked are asked at the next pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, TypeAlias, assert_never
+
+from tokenwire.broker import BrokerError, StepRecord
+from tokenwire.services.assembler._assembly import NS, Assembly, ClosedStep, DueStep
+from tokenwire.services.assembler._consume import Delivery
+
+log = logging.getLogger(__name__)
+
+Verdict: TypeAlias = Literal["close", "wait", "hand-back", "ask-later"]
+MAX_CLAIM_READS = 64
+
+
+class Unanswered:
+    """The broker did not answer a question (a type of its own: None means "no claim")."""
+
+
+UNANSWERED = Unanswered()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """What the broker says of a partition, for the steps due on it (see the module)."""
+
+    owner: bool
+    caught_up: bool
+
+
+class Claims(Protocol):
+    """Reads a step's claim: ``broker.StepClaims``; ``MemoryStepRegistry`` is its twin."""
+
+    async def record(self, session: str, turn: int, step: int) -> StepRecord | None: ...
+
+
+def verdict(
+    due: DueStep,
+    view: PartitionView | Unanswered,
+    claim: StepRecord | Unanswered | None,
+    now_ns: int,
+) -> Verdict:
+    """The decision for one due step (see the module); ``claim`` is only read for an
+    ``abandoned`` step."""
+    if isinstance(view, Unanswered):
+        return "ask-later"
+    if not view.owner:
+        return "hand-back"
+    if not view.caught_up:
+        return "wait"
+    if due.reason == "gap":
+        return "close"
+    if isinstance(claim, Unanswered):
+        return "ask-later"
+    if claim is not None and now_ns < due.last_chunk_ns + int(claim.silence_s() * NS):
+        return "wait"
+    return "close"
+
+
+@dataclass
+class Expired:
+    """What one pass decided: steps to commit, messages to hand back, how many wait."""
+
+    closed: list[ClosedStep[Delivery]] = field(default_factory=list)
+    handed_back: list[Delivery] = field(default_factory=list)
+    waiting: int = 0
+
+
+@dataclass
+class Expiry:
+    """One instance's expiry passes over its Assembly.
+
+    ``view_of(partition)``: the broker's view of a partition (``Unanswered`` when it did
+    not answer); ``partition_of(session)``: the session's partition.
+    """
+
+    assembly: Assembly[Delivery]
+    view_of: Callable[[int], Awaitable[PartitionView | Unanswered]]
+    claims: Claims
+    partition_of: Callable[[str], int]
+    max_claim_reads: int = MAX_CLAIM_READS
+
+    async def run(self, now_ns: int) -> Expired:
+        """Decide every due step (see the module) and apply the decisions to the Assembly."""
+        out = Expired()
+        views: dict[int, PartitionView | Unanswered] = {}
+        reads, answering = 0, True
+        for due in self.assembly.due(now_ns):
+            partition = self.partition_of(due.key[0])
+            if answering and partition not in views:
+                views[partition] = await self.view_of(partition)
+                answering = isinstance(views[partition], PartitionView)
+            view = views.get(partition, UNANSWERED)
+            claim: StepRecord | Unanswered | None = UNANSWERED
+            if answering and reads < self.max_claim_reads and _needs_claim(due, view):
+                reads += 1
+                claim = await self._claim(due)
+                answering = not isinstance(claim, Unanswered)
+            self._apply(due, verdict(due, view, claim, now_ns), now_ns, out)
+        return out
+
+    async def _claim(self, due: DueStep) -> StepRecord | Unanswered | None:
+        try:
+            return await self.claims.record(*due.key)
+        except BrokerError as exc:
+            log.warning("claim of %s/%d/%d unanswered: %s", *due.key, exc)
+            return UNANSWERED
+
+    def _apply(self, due: DueStep, decided: Verdict, now_ns: int, out: Expired) -> None:
+        match decided:
+            case "close":
+                closed = self.assembly.close_due(due, now_ns)
+                if closed is not None:
+                    out.closed.append(closed)
+            case "wait":
+                self.assembly.touch(due.key, now_ns)
+                out.waiting += 1
+            case "hand-back":
+                out.handed_back += self.assembly.drop_step(due.key)
+            case "ask-later":
+                out.waiting += 1
+            case _:
+                assert_never(decided)
+
+
+def _needs_claim(due: DueStep, view: PartitionView | Unanswered) -> bool:
+    """Only an abandoned step on a partition held here and caught up needs its claim."""
+    return (
+        due.reason == "abandoned"
+        and isinstance(view, PartitionView)
+        and view.owner
+        and (view.caught_up)
+    )
