@@ -30,7 +30,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeAlias, assert_never
 
-from tokenwire.broker import BrokerError, StepRecord
+from tokenwire.broker import (
+    BrokerError,
+    Connection,
+    PullConsumer,
+    StepRecord,
+    Topology,
+    consumer_state,
+)
 from tokenwire.services.assembler._assembly import NS, Assembly, ClosedStep, DueStep
 from tokenwire.services.assembler._consume import Delivery
 
@@ -59,6 +66,30 @@ class Claims(Protocol):
     """Reads a step's claim: ``broker.StepClaims``; ``MemoryStepRegistry`` is its twin."""
 
     async def record(self, session: str, turn: int, step: int) -> StepRecord | None: ...
+
+
+async def partition_view(
+    nc: Connection, topology: Topology, partition: int, consumer: PullConsumer | None, held: int
+) -> PartitionView | Unanswered:
+    """What the broker says of ``partition`` for this instance, whose ``consumer`` of it holds
+    ``held`` unacknowledged messages besides those it buffers: whether its pin is this
+    consumer's, and whether nothing of it waits elsewhere (no undelivered message, none
+    buffered in the consumer: it may hold the step's next chunk, and no unacknowledged one this
+    instance does not hold). ``UNANSWERED`` when the broker did not answer."""
+    t = topology
+    try:
+        state = await consumer_state(
+            nc, t.stream_of_partition(partition), t.assembler_consumer(partition)
+        )
+    except BrokerError as exc:
+        log.warning("partition %d: expiry check unanswered: %s", partition, exc)
+        return UNANSWERED
+    if consumer is None:
+        return PartitionView(owner=False, caught_up=False)
+    pin = consumer.pin_id
+    owner = pin is not None and state.pinned(t.assembler_group) == pin
+    caught_up = state.num_pending == 0 and consumer.buffered == 0 and state.num_ack_pending <= held
+    return PartitionView(owner, caught_up)
 
 
 def verdict(

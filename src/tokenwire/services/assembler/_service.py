@@ -30,7 +30,6 @@ from tokenwire.broker import (
     Restorer,
     StepClaims,
     Topology,
-    consumer_state,
     dead_letter,
     ensure_topology,
     nak_many,
@@ -59,7 +58,7 @@ from tokenwire.services.assembler._assembly import (
 from tokenwire.services.assembler._committer import CommitPolicy, Committer
 from tokenwire.services.assembler._consume import Delivery, PartitionSet, nak_tokens
 from tokenwire.services.assembler._errors import ReadBackError
-from tokenwire.services.assembler._expiry import UNANSWERED, Expiry, PartitionView, Unanswered
+from tokenwire.services.assembler._expiry import Expiry, PartitionView, Unanswered, partition_view
 from tokenwire.services.assembler._lag import LagPoll
 from tokenwire.services.assembler._members import MemberBoard, member_name
 from tokenwire.services.assembler._metrics import AssemblerMetrics
@@ -708,28 +707,9 @@ class Assembler:
         self.metrics.expiry.labels("waiting").inc(expired.waiting)
 
     async def _partition_view(self, partition: int) -> PartitionView | Unanswered:
-        """Whether this instance holds ``partition``'s pin, and whether nothing of it waits
-        elsewhere: no undelivered message, and no unacknowledged one it does not hold."""
-        t = self.settings.topology
-        try:
-            state = await consumer_state(
-                self._nc, t.stream_of_partition(partition), t.assembler_consumer(partition)
-            )
-        except BrokerError as exc:
-            log.warning("partition %d: expiry check unanswered: %s", partition, exc)
-            return UNANSWERED
         consumer = self.partitions.consumers.get(partition)
-        if consumer is None:
-            return PartitionView(owner=False, caught_up=False)
-        pin = consumer.pin_id
-        owner = pin is not None and state.pinned(t.assembler_group) == pin
-        # every delivery handled (none waits in the consumer: it may hold the step's next
-        # chunk), and nothing unacknowledged that this instance does not hold
-        held = self._in_flight(partition) - consumer.buffered
-        caught_up = (
-            state.num_pending == 0 and consumer.buffered == 0 and state.num_ack_pending <= held
-        )
-        return PartitionView(owner, caught_up)
+        held = self._in_flight(partition) - (consumer.buffered if consumer is not None else 0)
+        return await partition_view(self._nc, self.settings.topology, partition, consumer, held)
 
     async def _poll_lag_forever(self) -> None:
         while not self._closing:

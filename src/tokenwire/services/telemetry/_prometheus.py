@@ -56,6 +56,27 @@ class TelemetryMetrics:
             "First chunks not yet delivered to the telemetry consumers (summed over the shards).",
             registry=self.registry,
         )
+        self.lag_seconds = Gauge(
+            "tokenwire_telemetry_consumer_lag_seconds",
+            "The longest wait of undelivered first chunks without a delivery (0: none waits).",
+            registry=self.registry,
+        )
+        self.ready = Gauge(
+            "tokenwire_telemetry_ready",
+            "1 when the telemetry consumer can do its job (/readyz answers 200).",
+            registry=self.registry,
+        )
+        self.not_ready = Gauge(
+            "tokenwire_telemetry_not_ready",
+            "1 for each reason the telemetry consumer is not ready (docs/telemetry.md).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.restored = Counter(
+            "tokenwire_telemetry_restored_total",
+            "Telemetry consumers (or the topology) the broker said were missing, created again.",
+            registry=self.registry,
+        )
 
     def record(self, signal: StreamStarted) -> None:
         """Count one stream start (and its time to first chunk when known)."""

@@ -7,16 +7,8 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
-from prometheus_client import start_http_server
-
-from tokenwire.broker import (
-    Topology,
-    check_layout,
-    connect,
-    ensure_topology,
-    publish_event,
-)
-from tokenwire.observability import otel_from_env
+from tokenwire.broker import Topology, check_layout, connect, ensure_topology, publish_event
+from tokenwire.observability import ProbeServer, otel_from_env, probe_app
 from tokenwire.services.telemetry._otel import OtelSignals
 from tokenwire.services.telemetry._prometheus import TelemetryMetrics
 from tokenwire.services.telemetry._service import TelemetryConsumer
@@ -27,7 +19,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TelemetrySettings:
-    """Where to consume from and where to serve ``/metrics``."""
+    """Where to consume from and where to serve ``/metrics``, ``/healthz`` and ``/readyz``."""
 
     nats_url: str
     topology: Topology = field(default_factory=Topology)
@@ -43,23 +35,24 @@ async def run(
     stop = stop or asyncio.Event()
     metrics = TelemetryMetrics()
     nc = await connect(settings.nats_url, name="tokenwire-telemetry", stop=stop)  # bounded
-    server, thread = start_http_server(
-        settings.metrics_port, settings.metrics_host, metrics.registry
-    )
     otel = otel_from_env("tokenwire-telemetry")  # OTLP export only when an endpoint is set
+    t = settings.topology
+    consumer = TelemetryConsumer(
+        nc=nc,
+        topology=t,
+        metrics=metrics,
+        otel=OtelSignals(otel.tracer_provider) if otel.sdk else None,
+        live=lambda subject, payload: publish_event(nc, subject, payload),
+        reprovision=(lambda: ensure_topology(nc, t)) if settings.provision else None,
+    )
+    server = ProbeServer(
+        settings.metrics_host, settings.metrics_port, probe_app(metrics.registry, consumer.probe)
+    )
     try:
         if settings.provision:
-            await ensure_topology(nc, settings.topology)
+            await ensure_topology(nc, t)
         else:
-            await check_layout(nc, settings.topology)
-        consumer = TelemetryConsumer(
-            nc=nc,
-            topology=settings.topology,
-            metrics=metrics,
-            otel=OtelSignals(otel.tracer_provider) if otel.sdk else None,
-            live=lambda subject, payload: publish_event(nc, subject, payload),
-        )
-        t = settings.topology
+            await check_layout(nc, t)
         log.info("telemetry consuming %s on %s", t.first_chunks_filter, ", ".join(t.chunk_streams))
         await consumer.run(stop, burst=burst)
     finally:
@@ -69,6 +62,4 @@ async def run(
         with contextlib.suppress(OSError):
             await nc.close()
         otel.shutdown()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+        server.close()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -34,11 +35,14 @@ from tokenwire.broker import (
     PullConsumer,
     PullSettings,
     Reject,
+    Restorer,
     Retry,
     Topology,
     consumer_state,
+    missing,
     publish_acked,
     stored_with_msg_id,
+    stream_missing,
 )
 from tokenwire.schemas import (
     ChunkEnvelope,
@@ -49,6 +53,7 @@ from tokenwire.schemas import (
 )
 from tokenwire.services.telemetry._otel import OtelSignals
 from tokenwire.services.telemetry._prometheus import TelemetryMetrics
+from tokenwire.services.telemetry._ready import NOT_STARTED, REASONS, Facts, Readiness, assess
 from tokenwire.services.telemetry._signal import failed_call, stream_started
 
 log = logging.getLogger(__name__)
@@ -76,6 +81,36 @@ class TelemetryConsumer:
     publish_timeout_s: float = PUBLISH_TIMEOUT_S
     pull: PullSettings = field(default_factory=lambda: PullSettings(concurrent=True))
     after_publish: Callable[[ConsumedMessage], Awaitable[None]] | None = None
+    reprovision: Callable[[], Awaitable[None]] | None = None
+    """For a process that provisions: provision again when a chunk stream is missing."""
+    clock: Callable[[], float] = time.monotonic
+    _answered_at: float | None = None
+    _waited_s: float = 0.0
+    _missing: set[str] = field(default_factory=set)
+    _restorer: Restorer | None = None
+    _readiness: Readiness = NOT_STARTED
+
+    def readiness(self) -> Readiness:
+        """As last assessed (after every lag poll); safe from the probe server's thread."""
+        return self._readiness
+
+    def probe(self) -> tuple[bool, str]:
+        """``/readyz``: whether ready, and the line it answers with."""
+        readiness = self._readiness
+        return readiness.ready, readiness.body()
+
+    def assess(self) -> Readiness:
+        """Assess the readiness now and export it (``_ready.py``)."""
+        age = None if self._answered_at is None else self.clock() - self._answered_at
+        facts = Facts(
+            self.nc.is_connected, age, LAG_POLL_S, self._waited_s, frozenset(self._missing)
+        )
+        readiness = assess(facts)
+        self._readiness = readiness
+        self.metrics.ready.set(1 if readiness.ready else 0)
+        for reason in REASONS:
+            self.metrics.not_ready.labels(reason).set(1 if reason in readiness.reasons else 0)
+        return readiness
 
     async def handle(self, msg: ConsumedMessage) -> None:
         """Signal one first chunk (see the module docstring for the outcomes)."""
@@ -165,6 +200,7 @@ class TelemetryConsumer:
                 await consumer.start()
             while not stop.is_set():
                 pending = await self._pending()
+                self.assess()
                 if pending is not None:
                     self.metrics.lag.set(pending[0])
                     buffered = sum(c.buffered for c in consumers)
@@ -177,12 +213,33 @@ class TelemetryConsumer:
 
     async def _pending(self) -> tuple[int, int] | None:
         """(not yet delivered, delivered but unacked) over every shard's consumer, or None
-        when the broker did not answer for one of them."""
+        when the broker did not answer for one of them. A consumer the broker says is
+        missing is created again (bounded, logged: ``broker.Restorer``)."""
         t = self.topology
-        try:
-            states = [
-                await consumer_state(self.nc, s, t.telemetry_consumer) for s in t.chunk_streams
-            ]
-        except BrokerError:
-            return None
+        states = []
+        for stream in t.chunk_streams:
+            name = f"{stream}/{t.telemetry_consumer}"
+            try:
+                states.append(await consumer_state(self.nc, stream, t.telemetry_consumer))
+            except BrokerError as exc:
+                if missing(exc) and not await self._restore(stream, exc):
+                    self._missing.add(name)
+                return None
+            self._missing.discard(name)
+        self._answered_at = self.clock()
+        self._waited_s = max(s.waited_s() for s in states)
+        self.metrics.lag_seconds.set(self._waited_s)
         return sum(s.num_pending for s in states), sum(s.num_ack_pending for s in states)
+
+    async def _restore(self, stream: str, exc: BrokerError) -> bool:
+        """The broker said ``stream``'s telemetry consumer (or the stream) is missing."""
+        restorer = self._restorer = self._restorer or Restorer(self.nc, self.topology)
+        if stream_missing(exc):
+            if self.reprovision is None:
+                return False
+            restored = await restorer.provision(self.reprovision)
+        else:
+            restored = await restorer.telemetry_consumer(stream)
+        if restored == "restored":
+            self.metrics.restored.inc()
+        return restored in ("restored", "present")

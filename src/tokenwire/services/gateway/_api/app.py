@@ -80,6 +80,7 @@ from tokenwire.services.gateway._errors import (
 )
 from tokenwire.services.gateway._observe.genai import GenAICalls, call_span_attributes
 from tokenwire.services.gateway._observe.metrics import GatewayMetrics
+from tokenwire.services.gateway._observe.ready import Readiness
 from tokenwire.services.gateway._observe.trace import start_step_span
 from tokenwire.services.gateway._output.caller import (
     CallerOutput,
@@ -168,17 +169,25 @@ class Gateway:
         return self._count(request, JSONResponse({"status": "ok"}))
 
     async def readyz(self, request: Request) -> Response:
-        """The broker is connected and the stream present."""
+        """200 when the gateway can capture steps, else 503 with the reasons
+        (``_observe/ready.py``)."""
+        readiness = await self._readiness()
+        status = 200 if readiness.ready else 503
+        return self._count(request, JSONResponse(readiness.body(), status_code=status))
+
+    async def _readiness(self) -> Readiness:
+        """Ask (bounded by ``_READY_TIMEOUT_S``) and export the answer as gauges."""
         try:
             async with asyncio.timeout(_READY_TIMEOUT_S):
-                ready = await self.deps.ready()
-        except (TimeoutError, BrokerError):
-            ready = False
-        body = {"status": "ready" if ready else "not ready"}
-        return self._count(request, JSONResponse(body, status_code=200 if ready else 503))
+                readiness = await self.deps.ready()
+        except (TimeoutError, BrokerError) as exc:
+            readiness = Readiness(("broker",), f"broker: no answer ({type(exc).__name__})")
+        self.metrics.readiness(readiness.reasons)
+        return readiness
 
     async def metrics_text(self, request: Request) -> Response:
-        """Prometheus text exposition."""
+        """Prometheus text exposition (the readiness gauges asked afresh)."""
+        await self._readiness()
         return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
 
     # -- a model call ---------------------------------------------------------------------

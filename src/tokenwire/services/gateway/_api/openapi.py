@@ -241,7 +241,9 @@ def openapi_document(version: str) -> dict[str, Any]:
             "/openapi.json": _get("this document", public=True),
             "/healthz": _get("200 while the process runs", public=True),
             "/readyz": _get(
-                "200 when the broker is connected and the stream exists, else 503", public=True
+                "200 when the gateway can capture steps, else 503 with the reasons "
+                "(docs/gateway.md, Readiness)",
+                public=True,
             ),
             "/metrics": _get("Prometheus text exposition", "text/plain", public=True),
             "/v1/sessions": _get("recorded sessions (docs/replay.md)", query=_PAGE),

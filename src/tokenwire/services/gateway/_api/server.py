@@ -12,7 +12,7 @@ import dataclasses
 import gc
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,8 @@ from tokenwire.broker import (
     BrokerError,
     ChunkPublisher,
     Connection,
+    Restored,
+    Restorer,
     SessionOwners,
     StepRegistry,
     Topology,
@@ -30,6 +32,7 @@ from tokenwire.broker import (
     connect,
     ensure_topology,
     stream_info,
+    stream_missing,
 )
 from tokenwire.config import ConfigError
 from tokenwire.leftovers import LEFTOVERS, counted
@@ -38,6 +41,12 @@ from tokenwire.replay import SseStats, events_router
 from tokenwire.services.gateway._api.app import Gateway, create_app
 from tokenwire.services.gateway._api.edge import KEEP_ALIVE_S, bounded_protocol
 from tokenwire.services.gateway._api.settings import GatewaySettings
+from tokenwire.services.gateway._observe.ready import (
+    PUBLISH_STALL_S,
+    NotReady,
+    Readiness,
+    readiness_of,
+)
 from tokenwire.services.gateway._resume.step_source import BrokerStepSource
 from tokenwire.services.gateway._routing.upstream import HttpUpstream
 from tokenwire.services.gateway._steps.deps import GatewayDeps
@@ -102,24 +111,32 @@ async def broker_deps(
     publish_window: int = PUBLISH_WINDOW,
     otel: OtelProviders | None = None,
     step_retry: tuple[int, float] = (16, 30.0),
+    claim_idle_s: float = 0.0,
+    reprovision: Callable[[], Awaitable[None]] | None = None,
 ) -> BrokerDeps:
     """Publisher, step registry and readiness probe on an open connection; ``otel``: where the
-    model calls' spans and metrics go (nothing by default)."""
+    model calls' spans and metrics go (nothing by default); ``claim_idle_s``: the bound on a
+    step's silence kept with every claim (``StepRecord.idle_s``, read by the assembler before
+    it records a step abandoned); ``reprovision``: for a gateway that provisions, provision
+    again when the probe finds a chunk stream or registry bucket missing (issue 48)."""
     publisher = await ChunkPublisher(nc, topology, window=publish_window).start()
     retries, retry_s = step_retry
-    steps = await StepRegistry.open(nc, topology, retries=retries, retry_s=retry_s)
+    steps = await StepRegistry.open(
+        nc, topology, retries=retries, retry_s=retry_s, idle_s=claim_idle_s
+    )
     upstream = HttpUpstream()
+    restorer = Restorer(nc, topology, interval_s=REPROVISION_INTERVAL_S)
+    restoring: set[asyncio.Task[Restored]] = set()
 
-    async def ready() -> bool:
-        if not nc.is_connected:
-            return False
-        try:  # every shard's stream answers (each is where some sessions' chunks go)
-            await asyncio.gather(
-                *(stream_info(nc, s, timeout_s=1.0) for s in topology.chunk_streams)
-            )
-        except BrokerError:
-            return False
-        return True
+    async def ready() -> Readiness:
+        readiness = await _readiness(nc, topology, publisher)
+        if reprovision is not None and {"stream-missing", "registry-missing"} & set(
+            readiness.reasons
+        ):  # in the background, at most once per interval: the probe answers at once
+            task = asyncio.create_task(restorer.provision(reprovision))
+            restoring.add(task)
+            task.add_done_callback(restoring.discard)
+        return readiness
 
     def live() -> bool:
         return not nc.is_closed
@@ -135,6 +152,34 @@ async def broker_deps(
         history=BrokerStepSource(nc, topology),
     )
     return BrokerDeps(deps, publisher, steps, upstream)
+
+
+REPROVISION_INTERVAL_S = 30.0
+"""At most one provisioning a missing stream or bucket again per this long (logged)."""
+
+
+async def _readiness(nc: Connection, topology: Topology, publisher: ChunkPublisher) -> Readiness:
+    """What keeps the gateway from capturing steps (``_observe/ready.py``): the connection, every
+    chunk stream and registry bucket answering (each holds some sessions), the acks."""
+    if not nc.is_connected:
+        return Readiness(("disconnected",), "disconnected: no connection to the broker")
+    found: dict[NotReady, list[str]] = {}
+    named: list[tuple[str, NotReady]] = [(s, "stream-missing") for s in topology.chunk_streams]
+    named += [(f"KV_{b}", "registry-missing") for b in topology.registry_buckets]
+    answers = await asyncio.gather(
+        *(stream_info(nc, name, timeout_s=1.0) for name, _ in named), return_exceptions=True
+    )
+    for (name, missing_reason), answer in zip(named, answers, strict=True):
+        if isinstance(answer, BrokerError):
+            found.setdefault(missing_reason if stream_missing(answer) else "broker", []).append(
+                name
+            )
+        elif isinstance(answer, BaseException):
+            raise answer
+    waited = publisher.oldest_unacked_s()
+    if waited > PUBLISH_STALL_S:
+        found["publish-stalled"] = [f"a chunk unacknowledged for {waited:.0f} s"]
+    return readiness_of(found)
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -236,8 +281,14 @@ async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> N
     check_bind(settings)
     otel = otel_from_env("tokenwire-gateway")  # OTLP export only when an endpoint is set
     async with _connected(settings, stop) as (nc, topology), _store(settings) as store:
+        reprovision = (lambda: ensure_topology(nc, topology)) if settings.provision else None
         real = await broker_deps(
-            nc, topology, otel=otel, step_retry=(settings.step_retries, settings.step_retry_s)
+            nc,
+            topology,
+            otel=otel,
+            step_retry=(settings.step_retries, settings.step_retry_s),
+            claim_idle_s=settings.max_step_idle_seconds + settings.ack_timeout_s,
+            reprovision=reprovision,
         )
         readers = SseStats()
         routes = events_router(

@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 
 from tokenwire.observability.conventions import CHUNK_GAP_BUCKETS_S, LATENCY_BUCKETS_S
 from tokenwire.replay import SseStats
+from tokenwire.services.gateway._observe.ready import REASONS
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -92,12 +93,29 @@ class GatewayMetrics:
             registry=r,
         )
         window.set_function(window_in_use)
+        self.ready = Gauge(
+            "tokenwire_gateway_ready",
+            "1 when the gateway can capture steps (/readyz 200).",
+            registry=r,
+        )
+        self.not_ready = Gauge(
+            "tokenwire_gateway_not_ready",
+            "1 for each reason the gateway is not ready (docs/gateway.md, Readiness).",
+            ["reason"],
+            registry=r,
+        )
         self._readers = _ReaderCollector(SseStats())  # zeros until watch_readers()
         r.register(self._readers)
 
     def watch_readers(self, stats: SseStats) -> None:
         """Expose these session event readers' counters (``GET /v1/sessions/{s}/events``)."""
         self._readers.stats = stats
+
+    def readiness(self, reasons: tuple[str, ...]) -> None:
+        """Export a readiness verdict (every reason of ``_ready.REASONS`` set, 1 or 0)."""
+        self.ready.set(0 if reasons else 1)
+        for reason in REASONS:
+            self.not_ready.labels(reason).set(1 if reason in reasons else 0)
 
     def render(self) -> bytes:
         """The text exposition format."""

@@ -15,6 +15,7 @@ from starlette.routing import BaseRoute
 
 from tokenwire.broker import ChunkSink, SessionOwnership, StepAllocator
 from tokenwire.observability import OtelProviders, no_otel
+from tokenwire.services.gateway._observe.ready import READY, Readiness
 from tokenwire.services.gateway._resume.step_source import StepSource
 from tokenwire.services.gateway._routing.upstream import Upstream
 from tokenwire.store import Store
@@ -24,8 +25,8 @@ def _new_session() -> str:
     return uuid.uuid4().hex
 
 
-async def _always_ready() -> bool:
-    return True
+async def _always_ready() -> Readiness:
+    return READY
 
 
 def _always_live() -> bool:
@@ -37,7 +38,8 @@ class GatewayDeps:
     """What the app runs on. ``run()`` builds the real ones; tests pass fakes.
 
     - ``upstream``: calls providers; ``sink``: publishes chunks; ``steps``: claims steps;
-    - ``ready``: whether the broker is connected and the stream present (``/readyz``);
+    - ``ready``: whether the gateway can capture steps, and why not (``/readyz``,
+      ``_observe/ready.py``);
     - ``live``: whether the process can still serve at all (``/healthz``): false once the
       broker connection is closed for good (nats-py never reopens a closed client), so an
       orchestrator restarts the gateway instead of leaving it answering errors;
@@ -61,7 +63,7 @@ class GatewayDeps:
     upstream: Upstream
     sink: ChunkSink
     steps: StepAllocator
-    ready: Callable[[], Awaitable[bool]] = _always_ready
+    ready: Callable[[], Awaitable[Readiness]] = _always_ready
     live: Callable[[], bool] = _always_live
     clock_ns: Callable[[], int] = time.time_ns
     new_id: Callable[[], str] = _new_session
