@@ -78,7 +78,11 @@ class Rebalancer:
         mine = self._record()
         members = await self.board.read()
         if members is None:
-            if not self._view:  # never had a view: stand by everywhere, as without shares
+            if not self._view or self._unread_s() > self.hold_s:
+                # never had a view, or none for longer than the member TTL (the others count
+                # this instance gone; a broker that lost the bucket): stand by everywhere, as
+                # without shares, so no partition stays without an owner; the server still
+                # pins one client per partition, and the shares resume with the next view
                 for consumer in self.partitions.consumers.values():
                     consumer.offering = True
             return  # no answer: keep the last view, decide nothing this round
@@ -93,6 +97,10 @@ class Rebalancer:
         for partition in decision.release:
             self._held_until[partition] = self.clock() + self.hold_s
         self._observe(members)
+
+    def _unread_s(self) -> float:
+        """Seconds since the last membership read answered (infinite: never)."""
+        return float("inf") if self.read_ok_at is None else self.clock() - self.read_ok_at
 
     def _record(self) -> MemberRecord:
         pins = self.partitions.pins()
