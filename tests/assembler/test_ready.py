@@ -63,6 +63,16 @@ def test_each_reason_on_its_own(change: dict[str, object], reason: str) -> None:
     assert f"; {reason}: " in verdict.body()
 
 
+def test_losing_every_partition_after_the_last_poll_is_not_ready_until_a_poll_vouches() -> None:
+    """A broker restart drops every pin: the last poll (from before) cannot say nothing
+    waits unowned now."""
+    idle = {p: False for p in range(4)}
+    dropped = dataclasses.replace(HEALTHY, owned=frozenset(), work=idle, held_since_poll=True)
+    assert assess(dropped).reasons == ("unowned",)
+    vouched = dataclasses.replace(dropped, held_since_poll=False)  # polled since: all idle
+    assert assess(vouched).ready
+
+
 def test_owning_nothing_is_fine_while_others_own_every_partition_with_work() -> None:
     covered = dataclasses.replace(HEALTHY, owned=frozenset(), others=frozenset({0, 2}))
     assert assess(covered).ready

@@ -5,6 +5,8 @@ unreadable past the member TTL makes it stand by everywhere, so the partitions c
 
 from __future__ import annotations
 
+from typing import cast
+
 from nats.aio.client import Client
 
 from tests.assembler.harness import eventually, publish_one, settings_for
@@ -12,6 +14,8 @@ from tests.assembler.scripts import envelopes, text_step
 from tokenwire.broker import ChunkPublisher, Restored, Topology, connect, partition_of
 from tokenwire.broker._api import api_request
 from tokenwire.services.assembler import Assembler
+from tokenwire.services.assembler._consume import PartitionSet
+from tokenwire.services.assembler._members import MemberBoard
 from tokenwire.services.assembler._metrics import AssemblerMetrics
 from tokenwire.services.assembler._rebalance import Rebalancer
 from tokenwire.store import open_store
@@ -98,9 +102,16 @@ async def test_an_unreadable_membership_past_the_ttl_stands_by_everywhere() -> N
         raise AssertionError("nothing to hand over")
 
     rebalancer = Rebalancer(
-        _Unreadable(), partitions, "me", 4, AssemblerMetrics(),  # type: ignore[arg-type]  # twins of the board and the partition set
-        in_flight=lambda p: 0, hand_over=hand_over, hold_s=6.0, clock=clock,
-    )  # fmt: skip
+        cast(MemberBoard, _Unreadable()),  # twins of the board and the partition set
+        cast(PartitionSet, partitions),
+        "me",
+        4,
+        AssemblerMetrics(),
+        in_flight=lambda p: 0,
+        hand_over=hand_over,
+        hold_s=6.0,
+        clock=clock,
+    )
     rebalancer._note_view(frozenset({"me", "other"}))  # a view, last read at 100 s
     rebalancer.read_ok_at = 100.0
     clock.now = 105.0

@@ -182,6 +182,27 @@ async def wait_drained(store: Store, load: Load, bound_s: float = DRAIN_BOUND_S)
         await asyncio.sleep(0.25)
 
 
+async def caught_up(store: Store, load: Load, bound_s: float) -> tuple[float | None, int]:
+    """(seconds until every step the callers saw complete is stored as a message, None past
+    ``bound_s``; how many such steps were not stored then: 0 when caught up)."""
+    started = time.monotonic()
+    wanted = {(r.session, r.turn) for r in load.results if r.ok}
+    while True:
+        stored = {
+            (s, o.turn)
+            for s in {k[0] for k in wanted}
+            for o in await store.messages(s)
+            if isinstance(o, MessageEvent)
+        }
+        missing = len(wanted - stored)
+        elapsed = time.monotonic() - started
+        if not missing:
+            return elapsed, 0
+        if elapsed > bound_s:
+            return None, missing
+        await asyncio.sleep(0.25)
+
+
 @dataclass
 class Tally:
     """The promise, counted: what the callers completed, what the store and broker hold."""

@@ -62,6 +62,10 @@ class Service:
     async def ready(self) -> Service:
         return await asyncio.to_thread(self.wait_ready)
 
+    def answers(self) -> bool:
+        """Its probe answers 200 now."""
+        return self.probe is not None and _answers(self.probe)
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -112,15 +116,23 @@ def gateway(
     tag: str,
     shards: int = 1,
     registry_shards: int = 1,
+    idle_s: float | None = None,
 ) -> Service:
+    """``idle_s``: its ``max_step_idle_seconds`` (which bounds, with its ack timeout, how long
+    the assembler keeps a crashed gateway's step open: docs/assembler.md)."""
     port = free_port()
-    env = _base_env(workdir, nats_urls, store_url, shards, registry_shards) | {
-        "TOKENWIRE_GATEWAY_ADDR": f"127.0.0.1:{port}",
-        "TOKENWIRE_GATEWAY_KEYS": GATEWAY_KEY,
-        "TOKENWIRE_SCRIPTED_BASE_URL": scripted_url,
-        "OPENAI_API_KEY": OPENAI_KEY,
-        "ANTHROPIC_API_KEY": ANTHROPIC_KEY,
-    }
+    idle = {} if idle_s is None else {"TOKENWIRE_GATEWAY_MAX_STEP_IDLE_SECONDS": str(idle_s)}
+    env = (
+        _base_env(workdir, nats_urls, store_url, shards, registry_shards)
+        | idle
+        | {
+            "TOKENWIRE_GATEWAY_ADDR": f"127.0.0.1:{port}",
+            "TOKENWIRE_GATEWAY_KEYS": GATEWAY_KEY,
+            "TOKENWIRE_SCRIPTED_BASE_URL": scripted_url,
+            "OPENAI_API_KEY": OPENAI_KEY,
+            "ANTHROPIC_API_KEY": ANTHROPIC_KEY,
+        }
+    )
     service = Service(f"gateway-{tag}", ["gateway"], env, workdir / f"gateway-{tag}.log")
     service.probe = f"http://127.0.0.1:{port}/readyz"
     service.env["TW_TEST_BASE_URL"] = f"http://127.0.0.1:{port}"

@@ -1,8 +1,10 @@
 """Process faults: SIGKILL a gateway mid-stream (its in-flight steps are recorded abandoned
-after the assembler's timeout, never as messages), SIGKILL one of two assemblers (the standby
-takes over: nothing lost, nothing doubled). Real processes as their deployed users; the
-committed accounts file on a real nats-server. (The telemetry consumer killed between its
-signal's publish and its ack: tests/telemetry/test_crash_between_publish_and_ack.py.)"""
+once the broker shows they cannot finish: the assembler's timeout passed and the claim's
+silence bound, the gateway's idle bound plus its ack timeout; never as messages), SIGKILL
+one of two assemblers (the standby takes over: nothing lost, nothing doubled). Real
+processes as their deployed users; the committed accounts file on a real nats-server. (The
+telemetry consumer killed between its signal's publish and its ack:
+tests/telemetry/test_crash_between_publish_and_ack.py.)"""
 
 from __future__ import annotations
 
@@ -35,8 +37,11 @@ from tokenwire.services.scripted_provider import ScriptedServer
 from tokenwire.store import Store, open_store
 
 ABANDON_S = 3.0
+GATEWAY_IDLE_S = 2.0
+"""The killed gateway's claims say it would have ended a silent step after 2 s (plus its
+35 s ack timeout): the assembler records its steps abandoned ~37 s after their last chunk."""
 CASE_BOUND_S = 150.0 + 2 * SESSIONS
-DRAIN_BOUND_S = 60.0
+DRAIN_BOUND_S = 90.0
 SLOW = msgspec.structs.replace(SCRIPTED, token_rate=8.0)
 """The same content (seed, length, fragment size) streamed over ~3 s, so a step read halfway
 by its caller is still in flight when the gateway is killed, however busy the machine."""
@@ -48,6 +53,7 @@ async def _turns_in_broker(operator: Client, session: str) -> set[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(CASE_BOUND_S + 30)
 async def test_sigkill_of_a_gateway_mid_stream_records_abandoned_never_messages(
     tmp_path: Path,
 ) -> None:
@@ -59,7 +65,12 @@ async def _gateway_case(tmp_path: Path) -> None:
     port = free_port()
     with single_node(tmp_path) as node:
         gateway = svc.gateway(
-            tmp_path, node.url("gateway"), store_url, f"http://127.0.0.1:{port}", tag="g"
+            tmp_path,
+            node.url("gateway"),
+            store_url,
+            f"http://127.0.0.1:{port}",
+            tag="g",
+            idle_s=GATEWAY_IDLE_S,
         )
         assembler = svc.assembler(
             tmp_path, node.url("assembler"), store_url, tag="g", abandon_s=ABANDON_S

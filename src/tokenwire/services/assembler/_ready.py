@@ -15,7 +15,9 @@ reasons (a closed set: the metric's labels are bounded):
 - ``missing``: a consumer or stream this instance relies on is missing on the broker and
   could not be created again (``broker.Restorer``; ``tokenwire provision``);
 - ``unowned``: this instance holds no partition while a partition with messages waiting
-  (undelivered or unacknowledged, as last polled) has no owner among the live members;
+  (undelivered or unacknowledged, as last polled) has no owner among the live members, or
+  while it held one after the last poll (a broker restart drops every pin: until a poll
+  vouches that nothing waits unowned);
 - ``lag``: a partition this instance holds has had undelivered messages waiting longer than
   ``max_lag_s`` without a delivery (``TOKENWIRE_ASSEMBLER_READY_MAX_LAG_S``): the store
   falls behind the broker.
@@ -45,7 +47,8 @@ class Facts:
     - ``others``: partitions another live member reports holding;
     - ``waited_s``: partition -> seconds its undelivered messages have waited without a
       delivery, as last polled;
-    - ``missing``: objects the broker said are missing and that are not back.
+    - ``missing``: objects the broker said are missing and that are not back;
+    - ``held_since_poll``: this instance held a partition after the last poll answered.
     """
 
     started: bool
@@ -63,6 +66,7 @@ class Facts:
     others: frozenset[int] = frozenset()
     waited_s: Mapping[int, float] = field(default_factory=dict)
     missing: frozenset[str] = frozenset()
+    held_since_poll: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +108,8 @@ def assess(f: Facts) -> Readiness:
     if unowned:
         shown = ", ".join(map(str, unowned[:8]))
         found["unowned"] = f"partitions with messages waiting have no owner ({shown})"
+    elif not f.owned and f.held_since_poll:
+        found["unowned"] = "it lost its partitions since the last lag poll"
     lagging = {p: s for p, s in f.waited_s.items() if p in f.owned and s > f.max_lag_s}
     if lagging:
         worst = max(lagging, key=lambda p: lagging[p])

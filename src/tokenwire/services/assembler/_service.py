@@ -151,6 +151,7 @@ class Assembler:
         self._closing = False
         self.started = False
         self._readiness: Readiness = NOT_STARTED
+        self._held_at: float | None = None  # time.monotonic() it last held a partition
 
     @property
     def ready(self) -> bool:
@@ -179,12 +180,18 @@ class Assembler:
     def _facts(self) -> Facts:
         s, r, now = self.settings, self.rebalancer, time.monotonic()
         others = [p for name, m in r.members.items() if name != self.member for p in m.pins]
+        owned = frozenset(self.partitions.owned())
+        if owned:
+            self._held_at = now
+        polled = self.lag.answered_at
+        held_since = self._held_at is not None and (polled is None or self._held_at >= polled)
         return Facts(
             started=self.started,
             connected=self._nc.is_connected,
             store_ok=self.committer.store_ok,
             partitions=s.topology.partitions,
-            owned=frozenset(self.partitions.owned()),
+            owned=owned,
+            held_since_poll=held_since,
             poll_age_s=self.lag.age_s(),
             lag_poll_s=s.lag_poll_s,
             beat_age_s=_age(now, r.beat_ok_at),
