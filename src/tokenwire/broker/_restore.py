@@ -1,25 +1,12 @@
-"""Bringing back what the broker says is missing (issue 48).
+"""Bringing back what the broker says is missing (issue 48, ADR 0034).
 
-Every stream, KV bucket and durable consumer provisioning creates is file-backed, so a broker
-restart (one node, all nodes, or one after another) keeps them. One can still go missing: a
-membership bucket of before issue 48 kept in memory, an object deleted by hand, a store
-directory lost. The process that relies on an object and meets "stream not found" (10059) or
-"consumer not found" (10014) for it asks a :class:`Restorer` to create it again:
-
-- **Create only.** An object that exists, even with other settings, is left as it is (what
-  provisioning set stays); a create that races another process's is "present".
-- **Bounded.** Per object at most one attempt every ``interval_s``: one info request and at
-  most one create, each waiting ``timeout_s``.
-- **Logged.** A re-created object is a warning naming it; a refused create (the user may not,
-  or the stream under a consumer is itself missing) an error naming ``tokenwire provision``.
-
-What each user may re-create under the committed accounts (deploy/nats/accounts.conf): the
-assembler its membership bucket and its partition consumers, the telemetry consumer its
-durable consumers. Chunk, events and dead-letter streams and the step registry's buckets are
-the provisioner's (their layout, retention and placement are deployment decisions, and a
-chunk stream that vanished took its data with it): a process running with
-``TOKENWIRE_PROVISION=1`` provisions them again through :meth:`Restorer.provision`; one
-running with ``0`` reports them missing (its readiness says so) for ``tokenwire provision``.
+Every object provisioning creates is file-backed and survives a broker restart; one can still
+go missing (a membership bucket of before issue 48 kept in memory, an object deleted by hand).
+The process that relies on an object and meets "stream not found" (10059) or "consumer not
+found" (10014) asks a :class:`Restorer` to create it again: create only (an existing object
+keeps what provisioning set), at most once per object per ``interval_s``, each attempt bounded
+and logged (a refused create names ``tokenwire provision``). Which user may create what under
+deploy/nats/accounts.conf: docs/reliability.md, "Broker restarts".
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """Whether a step past its timeout cannot finish, is lag, or is another owner's (issue 48).
 
-The Assembly lists a step that took no chunk for ``abandon_timeout_s`` (``gap_timeout_s``
-with its finish seen) as due. That silence is measured on this instance, and it may be this
-instance's own: it lost the partition (a broker restart, a hand-over), or it is behind. So
-before a due step is closed the broker is asked, cheaply and bounded:
-
-1. Does this instance still hold the partition's pin (one consumer info per partition per
-   pass)? If not, the step's messages are handed back (nak): the partition's owner reads it
-   back and assembles it whole.
-2. Is the partition caught up: nothing undelivered, and nothing unacknowledged that this
-   instance does not hold (a delivery on its way, or one held by a previous owner)? If not,
-   the step keeps waiting: that is lag. Caught up, no later chunk of the step is retained
-   that this instance has not read.
-3. For ``abandoned`` only: does the registry still hold the step's claim, with the claiming
-   gateway's silence bound (``StepRecord.silence_s``) not passed since the gateway time of
-   the step's newest chunk? Then that gateway may still publish: the step keeps waiting.
-4. Otherwise the broker shows the step cannot finish: it is closed (``gap``/``abandoned``).
-
-A step kept waiting starts its timeout again. A question the broker does not answer leaves
-the step open and due (unknown is not proof): it is asked again at the next pass. Each pass
-reads at most ``max_claim_reads`` claims and asks nothing more after the first unanswered
-request; the steps not asked are asked at the next pass.
+The Assembly lists a step silent on this instance for its timeout as due; the silence may be
+this instance's own (it lost the partition, or it is behind). So a due step is closed only
+when the broker shows it cannot finish: this instance holds the partition's pin (else its
+messages are handed back), the partition is caught up (else it waits: that is lag), and, for
+``abandoned``, the step's claim is gone or past its gateway's silence bound. A question the
+broker does not answer decides nothing; each pass is bounded. docs/assembler.md, "A due step
+asks the broker before it is closed"; ADR 0034.
 """
 
 from __future__ import annotations

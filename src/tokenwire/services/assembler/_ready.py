@@ -1,26 +1,11 @@
 """Whether an assembler instance can do its job, and why not: the ``/readyz`` answer and the
 ``tokenwire_assembler_ready`` / ``_not_ready{reason}`` gauges (issue 48).
 
-:func:`assess` is pure: the service gathers what it knows (every second, and at each probe)
-into :class:`Facts` and gets a :class:`Readiness`. An instance is not ready, for each of these
-reasons (a closed set: the metric's labels are bounded):
-
-- ``starting``: not started yet (or stopping);
-- ``disconnected``: no connection to the broker;
-- ``broker``: connected, but the broker answered no lag poll for three poll periods (e.g.
-  JetStream still loading its streams after a restart);
-- ``store``: the last store call failed;
-- ``membership``: no heartbeat stored, or no membership read answered, for a member TTL (the
-  broker drops the instance from the membership; the shares cannot be balanced);
-- ``missing``: a consumer or stream this instance relies on is missing on the broker and
-  could not be created again (``broker.Restorer``; ``tokenwire provision``);
-- ``unowned``: this instance holds no partition while a partition with messages waiting
-  (undelivered or unacknowledged, as last polled) has no owner among the live members, or
-  while it held one after the last poll (a broker restart drops every pin: until a poll
-  vouches that nothing waits unowned);
-- ``lag``: a partition this instance holds has had undelivered messages waiting longer than
-  ``max_lag_s`` without a delivery (``TOKENWIRE_ASSEMBLER_READY_MAX_LAG_S``): the store
-  falls behind the broker.
+:func:`assess` is pure: the service gathers what it knows (every second, and after each lag
+poll) into :class:`Facts` and gets a :class:`Readiness` whose reasons come from a closed set
+(:data:`REASONS`: bounded metric labels): ``starting``, ``disconnected``, ``broker``,
+``store``, ``membership``, ``missing``, ``unowned``, ``lag``. What each means:
+docs/assembler.md, "Readiness".
 """
 
 from __future__ import annotations
