@@ -1,4 +1,4 @@
-"""Bringing back what the broker says is missing (issue 48, ADR 0034).
+"""Bringing back what the broker says is missing (issue 48, ADR 0035).
 
 Every object provisioning creates is file-backed and survives a broker restart; one can still
 go missing (a membership bucket of before issue 48 kept in memory, an object deleted by hand).

@@ -6,7 +6,7 @@ when the broker shows it cannot finish: this instance holds the partition's pin 
 messages are handed back), the partition is caught up (else it waits: that is lag), and, for
 ``abandoned``, the step's claim is gone or past its gateway's silence bound. A question the
 broker does not answer decides nothing; each pass is bounded. docs/assembler.md, "A due step
-asks the broker before it is closed"; ADR 0034.
+asks the broker before it is closed"; ADR 0035.
 """
 
 from __future__ import annotations
