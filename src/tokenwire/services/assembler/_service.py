@@ -20,13 +20,11 @@ import msgspec
 
 from tokenwire.broker import (
     BatchHandler,
-    BrokerError,
     Connection,
     ConsumedMessage,
     ConsumerState,
     EventPublisher,
     PullSettings,
-    Restored,
     Restorer,
     StepClaims,
     Topology,
@@ -35,7 +33,6 @@ from tokenwire.broker import (
     nak_many,
     parse_stored_subject,
     partition_of,
-    stream_missing,
 )
 from tokenwire.leftovers import counted
 from tokenwire.observability import OtelProviders, no_otel
@@ -64,6 +61,7 @@ from tokenwire.services.assembler._members import MemberBoard, member_name
 from tokenwire.services.assembler._metrics import AssemblerMetrics
 from tokenwire.services.assembler._ready import NOT_STARTED, REASONS, Facts, Readiness, assess
 from tokenwire.services.assembler._rebalance import Rebalancer
+from tokenwire.services.assembler._restoring import Restoring
 from tokenwire.services.assembler._settings import AssemblerSettings
 from tokenwire.services.assembler._takeover import ReadBackCause, partition_state, read_back
 from tokenwire.services.assembler._trace import StepTraces
@@ -123,8 +121,11 @@ class Assembler:
         self.partitions = PartitionSet(nc, t, self._handler_for, pull)
         self.member = member_name(settings.member)
         self.restorer = Restorer(nc, t)
-        self.board = MemberBoard(nc, t, restore=self._restore_members)
-        self.lag = LagPoll(nc, t, self.metrics, self._restore_partition)
+        restoring = Restoring(
+            self.restorer, settings, self.metrics, lambda: provision(self._nc, settings)
+        )
+        self.board = MemberBoard(nc, t, restore=restoring.members)
+        self.lag = LagPoll(nc, t, self.metrics, restoring.partition)
         self.expiry = Expiry(
             self.assembly,
             self._partition_view,
@@ -604,36 +605,6 @@ class Assembler:
                 await self.rebalancer.round()
             except Exception:  # a round is retried next period; a dead loop would stop beats
                 log.exception("membership round failed")
-
-    # -- what the broker lost (issue 48) -----------------------------------------------------
-
-    async def _restore_members(self) -> Restored:
-        restored = await self.restorer.members(self.settings.member_ttl_s)
-        if restored == "restored":
-            self.metrics.restored.labels("members").inc()
-        return restored
-
-    async def _restore_partition(self, partition: int, exc: BrokerError) -> bool:
-        """The broker said partition ``partition``'s consumer (or its stream) is missing:
-        create the consumer again; a missing stream is provisioned again only by an instance
-        that provisions (``TOKENWIRE_ASSEMBLER_PROVISION``), else it stays missing."""
-        s = self.settings
-        if stream_missing(exc):
-            if not s.provision:
-                return False
-            restored = await self.restorer.provision(lambda: provision(self._nc, s))
-            kind = "topology"
-        else:
-            restored = await self.restorer.assembler_consumer(
-                partition,
-                ack_wait_s=s.ack_wait_s,
-                max_deliver=s.max_deliver,
-                priority_timeout_s=s.priority_timeout_s,
-            )
-            kind = "consumer"
-        if restored == "restored":
-            self.metrics.restored.labels(kind).inc()
-        return restored in ("restored", "present")
 
     # -- effects ---------------------------------------------------------------------------
 
