@@ -141,7 +141,7 @@ PARTS: dict[str, Callable[[Figures, Profile, argparse.Namespace], str]] = {
     "shards": _module("shards"),
     "floor": _module("floor"),
 }
-EXTRA = ("publish", "fold", "parse", "frames", "compression")  # run only when named
+EXTRA = ("publish", "fold", "parse", "frames", "compression", "request_body")  # only when named
 """Their own tables; ``frames`` (messages, bytes and CPU per chunk against lingers, ADR 0024)
 and ``compression`` (bytes per chunk on disk with and without S2, ADR 0023) record their
 figures. ``paced`` (the stack at 50 tokens/s per session, shipped defaults) and ``shards`` (one

@@ -451,7 +451,7 @@ async def _wait_up(port: int, timeout_s: float = 30.0) -> None:
     while time.monotonic() < deadline:
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            writer.write(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n")
             ok = (await reader.read(64)).startswith(b"HTTP/1.1 200")
             writer.close()
             if ok:

@@ -17,22 +17,30 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.cli import newcomer
+from tests.replay.test_viewer import chromium as find_chromium
 from tokenwire.cli._fleet import FleetPlan, expected_totals
 
 REPO = Path(__file__).resolve().parents[2]
+DEMO_STEPS_PER_SESSION = 4
+"""The README's demo: 2 turns of 2 steps per session."""
 
 
-def _leftovers(marker: str) -> list[str]:
-    """Processes whose command line mentions ``marker`` (our data directory)."""
+def _leftovers(marker: str, cwd: Path | None = None) -> list[str]:
+    """Processes whose command line mentions ``marker`` (our data directory), or that run in
+    ``cwd`` (the default data directory is relative to it)."""
     found = []
-    for proc in psutil.process_iter(["pid", "cmdline", "environ"]):
+    for proc in psutil.process_iter(["pid", "cmdline", "environ", "cwd"]):
         try:
             cmdline = " ".join(proc.info["cmdline"] or [])
             env = proc.info["environ"] or {}
+            here = proc.info["cwd"]
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
         if proc.pid != os.getpid() and (
-            marker in cmdline or env.get("TOKENWIRE_DATA_DIR") == marker
+            marker in cmdline
+            or env.get("TOKENWIRE_DATA_DIR") == marker
+            or (cwd is not None and here == str(cwd))
         ):
             found.append(f"{proc.pid} {cmdline}")
     return found
@@ -109,9 +117,19 @@ def test_demo_summary_matches_the_plan_and_leaves_nothing_running(tmp_path: Path
     assert _leftovers(str(data)) == []
 
 
+@pytest.fixture
+def browser() -> str:
+    """Chromium, as the viewer's own tests find it (skipped, or failed on CI, without it)."""
+    return str(find_chromium.__wrapped__())  # type: ignore[attr-defined]
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_the_readme_first_command_runs_from_a_fresh_clone(tmp_path: Path) -> None:
+@pytest.mark.timeout(900)
+def test_a_newcomer_path_from_a_fresh_clone_works_as_printed(tmp_path: Path, browser: str) -> None:
+    """The README's first command in a fresh clone, then every command the demo prints, run as
+    printed from the clone (``up`` first, in the background), then the printed viewer link,
+    also on a gateway with a key (``TOKENWIRE_GATEWAY_KEYS``): it asks for the key, then
+    shows the session."""
     readme = (REPO / "README.md").read_text()
     block = readme.split("## Quick start", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
     first = block.strip().splitlines()[0].strip()
@@ -120,11 +138,46 @@ def test_the_readme_first_command_runs_from_a_fresh_clone(tmp_path: Path) -> Non
         pytest.fail("git and make are needed to run the README's command from a fresh clone")
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=120)
-    done = _run_demo(clone, ["bash", "-c", first], clone / ".tokenwire", timeout=540)
+    env = newcomer.environment()
+    done = subprocess.run(
+        ["bash", "-c", first],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "replay --verify" in done.stdout
     assert "passed" in done.stdout
-    assert _leftovers(str(clone / ".tokenwire")) == []
+    assert _leftovers(str(clone / ".tokenwire"), cwd=clone) == []
+
+    steps = newcomer.next_steps(done.stdout)
+    assert steps.up[0] == ".venv/bin/tokenwire", steps.up  # runs from the clone, as printed
+    stack = newcomer.up(steps, clone, env, tmp_path / "up.log")
+    try:
+        newcomer.check_commands(steps, clone, env, DEMO_STEPS_PER_SESSION, tmp_path)
+        dom = newcomer.viewer_dom(browser, steps.viewer, tmp_path)
+        assert f"({DEMO_STEPS_PER_SESSION} steps, " in dom, dom[-3000:]
+        assert " events loaded" in dom, dom[-3000:]
+        assert ">chunks 1-" in dom
+    finally:
+        assert newcomer.interrupt(stack) == 130
+
+    key = "tw-newcomer-SENTINEL-5e6f7a8b9c0d"
+    keyed = newcomer.environment(TOKENWIRE_GATEWAY_KEYS=key)
+    stack = newcomer.up(steps, clone, keyed, tmp_path / "up-keyed.log")
+    try:
+        dom = newcomer.viewer_dom(browser, steps.viewer, tmp_path)
+        assert "This gateway wants a key: enter it." in dom, dom[-3000:]
+        assert "events loaded" not in dom
+        dom = newcomer.viewer_dom(browser, f"{steps.viewer}#key={key}", tmp_path)
+        assert " events loaded" in dom, dom[-3000:]
+        assert ">chunks 1-" in dom
+    finally:
+        assert newcomer.interrupt(stack) == 130
+    assert _leftovers(str(clone / ".tokenwire"), cwd=clone) == []
 
 
 @pytest.mark.slow

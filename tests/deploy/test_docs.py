@@ -59,3 +59,27 @@ def test_metric_names_in_the_docs_are_exposed() -> None:
     ]:
         for name in metric_names_in(path.read_text()):
             assert name in exposed or f"{name}_bucket" in exposed, f"{path.name}: {name}"
+
+
+def _slugs(markdown: str) -> set[str]:
+    """The anchors GitHub makes of a page's headings (lower case, punctuation dropped, spaces
+    as dashes)."""
+    headings = re.findall(r"^#+ (.+)$", markdown, flags=re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_relative_links_in_the_readme_and_docs_resolve() -> None:
+    """Every relative link of README.md and docs/ names a file that exists and, with an
+    anchor into a Markdown page, one of its headings (pages move when docs are split)."""
+    broken = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path) if path else page
+            if not linked.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+            elif anchor and linked.suffix == ".md" and anchor not in _slugs(linked.read_text()):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert broken == []

@@ -65,11 +65,11 @@ class Rig:
 
     def client(self, **headers: str) -> httpx.AsyncClient:
         transport = httpx.ASGITransport(app=self.app)
-        return httpx.AsyncClient(transport=transport, base_url="http://gw", headers=headers)
+        return httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", headers=headers)
 
     def openai(self) -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(
-            base_url="http://gw/v1",
+            base_url="http://127.0.0.1/v1",
             api_key=GATEWAY_KEY,
             http_client=self.client(),  # type: ignore[arg-type]  # the SDK takes httpx clients too
             max_retries=0,
@@ -78,9 +78,9 @@ class Rig:
     def anthropic(self) -> anthropic.AsyncAnthropic:
         # The anthropic SDK runs on httpx2 (a fork with the same transports).
         transport = httpx2.ASGITransport(app=self.app)
-        client = httpx2.AsyncClient(transport=transport, base_url="http://gw")
+        client = httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1")
         return anthropic.AsyncAnthropic(
-            base_url="http://gw", api_key=GATEWAY_KEY, http_client=client, max_retries=0
+            base_url="http://127.0.0.1", api_key=GATEWAY_KEY, http_client=client, max_retries=0
         )
 
     def envelopes(self) -> list[Any]:

@@ -67,7 +67,7 @@ async def _post(batches: list[list[StreamChunk]]) -> tuple[httpx.Response, Memor
     deps = GatewayDeps(upstream=ChunkUpstream(batches), sink=sink, steps=MemoryStepRegistry())
     settings = GatewaySettings(keys=frozenset({GATEWAY_KEY}), provider_env=provider_env())
     transport = httpx.ASGITransport(app=create_app(settings, deps))
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         response = await client.post("/v1/messages", json=BODY, headers=AUTH)
     return response, sink
 

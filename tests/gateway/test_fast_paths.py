@@ -1,7 +1,7 @@
 """The gateway's performance fast paths give the same results as the general paths.
 
-Each fast path (bench/bench_gateway.py, docs/gateway.md "Performance") is checked against an
-independent oracle: ``json.loads`` on the recorded events, the SSE parser of the adapters
+Each fast path (bench/bench_gateway.py, docs/gateway-internals.md, "Performance") is checked
+against an independent oracle: ``json.loads`` on the recorded events, the SSE parser of the adapters
 work, the sink's own record of what was published, and the asyncio semantics a publisher
 window must keep.
 """

@@ -287,7 +287,8 @@ BAD = [
 async def test_bad_input_over_a_socket_publishes_nothing_and_leaks_nothing(stack):
     async with httpx.AsyncClient(base_url=stack.url) as client:
         for path, body, headers in BAD:
-            response = await client.post(path, content=body, headers={**AUTH, **headers})
+            sent = {**AUTH, "content-type": "application/json", **headers}
+            response = await client.post(path, content=body, headers=sent)
             assert 400 <= response.status_code < 500, (path, body, response.text)
             if path == "/v1/messages":
                 assert response.json()["type"] == "error"

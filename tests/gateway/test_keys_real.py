@@ -342,3 +342,26 @@ async def test_the_viewer_with_a_tenant_key_shows_its_sessions_only(
     dom = (await run_chromium(browser, tmp_path, "--dump-dom", page)).decode()
     assert f"could not load {other}: events: HTTP 404" in dom
     assert "event " not in dom.partition("Assembled messages")[0].split("could not load")[1]
+
+
+@pytest.mark.slow
+async def test_the_viewer_asks_for_a_key_and_says_when_one_is_refused(
+    stack: Stack, browser: str, tmp_path: Path
+) -> None:
+    """Opened without a key, the viewer says the gateway wants one (not "no sessions"); with
+    a key the gateway refuses, it says so; the session it names is never shown either way."""
+    own = stack.sessions["b"]
+
+    async def shown(page: str) -> str:  # the page as rendered, without its script's text
+        dom = (await run_chromium(browser, tmp_path, "--dump-dom", page)).decode()
+        return dom.partition("<script>")[0]
+
+    dom = await shown(f"{stack.url}/viewer?session={own}")
+    assert "This gateway wants a key: enter it." in dom
+    assert 'id="keyform" hidden' not in dom  # the key form is shown
+    assert "no sessions in the store" not in dom
+    assert "first chunk after" not in dom  # nothing of the session shown
+    dom = await shown(f"{stack.url}/viewer?session={own}#key=tw-not-a-key-SENTINEL")
+    assert "The gateway refused this key: enter another." in dom
+    assert "no sessions in the store" not in dom
+    assert "played to the end" not in dom

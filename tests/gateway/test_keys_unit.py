@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,13 @@ from tokenwire.services.gateway import (
     parse_keys,
     visible_tenant,
 )
-from tokenwire.services.gateway._access.keys import KeyRing, flat_keys, key_ring, load_keys_file
+from tokenwire.services.gateway._access.keys import (
+    KEYS_FILE_VAR,
+    KeyRing,
+    flat_keys,
+    key_ring,
+    load_keys_file,
+)
 from tokenwire.services.gateway._access.owners import SessionGuard
 
 KEY_A, KEY_B, KEY_OPS = "key-a-" + "a" * 40, "key-b-" + "b" * 40, "key-ops-" + "c" * 40
@@ -246,3 +253,47 @@ def test_keys_hash_warns_of_short_keys_and_refuses_bad_input() -> None:
     ):
         refused = runner.invoke(cli, args, input=stdin)
         assert isinstance(refused.exception, UsageError), args
+
+
+def test_the_ring_summarises_its_keys_by_name_never_by_key_or_hash() -> None:
+    ring = key_ring({KEY_OPS + "-flat"}, parse_keys(FILE))
+    line = ring.summary()
+    assert line.startswith("4 gateway keys (with tenants): ")
+    assert "team-a-ci, team-b, ops" in line
+    flat = "key-" + sha(KEY_OPS + "-flat")[:8]
+    assert flat in line  # a flat key's name: what its steps are recorded under
+    for secret in (KEY_A, KEY_B, KEY_OPS, sha(KEY_A), sha(KEY_B), sha(KEY_OPS)):
+        assert secret not in line
+    assert KeyRing(()).summary().startswith("no gateway keys: loopback only")
+
+
+async def test_reread_keys_reads_the_file_again_and_use_keys_swaps_them(tmp_path: Path) -> None:
+    """What SIGHUP does (the real signal: test_keys_reload_real.py): the file read again,
+    the flat list kept, a key removed from the file refused from the next request on."""
+    from tests.gateway._helpers import make_rig, recording
+
+    path = tmp_path / "keys.toml"
+    ops = f'[[keys]]\nname = "ops"\nscope = "operator"\nsha256 = "{sha(KEY_OPS)}"\n'
+    ci = f'[[keys]]\nname = "ci"\nscope = "operator"\nsha256 = "{sha(KEY_A)}"\n'
+    path.write_text(ops + ci)
+    settings = GatewaySettings.from_env({KEYS_FILE_VAR: str(path)})
+    rig = make_rig(
+        recording("openai/chat-text-include-usage.sse"),
+        keys=frozenset(),
+        named_keys=settings.named_keys,
+        keys_file=str(path),
+    )
+    gateway = rig.app.state.gateway
+    ok = {"model": "openai/gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    async with rig.client(authorization=f"Bearer {KEY_OPS}") as client:
+        assert (await client.post("/v1/chat/completions", json=ok)).status_code == 200
+        path.write_text(ci)  # ops removed
+        gateway.use_keys(rig.settings.reread_keys())
+        assert (await client.post("/v1/chat/completions", json=ok)).status_code == 401
+    path.write_text("not toml [[")
+    with pytest.raises(ConfigError, match=r"keys\.toml"):
+        rig.settings.reread_keys()
+    assert gateway.keys.names() == ["ci"]  # a bad file changed nothing
+    path.write_text("")
+    with pytest.raises(ConfigError, match="must have keys"):
+        replace(rig.settings, host="0.0.0.0").reread_keys()

@@ -315,7 +315,7 @@ async def test_a_forwarded_header_with_a_line_break_is_400_before_the_claim(
     triple["x-tokenwire-step"] = "0"
     transport = httpx.ASGITransport(app=app)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             bad = {**triple, header: "v1\r\nx-evil: 1"}
             refused = await client.post(path, json=_body(path, model), headers=bad)
             assert refused.status_code == 400, refused.text
@@ -341,7 +341,7 @@ async def test_count_tokens_refuses_a_forwarded_header_with_a_line_break_in_its_
     body = {"model": "anthropic/claude-x", "messages": MESSAGES}
     try:
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://gw"
+            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
         ) as client:
             answer = await client.post(
                 "/v1/messages/count_tokens", json=body, headers={**AUTH, "anthropic-beta": "a\nb"}

@@ -195,7 +195,11 @@ async def test_resumers_past_the_cap_get_429_with_retry_after(
     with ``retry-after`` (the SDKs wait and retry), and one gets in once another left."""
     case = cases("chat", SEED)[1]
     body = msgspec.json.encode(SLOW_BODY)
-    headers = {**case.headers, "authorization": f"Bearer {GATEWAY_KEY}"}
+    headers = {
+        **case.headers,
+        "authorization": f"Bearer {GATEWAY_KEY}",
+        "content-type": "application/json",
+    }
     async with (
         scripted_server() as scripted,
         gateway(nc, topology, scripted.url, fixed_clock(), max_resumers=1) as url,

@@ -6,6 +6,7 @@ import msgspec
 
 from tests.gateway._helpers import GATEWAY_KEY, make_rig, recording
 from tests.gateway.test_errors_unit import AUTH, OPENAI_OK, assert_dialect_error
+from tokenwire.services.gateway._dialects.validate import decode_object
 from tokenwire.services.gateway._resume.resume import fingerprint
 
 IDS = {"x-tokenwire-session": "unit-1", "x-tokenwire-turn": "0", "x-tokenwire-step": "0"}
@@ -14,11 +15,13 @@ IDS = {"x-tokenwire-session": "unit-1", "x-tokenwire-turn": "0", "x-tokenwire-st
 def test_the_fingerprint_ignores_key_order_and_headers_but_not_the_path_or_body() -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
     same = dict(reversed(body.items()))
-    assert fingerprint("/v1/chat/completions", body) == fingerprint("/v1/chat/completions", same)
-    assert fingerprint("/v1/chat/completions", body) != fingerprint("/v1/responses", body)
-    assert fingerprint("/v1/chat/completions", body) != fingerprint(
-        "/v1/chat/completions", {**body, "stream": False}
-    )
+
+    def fp(path: str, value: dict[str, object]) -> str:  # as the gateway decodes a body
+        return fingerprint(path, decode_object(msgspec.json.encode(value)).canonical)
+
+    assert fp("/v1/chat/completions", body) == fp("/v1/chat/completions", same)
+    assert fp("/v1/chat/completions", body) != fp("/v1/responses", body)
+    assert fp("/v1/chat/completions", body) != fp("/v1/chat/completions", {**body, "stream": False})
 
 
 async def test_a_step_no_longer_on_the_broker_is_410_not_a_new_call() -> None:

@@ -1,4 +1,5 @@
-"""The gateway calls the provider before it sets the step up (docs/gateway.md, "Performance"):
+"""The gateway calls the provider before it sets the step up (docs/gateway-internals.md,
+"Performance"):
 every sent call is read or let go, whatever ends the request between the send and the read, and
 what a caller sees of a claim conflict or a provider failure is what it was before the change.
 
@@ -198,7 +199,7 @@ async def local_gateway(
     app = create_app(settings(provider, ack_timeout_s=5.0), deps)
     transport = httpx.ASGITransport(app=app)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             yield Local(client, sink, app.state.gateway)
     finally:
         await upstream.aclose()

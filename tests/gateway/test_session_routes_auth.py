@@ -36,7 +36,7 @@ def _app(keys: frozenset[str]) -> Any:
 
 async def _get(app: Any, path: str, headers: dict[str, str] | None = None) -> httpx.Response:
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         return await client.get(path, headers=headers or {})
 
 

@@ -74,7 +74,7 @@ def as_totals(row: dict[str, Any]) -> UsageTotals:
 
 async def _get(app: Any, path: str, headers: dict[str, str] | None = None) -> httpx.Response:
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         return await client.get(path, headers=headers if headers is not None else AUTH)
 
 

@@ -112,7 +112,9 @@ async def test_deeply_nested_json_is_a_400_in_dialect(rig, path):
     deep = b'{"model": "openai/x", "max_tokens": 5, "messages": ' + b"[" * 100_000
     deep += b"]" * 100_000 + b"}"
     async with httpx.AsyncClient(base_url=rig.url, timeout=30) as client:
-        response = await client.post(path, content=deep, headers={**AUTH})
+        response = await client.post(
+            path, content=deep, headers={**AUTH, "content-type": "application/json"}
+        )
     assert response.status_code == 400
     assert_dialect(path, response.json())
     assert "nested too deeply" in response.text

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,6 +160,30 @@ def test_the_url_recorded_in_the_data_dir_is_used(env, monkeypatch, capsys):
     assert len(jsonl(capsys.readouterr().out)) == len(envelopes(session))
 
 
+def test_a_stopped_stacks_recorded_url_says_to_start_up(env, monkeypatch, capsys):
+    """The URL a stopped ``demo`` left in the data directory: each broker command says at once
+    (not after the connect timeout) that the stack is stopped and to start ``tokenwire up``."""
+    data = Path(env["TOKENWIRE_DATA_DIR"])
+    data.mkdir(parents=True)
+    with socket.socket() as closed:  # a loopback port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    (data / "nats.url").write_text(f"nats://127.0.0.1:{port}\n")
+    monkeypatch.delenv("TOKENWIRE_NATS_URL")
+    monkeypatch.setenv("TOKENWIRE_CONNECT_TIMEOUT_S", "600")  # the answer must not wait for it
+    for argv in (
+        ["replay", "s-1", "--max"],
+        ["replay", "s-1", "--verify"],
+        ["tail", "s-1"],
+        ["status"],
+        ["rebuild"],
+    ):
+        assert main(argv) == 1, argv
+        err = capsys.readouterr().err
+        assert f"nats://127.0.0.1:{port}" in err, err
+        assert "start it again with `tokenwire up` (same data directory)" in err, err
+
+
 def test_usage_errors_exit_2(env, capsys):
     assert main(["replay", "s-1", "--max", "--speed", "2"]) == 2
     assert main(["replay", "bad session!", "--max"]) == 2
@@ -205,7 +230,7 @@ def test_messages_lists_outcomes_with_seq_ranges(env, capsys):
     assert [o["seq_end"] - o["seq_start"] + 1 for o in outcomes] == list(sizes.values())
     assert main(["messages", session]) == 0
     out = capsys.readouterr().out
-    assert "turn 0 · step 0 · seq 1-" in out
+    assert "turn 0 · step 0 · chunks 1-" in out
     assert EXPECTED_TEXT[1, 0] in out
     assert "error provider (retryable, overloaded_error): upstream overloaded" in out
     assert main(["messages", "no-such-session"]) == 1

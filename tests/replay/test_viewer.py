@@ -114,7 +114,7 @@ async def test_playing_a_session_shows_it_as_the_user_saw_it(chromium, viewer, t
     assert "provider error: upstream overloaded" in replay
     # The store's assembled messages, beside it.
     assert EXPECTED_TEXT[1, 0] in messages
-    assert "seq 1-" in messages
+    assert "chunks 1-" in messages
     assert "provider error" in messages
 
 

@@ -7,12 +7,16 @@ import asyncio
 import contextlib
 import logging
 import os
+import shlex
+import shutil
 import signal
 import socket
 import sys
 import threading
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -52,6 +56,28 @@ def port_or_free(host: str, port: int) -> int:
     return port
 
 
+def invocation() -> str:
+    """How to run tokenwire again from the current directory, as this process was run:
+    ``tokenwire`` when that is what the PATH finds, else the script's path (``make demo``'s
+    ``.venv/bin/tokenwire``), else ``<python> -m tokenwire``; relative to the current
+    directory when below it."""
+    script = Path(sys.argv[0])
+    if script.name == "tokenwire":
+        found = shutil.which("tokenwire")
+        if found is not None and Path(found).resolve() == script.resolve():
+            return "tokenwire"
+        return shlex.quote(_from_here(script))
+    return f"{shlex.quote(_from_here(Path(sys.executable)))} -m tokenwire"
+
+
+def _from_here(path: Path) -> str:
+    absolute = path.absolute()
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(absolute)
+
+
 def nats_url(s: Settings, *, service: bool = False) -> str:
     """The configured NATS URL; else (not for services) the one ``demo``/``up`` recorded.
 
@@ -62,9 +88,38 @@ def nats_url(s: Settings, *, service: bool = False) -> str:
         return s.nats_url
     recorded = None if service else s.recorded_nats_url()
     if recorded:
+        _check_listening(recorded, s.data_dir)
         return recorded
-    hint = "" if service else f" and no URL recorded in {s.data_dir} (run `tokenwire up` first)"
-    raise UsageError(f"TOKENWIRE_NATS_URL is not set{hint}")
+    if service:
+        raise UsageError("TOKENWIRE_NATS_URL is not set")
+    raise UsageError(
+        "no NATS server: set TOKENWIRE_NATS_URL (or pass --nats-url), or start the embedded "
+        f"stack with `tokenwire up` (it records its URL in the data directory {s.data_dir})"
+    )
+
+
+RECORDED_PROBE_S = 1.0
+"""How long a read command waits for the recorded embedded server to accept a connection
+before it says the stack is stopped (a loopback port answers or refuses at once)."""
+
+
+def _check_listening(url: str, data_dir: Path) -> None:
+    """UnreachableError at once, saying to start ``tokenwire up``, when nothing listens at the
+    URL a stopped ``demo``/``up`` recorded (instead of retrying it for the connect timeout)."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        with socket.create_connection(
+            (parts.hostname or "127.0.0.1", parts.port or 4222), timeout=RECORDED_PROBE_S
+        ):
+            return
+    except OSError:
+        pass
+    raise UnreachableError(
+        "NATS",
+        without_userinfo(url),
+        f"the stack that `tokenwire demo` or `tokenwire up` started on {data_dir} is not "
+        "running; start it again with `tokenwire up` (same data directory), then retry",
+    )
 
 
 CANCEL_RESERVE_S = 2.0
@@ -239,18 +294,11 @@ def run_command(work: Callable[[], Coroutine[Any, Any, None]]) -> None:
     run_until_signal(main, log_level=logging.WARNING)
 
 
-def resolve_nats_url(flag: str | None = None) -> str:
-    """The flag, else the environment, else the data dir's record; UsageError if none."""
-    if flag:
-        return flag
-    settings = load()
-    url = settings.nats_url or settings.recorded_nats_url()
-    if url is None:
-        raise UsageError(
-            "no NATS server: pass --nats-url or set TOKENWIRE_NATS_URL (or run "
-            f"`tokenwire up` with data directory {settings.data_dir} first)"
-        )
-    return url
+def resolve_nats_url() -> str:
+    """The environment's (or ``--nats-url``'s) URL, else the data dir's record when its server
+    answers; UsageError if none, UnreachableError (saying to start ``tokenwire up``) when the
+    recorded stack is stopped."""
+    return nats_url(load())
 
 
 def resolve_store_url(flag: str | None = None) -> str:

@@ -11,6 +11,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from shlex import quote
 
 import click
 import msgspec
@@ -19,12 +20,19 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tokenwire import variables as v
 from tokenwire.broker import Connection, RequestFailed, Topology, connect, read_range
-from tokenwire.cli._common import port_or_free, run_until_signal, settings, topology
+from tokenwire.cli._common import (
+    invocation,
+    port_or_free,
+    run_until_signal,
+    settings,
+    topology,
+)
 from tokenwire.cli._errors import CheckFailedError, UsageError
 from tokenwire.cli._flags import variable_flags
 from tokenwire.cli._fleet import ExpectedTotals, FleetPlan, FleetResult, expected_totals, run_fleet
-from tokenwire.cli._stack import STACK_MARGIN_S, Stack
+from tokenwire.cli._stack import STACK_MARGIN_S, Stack, StackPorts, port_flags
 from tokenwire.config import stop_timeout
 from tokenwire.schemas import ErrorEvent, MessageEvent, StreamStarted
 from tokenwire.store import Store, open_store
@@ -73,6 +81,7 @@ class Observed:
     type=click.Path(dir_okay=False, writable=True),
     help="Also write the summary as JSON to this file.",
 )
+@port_flags
 @variable_flags("demo")
 @click.pass_context
 def demo(
@@ -85,6 +94,7 @@ def demo(
     provider: str,
     model: str | None,
     summary_json: str | None,
+    ports: StackPorts,
 ) -> None:
     """Start the embedded stack, drive a fleet of agent sessions through it, summarise."""
     s = settings(ctx)
@@ -98,7 +108,8 @@ def demo(
         provider=provider,
         model=model,
     )
-    stack = Stack(s, topology(s), gateway_port=port_or_free(s.gateway_host, s.gateway_port))
+    gateway_port = port_or_free(s.gateway_host, s.gateway_port)
+    stack = Stack(s, topology(s), gateway_port=gateway_port, ports=ports)
     ok = True
 
     async def main(stop: asyncio.Event) -> None:
@@ -108,7 +119,7 @@ def demo(
                 "starting nats-server, scripted provider, gateway, assembler, telemetry"
             ):
                 await stack.start()
-            ok = await _demo(stack, plan, summary_json)
+            ok = await _demo(stack, plan, summary_json, keep=keep)
             if keep:
                 _print_addresses(stack)
                 console.print("stack running; Ctrl-C stops it")
@@ -124,14 +135,20 @@ def demo(
 
 
 @click.command()
+@port_flags
 @variable_flags("up")
 @click.pass_context
-def up(ctx: click.Context) -> None:
-    """Run the embedded stack in the foreground until Ctrl-C, printing the addresses."""
+def up(ctx: click.Context, ports: StackPorts) -> None:
+    """Run the embedded stack in the foreground until Ctrl-C, printing the addresses.
+
+    On the data directory a `demo` used, it serves that demo's sessions again (replay, tail,
+    messages, the viewer). Every port is a flag (0: a free one); a port that is taken fails
+    at once, naming it.
+    """
     s = settings(ctx)
 
     async def main(stop: asyncio.Event) -> None:
-        stack = Stack(s, topology(s))
+        stack = Stack(s, topology(s), ports=ports)
         try:
             await stack.start()
             _print_addresses(stack)
@@ -147,7 +164,7 @@ def _print_addresses(stack: Stack) -> None:
         click.echo(f"{part}: {address}", nl=True)
 
 
-async def _demo(stack: Stack, plan: FleetPlan, summary_json: str | None) -> bool:
+async def _demo(stack: Stack, plan: FleetPlan, summary_json: str | None, *, keep: bool) -> bool:
     expected = expected_totals(plan)
     result = await _drive(stack, plan, expected.steps)
     _announce_failures(result)
@@ -158,7 +175,7 @@ async def _demo(stack: Stack, plan: FleetPlan, summary_json: str | None) -> bool
     finally:
         await nc.close()
         await store.close()
-    _summary(stack, plan, expected, result, observed)
+    _summary(stack, plan, expected, result, observed, running=keep)
     if summary_json:
         document = msgspec.json.encode(_summary_doc(expected, result, observed))
         await asyncio.to_thread(Path(summary_json).write_bytes, document)
@@ -316,7 +333,13 @@ def _percentile(values: list[float], q: int) -> str:
 
 
 def _summary(
-    stack: Stack, plan: FleetPlan, expected: ExpectedTotals, result: FleetResult, observed: Observed
+    stack: Stack,
+    plan: FleetPlan,
+    expected: ExpectedTotals,
+    result: FleetResult,
+    observed: Observed,
+    *,
+    running: bool,
 ) -> None:
     against = "" if plan.scripted else f" against {plan.provider}/{plan.model}"
     shape = f"{plan.sessions} sessions x {plan.turns} turns x {plan.steps} steps"
@@ -331,7 +354,7 @@ def _summary(
         console.print(f"[red]failed[/red] {escape(line)}")
     for difference in observed.differences[:20]:
         console.print(f"[red]difference[/red] {escape(difference)}")
-    _print_pointers(stack, result)
+    _print_pointers(stack, result, running=running)
 
 
 def _summary_rows(
@@ -373,21 +396,48 @@ def _failure_lines(result: FleetResult, shown: int = SHOWN_FAILURES) -> list[str
     return lines
 
 
-def _print_pointers(stack: Stack, result: FleetResult) -> None:
-    """Where the data is, and the commands that look at a session."""
+def _print_pointers(stack: Stack, result: FleetResult, *, running: bool) -> None:
+    """Where the data is, and the commands that look at a session, as they run from here:
+    first ``up`` on the same data (unless the stack still runs), then the read commands."""
     session = result.sessions[min(1, len(result.sessions) - 1)]
-    data = stack.settings.data_dir
+    s = stack.settings
     console.print(
-        f"data: {data} (broker under {data / 'jetstream'}, store {stack.settings.store_url})"
+        f"data: {s.data_dir} (broker under {s.data_dir / 'jetstream'}, store {s.store_url})",
+        soft_wrap=True,
     )
-    console.print("look at a session (start the stack again with `tokenwire up` if it is stopped):")
-    for command in (
-        f"tokenwire replay {session}",
-        f"tokenwire replay {session} --verify",
-        f"tokenwire tail {session}",
-        f"tokenwire messages {session}",
-        f"tokenwire usage --session {session}",
-        "tokenwire usage --by model",
-        f"open {stack.addresses['gateway']}/viewer?session={session}",
+    program = invocation()
+    same_data = (
+        "" if s.data_dir == Path(v.DATA_DIR.default) else f" --data-dir {quote(str(s.data_dir))}"
+    )
+    if running:
+        console.print("the stack runs until Ctrl-C; from another terminal, look at a session:")
+    else:
+        console.print(
+            "the demo stopped its stack; the data stays. To look at a session, start "
+            "the stack again on it (in another terminal; Ctrl-C stops it):",
+            soft_wrap=True,
+        )
+        console.print(f"  {program} up{same_data}{_gateway_flag(stack)}", soft_wrap=True)
+        console.print("then, once it printed its addresses:")
+    for command, note in (
+        (f"replay {session}", "as the user saw it, with the original timing"),
+        (f"replay {session} --verify", "the broker's chunks against the store"),
+        (f"tail {session}", "follows the session live until Ctrl-C"),
+        (f"messages {session}", "the assembled messages and recorded errors"),
+        (f"usage --session {session}", "tokens and cost per step"),
+        ("usage --by model", "tokens and cost per model"),
     ):
-        console.print(f"  {command}")
+        console.print(f"  {program} {command}{same_data}  # {note}", soft_wrap=True)
+    console.print(
+        f"  viewer: {stack.addresses['gateway']}/viewer?session={session}", soft_wrap=True
+    )
+
+
+def _gateway_flag(stack: Stack) -> str:
+    """``--gateway-addr`` when the demo's gateway did not use the configured port (it was
+    taken), so that ``up`` serves the viewer link printed below."""
+    s = stack.settings
+    if stack.gateway_port in (None, s.gateway_port):
+        return ""
+    host = f"[{s.gateway_host}]" if ":" in s.gateway_host else s.gateway_host
+    return f" --gateway-addr {host}:{stack.gateway_port}"

@@ -33,7 +33,8 @@ from tokenwire.schemas import (
 @click.option("--json", "as_json", is_flag=True, help="Print the stored events as JSONL.")
 @variable_flags("messages")
 def messages(session: str, as_json: bool) -> None:
-    """Show SESSION's stored messages and recorded errors, with their chunk seq ranges."""
+    """Show SESSION's stored messages and recorded errors, each with the session's chunk
+    numbers it was folded from (``chunks 1-24``; not the broker's stream seq)."""
     checked_session(session)
     url = resolve_store_url()
     run_command(lambda: _messages(url, session, as_json))
@@ -54,7 +55,7 @@ async def _messages(url: str, session: str, as_json: bool) -> None:
 
 def _print(outcome: MessageEvent | ErrorEvent) -> None:
     head = (
-        f"turn {outcome.turn} · step {outcome.step} · seq {outcome.seq_start}-"
+        f"turn {outcome.turn} · step {outcome.step} · chunks {outcome.seq_start}-"
         f"{outcome.seq_end} · {outcome.provider}/{outcome.model}"
     )
     if isinstance(outcome, MessageEvent):

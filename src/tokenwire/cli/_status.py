@@ -287,7 +287,7 @@ def _print_side_streams(report: dict[str, Any]) -> None:
 def _print_stream(label: str, s: dict[str, Any]) -> None:
     click.echo(
         f"{label:<7} {s['name']}  {s['messages']} messages  {s['bytes']} bytes  "
-        f"seq {s['first_seq']}-{s['last_seq']}  retention {s['retention']}  "
+        f"stream seq {s['first_seq']}-{s['last_seq']}  retention {s['retention']}  "
         f"max_age {s['max_age_s']:.0f} s  max_bytes {s['max_bytes']}  replicas {s['replicas']}  "
         f"compression {s.get('compression', 'none')}"
     )

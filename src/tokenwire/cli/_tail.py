@@ -57,7 +57,8 @@ async def _tail(url: str, session: str, position: _Position, as_json: bool) -> N
     t = topology()
     shown = without_userinfo(url)
     click.echo(
-        f"tailing {session} on {shown} from seq {position.next_seq}; Ctrl-C to stop", err=True
+        f"tailing {session} on {shown} from stream seq {position.next_seq}; Ctrl-C to stop",
+        err=True,
     )
     try:
         async with nats_client(url) as nc:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import re
+import socket
 import ssl
 import urllib.parse
 import urllib.request
@@ -397,10 +399,12 @@ class HttpClient:
             async with asyncio.timeout(self._timeouts.connect_s):
                 return await self._open(loop, target, proxy)
         except TimeoutError:
-            detail = f"no connection to {where} within {self._timeouts.connect_s:g} s"
-            raise TransportError("connect_timeout", detail) from None
+            detail = f"no connection within {self._timeouts.connect_s:g} s"
+            raise TransportError("connect_timeout", detail, where=where) from None
         except OSError as exc:  # refused, unresolvable, unreachable, TLS (ssl.SSLError)
-            raise TransportError("connect_error", f"cannot connect to {where}: {exc}") from exc
+            # The caller learns why the provider could not be reached, not where it lives.
+            detail = f"cannot connect: {_why_not(exc)}"
+            raise TransportError("connect_error", detail, where=f"{where}: {exc}") from exc
 
     async def _open(
         self, loop: asyncio.AbstractEventLoop, target: _Target, proxy: _Proxy | None
@@ -506,3 +510,17 @@ def _head(target: _Target, proxy: _Proxy | None, headers: Mapping[str, str], len
         return "".join(lines).encode("latin-1")
     except UnicodeEncodeError:
         raise ValueError("a request header value is not a valid name and value (latin-1)") from None
+
+
+def _why_not(exc: OSError) -> str:
+    """Why a connection failed, without the address the OS's message names: TLS's reason,
+    the tunnel's refusal, or the error number's meaning (``Connection refused``)."""
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS: {exc.reason or type(exc).__name__}"
+    if type(exc) is ConnectionError:  # raised here: the proxy's answer, never an address
+        return str(exc)
+    if isinstance(exc, socket.gaierror):  # its text names no host: "Name or service not known"
+        return exc.strerror or "the name did not resolve"
+    if exc.errno is not None:
+        return os.strerror(exc.errno)
+    return type(exc).__name__

@@ -23,11 +23,13 @@ READ_BUFFER: Final = 1 << 20
 class TransportError(Exception):
     """A provider call failed below HTTP. ``code`` is one of ``connect_error``,
     ``connect_timeout``, ``read_timeout``, ``incomplete_body``, ``server_disconnected``,
-    ``transport_error`` (an invalid response)."""
+    ``transport_error`` (an invalid response). ``str()`` is what a caller may be told;
+    ``where`` (the host and port it tried, the OS's own words) goes only to the log."""
 
-    def __init__(self, code: str, detail: str) -> None:
+    def __init__(self, code: str, detail: str, *, where: str = "") -> None:
         super().__init__(detail)
         self.code = code
+        self.where = where
 
 
 class _BytesAfterResponseError(Exception):

@@ -8,6 +8,7 @@ general client's per-request machinery on the way to the first byte.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -27,6 +28,8 @@ from tokenwire.providers._http import (
 from tokenwire.schemas import Finish, StreamChunk
 from tokenwire.scrub import scrub
 from tokenwire.sse import SseError, SseParser
+
+log = logging.getLogger("tokenwire.providers")
 
 __all__ = [
     "DEFAULT_TIMEOUTS",
@@ -52,11 +55,13 @@ _CREDENTIAL_HEADERS: Final = ("authorization", "x-api-key", "api-key", "x-goog-a
 
 @dataclass(frozen=True, slots=True)
 class ProviderRequest:
-    """One streaming ``POST`` to a provider: the URL, the JSON body and its headers."""
+    """One streaming ``POST`` to a provider: the URL, the JSON body and its headers;
+    ``provider``: its name, as a failure names it to the caller (never its URL)."""
 
     url: str
     body: bytes
     headers: Mapping[str, str]
+    provider: str = ""
 
 
 class _ErrorBody(msgspec.Struct):
@@ -109,6 +114,7 @@ class SentRequest:
     def __init__(self, session: ProviderSession, request: ProviderRequest) -> None:
         self._pending = session.http.send(request.url, request.body, request.headers)
         self._headers = request.headers
+        self._provider = request.provider
 
     def batches(
         self, normaliser: Normaliser, every_s: float = 0.0
@@ -117,7 +123,7 @@ class SentRequest:
         :func:`stream_batches`, whose contract this is). ``every_s``: once a read brought a
         chunk, each later read waits that long after the last, the socket unread meanwhile
         (coalesced reads: what the provider sends in between is taken in one read)."""
-        return _batches(self._pending, self._headers, normaliser, every_s)
+        return _batches(self._pending, self._headers, normaliser, every_s, self._provider)
 
     def cancel(self) -> None:
         """Give the request up unread (its connection is closed); nothing once :meth:`batches`
@@ -150,12 +156,16 @@ async def stream_batches(
 
 
 async def _batches(
-    pending: PendingPost, headers: Mapping[str, str], normaliser: Normaliser, every_s: float
+    pending: PendingPost,
+    headers: Mapping[str, str],
+    normaliser: Normaliser,
+    every_s: float,
+    provider: str,
 ) -> AsyncGenerator[list[StreamChunk], None]:
     try:
         response = await pending.response()
     except TransportError as exc:
-        yield [_transport_finish(exc)]
+        yield [_transport_finish(exc, provider)]
         return
     try:
         if not 200 <= response.status < 300:
@@ -173,7 +183,7 @@ async def _batches(
                     response.hold()
                     await asyncio.sleep(every_s)
         except TransportError as exc:
-            yield [_transport_finish(exc)]
+            yield [_transport_finish(exc, provider)]
             return
         except SseError as exc:
             yield [Finish(reason="error", error=step_error(str(exc), False, "sse"))]
@@ -196,8 +206,13 @@ async def stream_chunks(
         await batches.aclose()
 
 
-def _transport_finish(exc: TransportError) -> Finish:
-    message = f"transport failure while streaming from the provider ({exc.code}): {exc}"
+def _transport_finish(exc: TransportError, provider: str) -> Finish:
+    """The step's recorded end: which provider failed and how, never where it lives (the
+    host, port and the OS's words go to the log)."""
+    which = f"provider {provider!r}" if provider else "the provider"
+    if exc.where:
+        log.warning("%s transport failure (%s): %s; %s", which, exc.code, exc, exc.where)
+    message = f"transport failure while streaming from {which} ({exc.code}): {exc}"
     return Finish(reason="error", error=step_error(message, True, exc.code))
 
 

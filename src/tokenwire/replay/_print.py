@@ -84,7 +84,7 @@ class EventPrinter:
         after = f" · first chunk after {ttfc:.3f} s" if ttfc is not None else ""
         self.line(
             f"── turn {env.turn} · step {env.step} · {env.provider}/{env.model}{after} "
-            f"· seq {event.seq} ──",
+            f"· stream seq {event.seq} ──",
             "bold",
         )
         self._current = event.step_key

@@ -278,7 +278,10 @@ def _compare_range(
     if seqs == expected:
         return []
     have = f"{seqs[0]}-{seqs[-1]}" if seqs else "none"
-    detail = f"outcome cites seq {stored.seq_start}-{stored.seq_end}, its chunks are at {have}"
+    detail = (
+        f"outcome cites the session's chunks {stored.seq_start}-{stored.seq_end}, the "
+        f"chunk log holds {have}"
+    )
     return [Difference(key[0], key[1], "seq-range", detail)]
 
 

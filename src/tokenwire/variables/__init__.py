@@ -249,6 +249,19 @@ GATEWAY_KEYS_FILE: Variable[str] = Variable(
     ),
     commands=("gateway", *STACK_COMMANDS),
 )
+GATEWAY_METRICS_KEY: Variable[str] = Variable(
+    env="TOKENWIRE_GATEWAY_METRICS_KEY",
+    flag="metrics-key",
+    parse=text,
+    default="",
+    meaning=(
+        "When set, `GET /metrics` answers only a scrape carrying it as `Authorization: "
+        "Bearer` (Prometheus's `authorization` setting); absent: `/metrics` is open (its "
+        "labels are route templates and bounded sets, never ids)."
+    ),
+    commands=("gateway",),
+    secret=True,
+)
 GATEWAY_MAX_BODY_BYTES: Variable[int] = Variable(
     env="TOKENWIRE_GATEWAY_MAX_BODY_BYTES",
     flag="max-body-bytes",
@@ -607,6 +620,7 @@ VARIABLES: tuple[Variable[typing.Any], ...] = (
     GATEWAY_ADDR,
     GATEWAY_KEYS,
     GATEWAY_KEYS_FILE,
+    GATEWAY_METRICS_KEY,
     GATEWAY_MAX_BODY_BYTES,
     GATEWAY_CONTINUE_ON_DISCONNECT,
     GATEWAY_DROP_PARAMS,

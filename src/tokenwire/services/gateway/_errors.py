@@ -5,12 +5,15 @@ GatewayError                        status, code, message, param
 ├── RequestError                    4xx: the caller got something wrong; nothing is published
 │   ├── InvalidRequestError         400: malformed JSON, wrong types, bad header values
 │   ├── AuthenticationError         401: missing or wrong gateway key
+│   ├── ForbiddenError              403: a keyless gateway's request not addressed to loopback,
+│   │                               or from another site's page (``_access/browsers.py``)
 │   ├── UnknownModelError           404: unknown provider or malformed `provider/model`
 │   ├── SessionNotFoundError        404: the named session is another tenant's
 │   ├── StepConflictError           409: a (session, turn, step) or idempotency key already
 │   │                               used by a different request
 │   ├── StepGoneError               410: a resumed step's chunks are no longer retained
 │   ├── BodyTooLargeError           413: body above the configured maximum
+│   ├── UnsupportedMediaTypeError   415: a model route's body not declared application/json
 │   └── TranslationUnsupportedError 400: no translation between the two dialects (yet)
 └── StepFailureError                the request was valid but the step could not complete
     ├── BrokerUnavailableError      503: the broker did not acknowledge; step not captured
@@ -57,6 +60,14 @@ class AuthenticationError(RequestError):
 
     status = 401
     code = "authentication_error"
+
+
+class ForbiddenError(RequestError):
+    """A gateway without keys refuses a request whose ``Host`` is not loopback (DNS
+    rebinding) or whose ``Origin`` is another site's (``_access/browsers.py``)."""
+
+    status = 403
+    code = "permission_error"
 
 
 class UnknownModelError(RequestError):
@@ -115,6 +126,17 @@ class BodyTooLargeError(RequestError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"request body larger than {limit} bytes")
         self.limit = limit
+
+
+class UnsupportedMediaTypeError(RequestError):
+    """A model route's body is not declared ``application/json`` (a web page can send
+    ``text/plain`` to any address without asking first)."""
+
+    status = 415
+    code = "invalid_request_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, param="content-type")
 
 
 class TranslationUnsupportedError(RequestError):

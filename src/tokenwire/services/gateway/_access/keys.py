@@ -27,6 +27,8 @@ from tokenwire.variables import GATEWAY_KEYS, GATEWAY_KEYS_FILE
 KEYS_FILE_VAR = GATEWAY_KEYS_FILE.env
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _MAX_FILE_BYTES = 1024 * 1024
+_SHOWN_NAMES = 20
+"""Key names a log line lists (the count is always whole)."""
 Name = Annotated[str, msgspec.Meta(pattern=_NAME_PATTERN)]
 Digest = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-fA-F]{64}$")]
 Scope = Literal["tenant", "operator"]
@@ -93,6 +95,20 @@ class KeyRing:
 
     def __bool__(self) -> bool:
         return bool(self._keys)
+
+    def names(self) -> list[str]:
+        """The keys' names, in configuration order (never a key or a hash: a flat key's name
+        is ``key-`` and 8 hex digits of its SHA-256, what it is recorded under)."""
+        return [k.caller.name or "" for k in self._keys]
+
+    def summary(self) -> str:
+        """One line for the log: how many keys, and their names."""
+        if not self._keys:
+            return "no gateway keys: loopback only, every caller an operator"
+        names = self.names()
+        shown = ", ".join(names[:_SHOWN_NAMES]) + (" ..." if len(names) > _SHOWN_NAMES else "")
+        tenants = " (with tenants)" if self.tenants else ""
+        return f"{len(names)} gateway key{'s' if len(names) != 1 else ''}{tenants}: {shown}"
 
     def match(self, offered: str) -> Caller | None:
         """The caller of ``offered``, or None. Every configured digest is compared, in

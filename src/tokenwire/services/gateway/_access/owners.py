@@ -57,6 +57,10 @@ class SessionGuard:
         self._fresh_s = fresh_s
         self._known: OrderedDict[str, tuple[str | None, float]] = OrderedDict()
 
+    def check_tenants(self, active: bool) -> None:
+        """Check (or stop checking) sessions' tenants: whether any key now has a tenant."""
+        self._active = active
+
     async def admit(self, caller: Caller, session: str, *, named: bool) -> None:
         """Return when ``caller`` may add a step to ``session``; :class:`SessionNotFoundError`
         (404) when the session is another tenant's, :class:`BrokerUnavailableError` (503)

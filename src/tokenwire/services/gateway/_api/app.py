@@ -1,9 +1,11 @@
 """The gateway's ASGI app: routes, request checks in order, and the step's HTTP response.
 
 Order of checks (each failure is a 4xx in the endpoint's dialect; nothing is claimed or
-published before the last one passed): gateway key, body size, JSON, field types, tokenwire
-headers, model routing, translation, the named session's tenant (``_access/owners.py``); then the
-step is claimed (409 / 503) and run.
+published before the last one passed): without keys, a loopback ``Host`` and no other site's
+``Origin`` (``_access/browsers.py``, before routing, on every route); gateway key, a JSON
+content type, body size, JSON (no name repeated), field types and ranges, tokenwire headers,
+model routing, translation, the named session's tenant (``_access/owners.py``); then the step
+is claimed (409 / 503) and run. Requests are counted by route template (:meth:`Gateway.count`).
 
 Every authenticated request carries its :class:`~._keys.Caller` as ``request.state.caller``
 (the session routes and ``GET /v1/usage`` scope their reads by it).
@@ -13,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import importlib.metadata
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -32,6 +35,7 @@ from tokenwire.config import ConfigError
 from tokenwire.providers import Dialect
 from tokenwire.schemas import RecordedError
 from tokenwire.scrub import register, scrub
+from tokenwire.services.gateway._access.browsers import keyless_refusal, require_json
 from tokenwire.services.gateway._access.identity import (
     IDEMPOTENCY_HEADER,
     SESSION_HEADER,
@@ -45,7 +49,13 @@ from tokenwire.services.gateway._access.identity import (
     claim_explicit,
     read_identity,
 )
-from tokenwire.services.gateway._access.keys import ANONYMOUS, KEYS_FILE_VAR, Caller, offered_key
+from tokenwire.services.gateway._access.keys import (
+    ANONYMOUS,
+    KEYS_FILE_VAR,
+    Caller,
+    KeyRing,
+    offered_key,
+)
 from tokenwire.services.gateway._access.owners import SessionGuard
 from tokenwire.services.gateway._api.catalog import ModelCatalog
 from tokenwire.services.gateway._api.count_tokens import CountTokens
@@ -114,10 +124,7 @@ class Gateway:
     def __init__(self, settings: GatewaySettings, deps: GatewayDeps) -> None:
         self.settings = settings
         self.deps = deps
-        self.keys = settings.key_ring()
-        if self.keys.tenants and deps.owners is None:
-            why = "the gateway needs the broker's session owners (deps.owners)"
-            raise ConfigError(KEYS_FILE_VAR, "[keys with tenants]", why)
+        self.keys = self._checked(settings.key_ring())
         self.guard = SessionGuard(deps.owners, active=self.keys.tenants, monotonic=deps.monotonic)
         self.metrics = GatewayMetrics(lambda: float(deps.sink.stats().in_flight))
         self._tasks: set[asyncio.Task[None]] = set()
@@ -134,46 +141,62 @@ class Gateway:
         """Steps streaming now."""
         return len(self._tasks)
 
+    def _checked(self, ring: KeyRing) -> KeyRing:
+        if ring.tenants and self.deps.owners is None:
+            why = "the gateway needs the broker's session owners (deps.owners)"
+            raise ConfigError(KEYS_FILE_VAR, "[keys with tenants]", why)
+        return ring
+
+    def use_keys(self, ring: KeyRing) -> None:
+        """Accept ``ring``'s keys from the next request on (the keys reloaded: ``SIGHUP``;
+        where keys may later come from the broker, the same hook). Requests already
+        authenticated keep their caller. ConfigError (nothing changed) for tenant keys on a
+        gateway without session owners."""
+        self.keys = self._checked(ring)
+        self.guard.check_tenants(ring.tenants)
+
     # -- routes ---------------------------------------------------------------------------
 
     async def chat_completions(self, request: Request) -> Response:
         """``POST /v1/chat/completions``."""
-        return await self._handle(request, OPENAI_CHAT)
+        return await self._handle(request, OPENAI_CHAT, "/v1/chat/completions")
 
     async def messages(self, request: Request) -> Response:
         """``POST /v1/messages``."""
-        return await self._handle(request, ANTHROPIC_MESSAGES)
+        return await self._handle(request, ANTHROPIC_MESSAGES, "/v1/messages")
 
     async def responses(self, request: Request) -> Response:
         """``POST /v1/responses``."""
-        return await self._handle(request, OPENAI_RESPONSES)
+        return await self._handle(request, OPENAI_RESPONSES, "/v1/responses")
 
     async def retrieve(self, request: Request) -> Response:
         """``GET /v1/responses/{response_id}`` (``_api/retrieve.py``)."""
         try:
             req, after = retrieve_request(request)
             response_id = request.path_params["response_id"]
-            target = await retrieve_target(self.deps.steps, response_id)
-            if not await self.guard.may_read(request.state.caller, target.identity.session):
-                raise NoSuchResponseError(response_id)  # another tenant's: as an unknown id
+            target, owner_of = await retrieve_target(self.deps.steps, response_id)
+            # An unknown id asks for the owner of a session no step has: another tenant's id
+            # and an unknown one cost the same reads and answer the same 404.
+            allowed = await self.guard.may_read(request.state.caller, owner_of)
+            if target is None or not allowed:
+                raise NoSuchResponseError(response_id)
         except GatewayError as exc:
-            return self._count(request, self._error(OPENAI_RESPONSES, exc, None))
-        return self._count(request, await self._resume(OPENAI_RESPONSES, req, target, after))
+            return self._error(OPENAI_RESPONSES, exc, None)
+        return await self._resume(OPENAI_RESPONSES, req, target, after)
 
     async def healthz(self, request: Request) -> Response:
         """The process is up and can serve: 503 once the broker connection is closed for good
         (reconnecting is not closed: ``/readyz`` covers that)."""
         if not self.deps.live():
-            body = {"status": "broker connection closed"}
-            return self._count(request, JSONResponse(body, status_code=503))
-        return self._count(request, JSONResponse({"status": "ok"}))
+            return JSONResponse({"status": "broker connection closed"}, status_code=503)
+        return JSONResponse({"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:
         """200 when the gateway can capture steps, else 503 with the reasons
         (``_observe/ready.py``)."""
         readiness = await self._readiness()
         status = 200 if readiness.ready else 503
-        return self._count(request, JSONResponse(readiness.body(), status_code=status))
+        return JSONResponse(readiness.body(), status_code=status)
 
     async def _readiness(self) -> Readiness:
         """Ask (bounded by ``_READY_TIMEOUT_S``) and export the answer as gauges."""
@@ -186,25 +209,34 @@ class Gateway:
         return readiness
 
     async def metrics_text(self, request: Request) -> Response:
-        """Prometheus text exposition (the readiness gauges asked afresh)."""
+        """Prometheus text exposition (the readiness gauges asked afresh); with
+        ``metrics_key`` set, only for a request carrying it (``Authorization: Bearer KEY``,
+        what Prometheus's ``authorization`` sends)."""
+        wanted = self.settings.metrics_key
+        if wanted is not None:
+            offered = offered_key(header_map(request.scope)) or ""
+            if not hmac.compare_digest(offered.encode(), wanted.encode()):
+                return _unauthorized("missing or invalid metrics key")
         await self._readiness()
         return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
 
     # -- a model call ---------------------------------------------------------------------
 
-    async def _handle(self, request: Request, codec: CallerCodec[R]) -> Response:
+    async def _handle(self, request: Request, codec: CallerCodec[R], route: str) -> Response:
         received_ns = self.deps.clock_ns()
         try:
             response = await self._serve(request, codec, received_ns)
         except GatewayError as exc:
             response = self._error(codec, exc, None)
-        return self._count(request, response)
+        return self.count(route, response)
 
     async def _serve(self, request: Request, codec: CallerCodec[R], received_ns: int) -> Response:
         """Check the request, plan the step, start it, and return its answer."""
         settings, headers = self.settings, header_map(request.scope)
         caller = request.state.caller = self.authenticate(headers)
-        raw = decode_object(await self._read_body(request))
+        require_json(headers)
+        body = decode_object(await self._read_body(request))
+        raw = body.value
         req = codec.parse(raw)
         wanted = read_identity(headers)
         coalesce = coalesce_ms(headers, settings.coalesce_ms)
@@ -213,12 +245,12 @@ class Gateway:
         call = provider_call(codec, req, route, sent)
         session = wanted.session or self.deps.new_id()
         await self.guard.admit(caller, session, named=wanted.session is not None)
-        fp = fingerprint(request.scope["path"], raw)
+        fp = fingerprint(request.scope["path"], body.canonical)
         claim = await self._claim(wanted, session, req, fp, headers)
         if isinstance(claim, ResumeTarget):
             return _with(call.response_headers, await self._resume(codec, req, claim))
         # The provider is called before the step is set up (span, output, run): it works
-        # while they are built (see docs/gateway.md, "Performance").
+        # while they are built (see docs/gateway-internals.md, "Performance").
         call_start_ns = self.deps.clock_ns()
         routed = with_identity(call.route, {SESSION_HEADER: session})
         upstream = self.deps.upstream.send(routed, call.body)
@@ -254,7 +286,8 @@ class Gateway:
             return _with(call.response_headers, self._error(codec, exc, run.identity))
         headers = {**call.response_headers, **answered(coalesce)}
         if not req.stream:
-            return _with(headers, await self._folded(run, codec, reply))
+            forwarded = routed.dialect == codec.dialect
+            return _with(headers, await self._folded(run, codec, reply, forwarded=forwarded))
         return _with(headers, run.response())
 
     def _output(self, codec: CallerCodec[R], req: R, route: Route, reply: Reply) -> CallerOutput:
@@ -293,6 +326,10 @@ class Gateway:
             start_ns=call_start_ns,
         )
         observer = self.calls.observe(route, session, span, call_start_ns)
+        aliased = request.scope["path"] == "/v1/responses"  # GET /v1/responses/{id}
+        forwarded_stream = route.dialect is Dialect.OPENAI_RESPONSES and not isinstance(
+            output, FoldingOutput
+        )
         plan = StepPlan(
             session=session,
             claim=claim,
@@ -304,7 +341,9 @@ class Gateway:
             continue_on_disconnect=settings.continue_on_disconnect,
             caller=caller,
             naming=naming,
-            aliased=request.scope["path"] == "/v1/responses",  # GET /v1/responses/{id}
+            aliased=aliased,
+            # a forwarded stream's first bytes carry the provider's id: mapped before them
+            names_before_bytes=aliased and naming is not None and forwarded_stream,
             coalesce_s=coalesce_ms / 1000,
         )
         return StepRun(
@@ -388,8 +427,13 @@ class Gateway:
         except GatewayError as exc:
             return self._error(codec, exc, target.identity)
 
-    async def _folded(self, run: StepRun, codec: CallerCodec[R], reply: Reply) -> Response:
-        """A non-streaming caller's answer: the folded message once the step ended."""
+    async def _folded(
+        self, run: StepRun, codec: CallerCodec[R], reply: Reply, *, forwarded: bool
+    ) -> Response:
+        """A non-streaming caller's answer: the folded message once the step ended, named
+        with the provider's id only when the provider speaks the caller's dialect (a
+        translated answer has the gateway's: ``resp_tw-...`` for a Responses caller whatever
+        the provider, never ``chatcmpl-...``)."""
         assert run.identity is not None  # begun
         await run.settled()
         assert isinstance(run.output, FoldingOutput)  # a non-streaming caller's output
@@ -399,7 +443,8 @@ class Gateway:
         if isinstance(result, RecordedError):
             error = UpstreamError(result.message, upstream_status=None, retryable=result.retryable)
             return self._error(codec, error, run.identity)
-        reply = provider_reply(reply, run.output.provider_id, run.output.provider_model)
+        provider_id = run.output.provider_id if forwarded else None  # its dialect's id form
+        reply = provider_reply(reply, provider_id, run.output.provider_model)
         return Response(
             codec.message_body(result, reply),
             media_type="application/json",
@@ -428,9 +473,12 @@ class Gateway:
         body = scrub(codec.error_body(exc).decode(), self._secrets).encode()  # no credentials out
         return Response(body, exc.status, headers, media_type="application/json")
 
-    def _count(self, request: Request, response: Response) -> Response:
-        # scope["path"], not request.url.path: building the URL object was ~1% of the CPU
-        self.metrics.requests.labels(request.scope["path"], str(response.status_code)).inc()
+    def count(self, route: str, response: Response) -> Response:
+        """``response``, counted under ``route``: a route's template
+        (``/v1/responses/{response_id}``), never a request's path, so that the series are
+        the routes' and no id a caller sent is a label (:data:`UNMATCHED` for any path no
+        route serves)."""
+        self.metrics.requests.labels(route, str(response.status_code)).inc()
         return response
 
     async def drain(self, timeout_s: float) -> None:
@@ -474,13 +522,14 @@ def _resumer(settings: GatewaySettings, deps: GatewayDeps) -> Resumer | None:
 
 def _naming(reply: Reply, stream: bool, forwarded: bool) -> Callable[[HeadTap | None], StepNames]:
     """How a resumable step's answer is named to its caller: a forwarded stream as the
-    provider named it (id, model, time), a folded answer with the provider's id and model
-    (``provider_reply``), an encoded stream as the gateway's ``reply``."""
+    provider named it (id, model, time), a folded answer with the provider's model and, when
+    the provider speaks the caller's dialect, its id (``provider_reply``; else the gateway's
+    id, as ``_folded``), an encoded stream as the gateway's ``reply``."""
 
     def names(head: HeadTap | None) -> StepNames:
         if head is None or (stream and not forwarded):
             return StepNames(reply.response_id, reply.model, reply.created)
-        folded = provider_reply(reply, head.response_id, head.model)
+        folded = provider_reply(reply, head.response_id if forwarded else None, head.model)
         if not stream:  # the folded answer: the provider's id and model, the gateway's time
             return StepNames(folded.response_id, folded.model, reply.created)
         created = head.created if head.created is not None else reply.created
@@ -511,6 +560,36 @@ def _with(headers: Mapping[str, str], response: Response) -> Response:
     return response
 
 
+UNMATCHED = "unmatched"
+"""The ``route`` label of a request no route serves (any unknown path: one series)."""
+
+
+def _counted(gw: Gateway, route: BaseRoute) -> BaseRoute:
+    """``route``, its answers counted under its template (``GET /metrics`` is not counted:
+    scrapes would count themselves)."""
+    if not isinstance(route, HttpRoute) or route.path == "/metrics":
+        return route
+    endpoint, template = route.endpoint, route.path
+
+    async def counted(request: Request) -> Response:
+        response: Response = await endpoint(request)
+        return gw.count(template, response)
+
+    return HttpRoute(route.path, counted, methods=route.methods, name=route.name)
+
+
+def _not_found_handler(gw: Gateway) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """Starlette's 404 and 405, counted: a 405 under the template of the route whose method it
+    was not, a 404 as :data:`UNMATCHED`."""
+
+    async def handle(request: Request, exc: Exception) -> Response:
+        matched = request.scope.get("route")
+        template = matched.path if isinstance(matched, HttpRoute) else UNMATCHED
+        return gw.count(template, await _not_found(request, exc))
+
+    return handle
+
+
 async def _not_found(request: Request, exc: Exception) -> Response:
     """Starlette's 404 and 405 in the path's dialect (Anthropic's under ``/v1/messages``),
     keeping the headers it set (a 405's ``allow``)."""
@@ -532,6 +611,14 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+def _dialect_error(path: str, exc: GatewayError) -> Response:
+    """``exc`` answered before routing, in the path's dialect (Anthropic's under
+    ``/v1/messages``, OpenAI's elsewhere)."""
+    codec = ANTHROPIC_MESSAGES if path.startswith("/v1/messages") else OPENAI_CHAT
+    headers = {"x-should-retry": "false"}
+    return Response(codec.error_body(exc), exc.status, headers, media_type="application/json")
+
+
 def _require_key(gw: Gateway, route: BaseRoute) -> BaseRoute:
     """``route`` answering 401 (OpenAI-style error) without a valid gateway key, and with the
     caller in ``request.state.caller`` otherwise."""
@@ -543,21 +630,27 @@ def _require_key(gw: Gateway, route: BaseRoute) -> BaseRoute:
         try:
             request.state.caller = gw.authenticate(request.headers)
         except AuthenticationError as exc:
-            return JSONResponse(
-                {
-                    "error": {
-                        "message": str(exc),
-                        "type": "authentication_error",
-                        "param": None,
-                        "code": "invalid_api_key",
-                    }
-                },
-                status_code=401,
-            )
+            return _unauthorized(str(exc))
         response: Response = await endpoint(request)
         return response
 
     return HttpRoute(route.path, guarded, methods=route.methods, name=route.name)
+
+
+def _unauthorized(message: str) -> Response:
+    """A 401 in OpenAI's shape (the session, usage and metrics routes)."""
+    return JSONResponse(
+        {
+            "error": {
+                "message": message,
+                "type": "authentication_error",
+                "param": None,
+                "code": "invalid_api_key",
+            }
+        },
+        status_code=401,
+        headers={"www-authenticate": "Bearer"},
+    )
 
 
 class GatewayApp:
@@ -572,6 +665,7 @@ class GatewayApp:
     def __init__(self, starlette: Starlette, gw: Gateway) -> None:
         self.starlette = starlette
         self.state = starlette.state
+        self._gw = gw
         self._handlers = {
             "/v1/chat/completions": gw.chat_completions,
             "/v1/messages": gw.messages,
@@ -579,6 +673,11 @@ class GatewayApp:
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not self._gw.keys:
+            refused = keyless_refusal(scope["headers"])
+            if refused is not None:
+                await _dialect_error(scope["path"], refused)(scope, receive, send)
+                return
         if scope["type"] == "http" and scope["method"] == "POST":
             handler = self._handlers.get(scope["path"])
             if handler is not None:
@@ -630,10 +729,12 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
         yield
         await gw.drain(settings.ack_timeout_s)
 
-    routes = [
+    model_routes = [
         HttpRoute("/v1/chat/completions", gw.chat_completions, methods=["POST"]),
         HttpRoute("/v1/messages", gw.messages, methods=["POST"]),
         HttpRoute("/v1/responses", gw.responses, methods=["POST"]),
+    ]  # counted by their handlers (GatewayApp calls them without Starlette)
+    routes = [
         _require_key(gw, HttpRoute("/v1/responses/{response_id}", gw.retrieve, methods=["GET"])),
         *_catalog_routes(gw),
         # The session routes read recorded content: behind the same gateway keys as the model
@@ -645,7 +746,9 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
         HttpRoute("/metrics", gw.metrics_text, methods=["GET"]),
     ]
     app = Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _not_found}
+        routes=[*model_routes, *(_counted(gw, r) for r in routes)],
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _not_found_handler(gw)},
     )
     app.state.gateway = gw
     return GatewayApp(app, gw)

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tokenwire.providers import Dialect, relayed_headers
+from tokenwire.services.gateway._access.browsers import require_json
 from tokenwire.services.gateway._dialects.anthropic_messages import anthropic_error_body
 from tokenwire.services.gateway._dialects.validate import decode_object
 from tokenwire.services.gateway._errors import GatewayError, InvalidRequestError, UpstreamError
@@ -54,7 +55,8 @@ class CountTokens:
 
     async def _count(self, request: Request) -> Response:
         self._authenticate(request.headers)
-        raw = decode_object(await self._read_body(request))
+        require_json(request.headers)
+        raw = decode_object(await self._read_body(request)).value
         model = raw.get("model")
         if not isinstance(model, str):
             raise InvalidRequestError("model: a string 'provider/model' is required", param="model")

@@ -6,15 +6,15 @@ that made the response ``id``, folded (``stream`` absent or false: once the step
 its stream rendered again by the gateway's Responses encoder from ordinal 0 and from the
 event after ``starting_after`` on, then live until the step ends. Every Responses answer is
 resumable: its id is made from its step (``resp_tw-<turn>-<step>-<session>``) or, when the
-caller saw a provider's id, mapped to the step in the registry once its first chunk was
-published. No provider is ever called. Unknown ids: 404; the step gone from the broker: 410.
-With tenant keys, another tenant's response answers exactly as an unknown id (the gateway's
-``SessionGuard.may_read``, as the session routes).
+caller saw a provider's id (a forwarded OpenAI Responses stream), mapped to the step in the
+registry before the caller's first byte. No provider is ever called. Unknown ids: 404; the
+step gone from the broker: 410. With tenant keys, another tenant's response answers exactly
+as an unknown id (the gateway's ``SessionGuard.may_read``, as the session routes), after the
+same reads.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 from starlette.requests import Request
@@ -30,10 +30,12 @@ from tokenwire.services.gateway._errors import (
 from tokenwire.services.gateway._resume.resume import response_alias
 
 _DERIVED = re.compile(r"resp_tw-([0-9]{1,15})-([0-9]{1,15})-([A-Za-z0-9_-]{1,128})")
-_ALIAS_READS = 5
-_ALIAS_PAUSE_S = 0.1
-"""A provider-named id is mapped once the step's first chunk is published: a retrieve that
-races that write reads the mapping again, at most this many times this far apart."""
+_MAX_AFTER_DIGITS = 18
+"""A ``starting_after`` of more digits is no event's ``sequence_number`` (a 400, not int()'s
+ValueError past 4,300 digits)."""
+_NO_SESSION = "tw-no-response-"
+"""The prefix of the session an unknown id's reads are made for (no step has it: the
+gateway's own session ids are uuids, and a caller's own are what it names)."""
 
 
 class NoSuchResponseError(UnknownModelError):
@@ -44,28 +46,36 @@ class NoSuchResponseError(UnknownModelError):
         self.param = "response_id"
 
 
-async def retrieve_target(steps: StepAllocator, response_id: str) -> ResumeTarget:
-    """The step that made ``response_id``, with its claim's record."""
+async def retrieve_target(
+    steps: StepAllocator, response_id: str
+) -> tuple[ResumeTarget | None, str]:
+    """The step that made ``response_id`` with its claim's record (None when no step did),
+    and the session whose owner decides who may read it.
+
+    The same reads either way, whether a step made the id or not: the id's mapping, then a
+    claim's record (the step's, or for an id no step made, that of a session no step has),
+    and the caller then asks for that session's owner. So another tenant's response and an
+    unknown id are told apart neither by the answer nor by its time (an unknown
+    provider-style id used to be read five times, 0.1 s apart, for a mapping written late)."""
     try:
         triple = await _triple(steps, response_id)
-        record = await steps.record(*triple) if triple is not None else None
+        probe = triple or (_NO_SESSION + response_alias(response_id)[:32], 0, 0)
+        record = await steps.record(*probe)
     except BrokerError as exc:
         raise BrokerUnavailableError(f"the step registry is unavailable: {exc}") from exc
     if triple is None or record is None:
-        raise NoSuchResponseError(response_id)
-    return ResumeTarget(StepIdentity(*triple, explicit=True), record)
+        return None, probe[0]
+    return ResumeTarget(StepIdentity(*triple, explicit=True), record), triple[0]
 
 
 async def _triple(steps: StepAllocator, response_id: str) -> tuple[str, int, int] | None:
-    alias = response_alias(response_id)
-    for attempt in range(_ALIAS_READS):
-        bound = await steps.key_binding(alias, float("inf"))
-        if bound is not None:
-            return bound.session, bound.turn, bound.step
-        if (derived := _DERIVED.fullmatch(response_id)) is not None:
-            return derived.group(3), int(derived.group(1)), int(derived.group(2))
-        if attempt + 1 < _ALIAS_READS:
-            await asyncio.sleep(_ALIAS_PAUSE_S)
+    """The step an id names: mapped (an id the caller saw from the provider, mapped before
+    the caller saw it), else made from the step (``resp_tw-<turn>-<step>-<session>``)."""
+    bound = await steps.key_binding(response_alias(response_id), float("inf"))
+    if bound is not None:
+        return bound.session, bound.turn, bound.step
+    if (derived := _DERIVED.fullmatch(response_id)) is not None:
+        return derived.group(3), int(derived.group(1)), int(derived.group(2))
     return None
 
 
@@ -76,7 +86,14 @@ def retrieve_request(request: Request) -> tuple[ResponsesRequest, int | None]:
     if stream not in ("true", "false"):
         raise InvalidRequestError("stream must be true or false", param="stream")
     after = query.get("starting_after")
-    if after is not None and not after.isdigit():
-        raise InvalidRequestError("starting_after must be an integer >= 0", param="starting_after")
+    if after is not None and not (after.isdigit() and len(after) <= _MAX_AFTER_DIGITS):
+        raise InvalidRequestError(
+            "starting_after must be an integer from 0 (a sequence_number)", param="starting_after"
+        )
+    if after is not None and stream != "true":
+        raise InvalidRequestError(
+            "starting_after applies to a streamed retrieval only (stream=true)",
+            param="starting_after",
+        )
     req = ResponsesRequest(model="", input="", stream=stream == "true")
     return req, int(after) if after is not None else None

@@ -10,6 +10,8 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
+import logging
+import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -53,6 +55,7 @@ from tokenwire.services.gateway._steps.deps import GatewayDeps
 from tokenwire.store import Store, open_store
 from tokenwire.variables import GATEWAY_ADDR, NATS_URL
 
+log = logging.getLogger("tokenwire.gateway")
 PUBLISH_WINDOW = 4096
 """Chunks in flight (published, not yet acknowledged) before publishing waits. Under load the
 acks of a shared-CPU broker took 50-100 ms, so the publisher's default of 1024 capped the
@@ -68,7 +71,8 @@ live longer before they are freed: those found young within 100,000 allocations,
 at the older generations' passes (every 50 young passes, and every 100 of those)."""
 HTTP_IMPL = "httptools"
 """uvicorn's HTTP/1.1 protocol: httptools (C parser) costs the gateway about half the CPU per
-response write of the pure-Python h11 (bench/bench_gateway.py, docs/gateway.md "Performance")."""
+response write of the pure-Python h11 (bench/bench_gateway.py, docs/gateway-internals.md,
+"Performance")."""
 
 
 def _edge_options(settings: GatewaySettings) -> dict[str, Any]:
@@ -301,6 +305,8 @@ async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> N
             gw: Gateway = app.state.gateway
             gw.metrics.watch_readers(readers)
             remove = LEFTOVERS.add("gateway", lambda: _leftovers(gw, real.publisher))
+            log.info("%s", gw.keys.summary())
+            _reload_keys_on_hangup(gw, settings)
             config = uvicorn.Config(
                 app,
                 host=settings.host,
@@ -318,6 +324,28 @@ async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> N
             finally:
                 remove()  # what it still left is kept for the stop's report
             otel.shutdown()
+
+
+def _reload_keys_on_hangup(gw: Gateway, settings: GatewaySettings) -> None:
+    """``SIGHUP`` reads the keys file again (:meth:`GatewaySettings.reread_keys`) and, when it
+    is valid, the gateway accepts its keys from the next request on; a bad file changes
+    nothing. Each outcome is one log line (names, never keys or hashes)."""
+
+    def reload() -> None:
+        try:
+            ring = settings.reread_keys()
+            gw.use_keys(ring)
+        except ConfigError as exc:
+            log.error(
+                "gateway keys not reloaded (the %d loaded before stay): %s",
+                len(gw.keys.names()),
+                exc,
+            )
+            return
+        log.info("gateway keys reloaded on SIGHUP: %s", ring.summary())
+
+    with contextlib.suppress(NotImplementedError, AttributeError):  # no SIGHUP on Windows
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
 
 
 def _registered_nothing() -> None:
@@ -382,9 +410,9 @@ def main(settings: GatewaySettings) -> None:
     on.
 
     uvloop's loop costs a fraction of asyncio's per socket read, write and task switch, which
-    the gateway does several of per streamed chunk (docs/gateway.md, "Performance"); without
-    it (Windows, PyPy) the gateway runs on asyncio's. The process's garbage collector runs at
-    :data:`GC_THRESHOLDS`.
+    the gateway does several of per streamed chunk (docs/gateway-internals.md, "Performance");
+    without it (Windows, PyPy) the gateway runs on asyncio's. The process's garbage collector
+    runs at :data:`GC_THRESHOLDS`.
     """
     tune_gc()
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:

@@ -41,7 +41,8 @@ class GatewaySettings:
     - ``keys``: accepted gateway keys (``Authorization: Bearer`` or ``x-api-key``), the flat
       list: operators without a tenant (``_access/keys.py``); ``named_keys``: the named keys of the
       keys file (hashes, names, tenants, scopes). Both empty means no authentication, and
-      then :func:`run` refuses any non-loopback ``host``.
+      then :func:`run` refuses any non-loopback ``host``. ``keys_file``: where the named keys
+      came from, read again on ``SIGHUP`` (:meth:`reread_keys`).
     - ``provider_env``: the provider base URLs (``TOKENWIRE_<PROVIDER>_BASE_URL``),
       credentials (``OPENAI_API_KEY``, ...) and the translation drop opt-ins
       (``TOKENWIRE_GATEWAY_DROP_PARAMS``, ``TOKENWIRE_<PROVIDER>_DROP_PARAMS``) as
@@ -75,8 +76,10 @@ class GatewaySettings:
       ``Idempotency-Key`` keeps mapping to its step (docs/gateway.md, "Resuming a step").
     - ``max_readers``: session event streams (``GET /v1/sessions/{s}/events``) open at once,
       each one bounded broker read; past it 503 with ``retry-after``.
+    - ``metrics_key``: when set, ``GET /metrics`` answers only a request carrying it as a
+      bearer token (``TOKENWIRE_GATEWAY_METRICS_KEY``); None: ``/metrics`` is open.
 
-    Secrets (``keys``, ``provider_env``) are left out of ``repr``.
+    Secrets (``keys``, ``provider_env``, ``metrics_key``) are left out of ``repr``.
     """
 
     host: str = v.GATEWAY_ADDR.value[0]
@@ -107,6 +110,8 @@ class GatewaySettings:
     idempotency_ttl_s: float = v.GATEWAY_IDEMPOTENCY_TTL_S.value
     max_readers: int = v.GATEWAY_MAX_READERS.value
     topology: Topology | None = None
+    metrics_key: str | None = field(default=None, repr=False)
+    keys_file: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.coalesce_ms <= MAX_COALESCE_MS:
@@ -121,6 +126,17 @@ class GatewaySettings:
     def key_ring(self) -> KeyRing:
         """Every accepted key; :class:`ConfigError` when a key or a name is configured twice."""
         return key_ring(self.keys, self.named_keys)
+
+    def reread_keys(self) -> KeyRing:
+        """The keys as configured now: the keys file read again (``SIGHUP``), beside the flat
+        list this process started with (its environment does not change); ConfigError as
+        at start. A ring without keys is refused unless the gateway listens on loopback."""
+        named = load_keys_file(self.keys_file) if self.keys_file else self.named_keys
+        ring = key_ring(self.keys, named)
+        if not ring and not self.loopback_only:
+            why = "no keys left in it, and a gateway listening beyond loopback must have keys"
+            raise ConfigError(v.GATEWAY_KEYS_FILE.env, self.keys_file or "", why)
+        return ring
 
     @property
     def broker_topology(self) -> Topology:
@@ -147,7 +163,8 @@ class GatewaySettings:
     def secrets(self) -> tuple[str, ...]:
         """Every credential value, to scrub from anything the gateway reports."""
         creds = [v for k, v in self.provider_env.items() if k.endswith("_API_KEY")]
-        return tuple(s for s in (*self.keys, *creds) if len(s) >= 4)
+        own = (*self.keys, *creds, *([self.metrics_key] if self.metrics_key else []))
+        return tuple(s for s in own if len(s) >= 4)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> GatewaySettings:
@@ -168,6 +185,7 @@ class GatewaySettings:
             nats_url=shared.nats_url,
             keys=shared.gateway_keys,
             named_keys=load_keys_file(keys_file) if keys_file else (),
+            keys_file=keys_file or None,
             provider_env=provider_env,
             max_body_bytes=v.GATEWAY_MAX_BODY_BYTES.read(env),
             continue_on_disconnect=v.GATEWAY_CONTINUE_ON_DISCONNECT.read(env),
@@ -188,6 +206,7 @@ class GatewaySettings:
             idempotency_ttl_s=v.GATEWAY_IDEMPOTENCY_TTL_S.read(env),
             max_readers=v.GATEWAY_MAX_READERS.read(env),
             topology=topology_from(shared),
+            metrics_key=v.GATEWAY_METRICS_KEY.read(env) or None,
         )
         settings.key_ring()  # a key or a name in both sources stops the start
         return settings

@@ -58,7 +58,12 @@ from tokenwire.services.gateway._dialects.neutral import (
     arguments_object,
     plain_call_id,
 )
-from tokenwire.services.gateway._dialects.validate import convert
+from tokenwire.services.gateway._dialects.validate import (
+    OutputTokens,
+    TopK,
+    UnitInterval,
+    convert,
+)
 from tokenwire.services.gateway._errors import GatewayError, InvalidRequestError
 from tokenwire.sse import SseEvent
 
@@ -119,15 +124,15 @@ class AnthropicRequest(msgspec.Struct, frozen=True):
 
     model: str
     messages: Annotated[list[_Message], msgspec.Meta(min_length=1)]
-    max_tokens: Annotated[int, msgspec.Meta(ge=1)]
+    max_tokens: OutputTokens
     stream: bool = False
     system: str | list[dict[str, Any]] | None = None
     tools: list[_Tool] | None = None
     tool_choice: dict[str, Any] | None = None
-    temperature: float | None = None
-    top_p: float | None = None
+    temperature: UnitInterval | None = None
+    top_p: UnitInterval | None = None
     stop_sequences: list[str] | None = None
-    top_k: int | None = None
+    top_k: TopK | None = None
     metadata: dict[str, Any] | None = None
     thinking: dict[str, Any] | None = None
 

@@ -57,7 +57,14 @@ from tokenwire.services.gateway._dialects.neutral import (
     ToolChoice,
     plain_call_id,
 )
-from tokenwire.services.gateway._dialects.validate import convert
+from tokenwire.services.gateway._dialects.validate import (
+    OpenAITemperature,
+    OutputTokens,
+    Penalty,
+    Seed,
+    UnitInterval,
+    convert,
+)
 from tokenwire.services.gateway._errors import GatewayError, InvalidRequestError
 from tokenwire.sse import SseEvent
 
@@ -105,22 +112,22 @@ class OpenAIChatRequest(msgspec.Struct, frozen=True):
     stream_options: _StreamOptions | None = None
     tools: list[_Tool] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
-    max_completion_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
-    temperature: float | None = None
-    top_p: float | None = None
+    max_tokens: OutputTokens | None = None
+    max_completion_tokens: OutputTokens | None = None
+    temperature: OpenAITemperature | None = None
+    top_p: UnitInterval | None = None
     stop: str | list[str] | None = None
     n: Annotated[int, msgspec.Meta(ge=1, le=1)] | None = None
     response_format: dict[str, Any] | None = None
     reasoning_effort: str | None = None
     parallel_tool_calls: bool | None = None
-    seed: int | None = None
+    seed: Seed | None = None
     user: str | None = None
     safety_identifier: str | None = None
     metadata: dict[str, str] | None = None
     store: bool | None = None
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
+    frequency_penalty: Penalty | None = None
+    presence_penalty: Penalty | None = None
     service_tier: str | None = None
     prompt_cache_key: str | None = None
 

@@ -49,7 +49,12 @@ from tokenwire.services.gateway._dialects.neutral import (
     ToolChoice,
 )
 from tokenwire.services.gateway._dialects.openai_chat import openai_error_body
-from tokenwire.services.gateway._dialects.validate import convert
+from tokenwire.services.gateway._dialects.validate import (
+    OpenAITemperature,
+    OutputTokens,
+    UnitInterval,
+    convert,
+)
 from tokenwire.services.gateway._errors import GatewayError, InvalidRequestError
 from tokenwire.sse import SseEvent
 
@@ -63,9 +68,9 @@ class ResponsesRequest(msgspec.Struct, frozen=True):
     stream: bool = False
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    max_output_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
+    max_output_tokens: OutputTokens | None = None
+    temperature: OpenAITemperature | None = None
+    top_p: UnitInterval | None = None
     parallel_tool_calls: bool | None = None
     reasoning: dict[str, Any] | None = None
     text: dict[str, Any] | None = None

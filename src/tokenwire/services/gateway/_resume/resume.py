@@ -26,9 +26,7 @@ import re
 from collections import Counter
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from typing import Any
 
-import msgspec
 from starlette.responses import Response
 
 from tokenwire.broker import StepNames
@@ -38,6 +36,7 @@ from tokenwire.services.gateway._access.identity import ResumeTarget, StepIdenti
 from tokenwire.services.gateway._dialects import CallerCodec, R, Reply
 from tokenwire.services.gateway._errors import (
     GatewayError,
+    InvalidRequestError,
     RecordedStepError,
     StepAbandonedError,
     TooManyResumersError,
@@ -50,10 +49,10 @@ RESUME_RETRY_AFTER_S = 1
 """The ``retry-after`` of a 429 past the resumer cap."""
 
 
-def fingerprint(path: str, body: dict[str, Any]) -> str:
-    """The request's fingerprint: the path and the body with sorted keys, hashed."""
-    canonical = path.encode() + b"\n" + msgspec.json.encode(body, order="sorted")
-    return hashlib.sha256(canonical).hexdigest()[:32]
+def fingerprint(path: str, canonical: bytes) -> str:
+    """The request's fingerprint: the path and the body encoded with sorted keys
+    (``Body.canonical``), hashed."""
+    return hashlib.sha256(path.encode() + b"\n" + canonical).hexdigest()[:32]
 
 
 def key_hash(credential: str, key: str) -> str:
@@ -124,7 +123,7 @@ class Resumer:
             reply = _reply(codec, target, first[0], req.model)
             if not req.stream:
                 return await _folded(codec, chunks, first, reply, ident)
-            return self._streamed(
+            return await self._streamed(
                 codec,
                 req,
                 chunks=chunks,
@@ -156,7 +155,7 @@ class Resumer:
             ended=age_s > self._bounds.ended_after_s,
         )
 
-    def _streamed(
+    async def _streamed(
         self,
         codec: CallerCodec[R],
         req: R,
@@ -173,10 +172,15 @@ class Resumer:
             release()
             raise RecordedStepError(head.error.message, retryable=head.error.retryable)
         output: EncodingOutput = EncodingOutput(codec.encoder(req, reply))
+        opening = b""
         if after is not None:
             output = _After(output, after)
+            opening = await _past(
+                output, after=after, chunks=chunks, first=first, response_id=reply.response_id
+            )
+        else:
+            opening = output.opening() + _rendered(output, first)
         outbox = Outbox(self._bounds.outbox_bytes)
-        opening = output.opening() + _rendered(output, first)
         task = asyncio.create_task(_pump(output, chunks, outbox, opening, release))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -185,6 +189,30 @@ class Resumer:
 
 
 _SEQUENCE = re.compile(rb'"sequence_number":(\d+)}\n')
+
+
+async def _past(
+    output: EncodingOutput,
+    *,
+    after: int,
+    chunks: AsyncGenerator[list[ChunkEnvelope], None],
+    first: list[ChunkEnvelope],
+    response_id: str,
+) -> bytes:
+    """The caller's first bytes after event ``after``, reading the step on until it renders
+    one (a running step: as it comes); InvalidRequestError (400, ``starting_after``) when the
+    step ended before any, so that a cursor past the end is never an empty 200."""
+    rendered = output.opening() + _rendered(output, first)
+    if rendered:
+        return rendered
+    async for batch in chunks:
+        if rendered := _rendered(output, batch):
+            return rendered
+    await chunks.aclose()
+    raise InvalidRequestError(
+        f"starting_after {after} is past the last event of response {response_id!r}",
+        param="starting_after",
+    )
 
 
 class _After(EncodingOutput):

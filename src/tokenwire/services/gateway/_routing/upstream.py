@@ -57,7 +57,7 @@ class HttpUpstream:
         """Send ``body`` to the route: written at once on a pooled connection (else once the
         answer is first read, after connecting)."""
         headers = {**route.headers, "content-type": "application/json"}
-        return self._session.send(ProviderRequest(route.url, body, headers))
+        return self._session.send(ProviderRequest(route.url, body, headers, route.provider))
 
     async def aclose(self) -> None:
         """Close the pooled connections."""

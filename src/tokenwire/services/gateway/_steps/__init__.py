@@ -8,5 +8,5 @@
 - ``contract.py``: the fold's verdict on a streaming step; ``coalesce.py``: coalesced reads.
 
 Below ``_api``; it may import ``_resume``, ``_access``, ``_observe``, ``_output``, ``_routing``
-and ``_dialects``. Publishing semantics: docs/gateway.md, "Publishing semantics".
+and ``_dialects``. Publishing semantics: docs/gateway-internals.md, "Publishing semantics".
 """

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -117,6 +117,10 @@ class StepPlan:
     with the claim once the first chunk is published. None: not resumable, nothing kept."""
     aliased: bool = False
     """A Responses answer: its id is mapped to the step too (``GET /v1/responses/{id}``)."""
+    names_before_bytes: bool = False
+    """The caller's first bytes carry the provider's id (a forwarded Responses stream): they
+    wait until the names and the id's mapping are kept, so that a retrieve right after them
+    finds the step (the one wait of one broker round trip it costs that stream)."""
     coalesce_s: float = 0.0
     """The wait before each provider read past the first (``_steps/coalesce.py``); 0: none."""
 
@@ -176,6 +180,7 @@ class StepRun:
         self._head: HeadTap | None = None  # the provider's names for the span, when recorded
         self._framing = framing
         self._framer: Framer | None = None  # made at the first publish (needs the event loop)
+        self._naming: asyncio.Task[None] | None = None  # keeping the names (a resumable step)
 
     async def start(self) -> None:
         """Call the provider and take the first chunk in this task (no task switch before the
@@ -344,18 +349,27 @@ class StepRun:
         task = asyncio.create_task(self._named(names))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
+        self._naming = task
 
     async def _named(self, names: StepNames) -> None:
+        """Keep the names with the claim and, for a Responses answer, map its id to the step
+        (both at once; bounded by the ack timeout, a failure logged)."""
+        steps = self._deps.steps
+        writes: list[Awaitable[object]] = [steps.name_step(*self._key, names)]
+        if self.plan.aliased and names.response_id is not None:
+            alias = KeyBinding(*self._key, fingerprint="")
+            writes.append(steps.bind_key(response_alias(names.response_id), alias, ALIAS_TTL_S))
         try:
             async with asyncio.timeout(self._ack_timeout):
-                await self._deps.steps.name_step(*self._key, names)
-                if self.plan.aliased and names.response_id is not None:
-                    alias = KeyBinding(*self._key, fingerprint="")
-                    await self._deps.steps.bind_key(
-                        response_alias(names.response_id), alias, ALIAS_TTL_S
-                    )
+                await asyncio.gather(*writes)
         except (BrokerError, TimeoutError) as exc:
             log.warning("the names of step %s/%s/%s were not kept: %s", *self._key, exc)
+
+    async def _names_kept(self) -> None:
+        """Wait, where the caller's first bytes name the provider's id, until that id maps
+        to the step (``StepPlan.names_before_bytes``)."""
+        if self.plan.names_before_bytes and self._naming is not None:
+            await asyncio.shield(self._naming)
 
     async def _end(self) -> None:
         """Whatever way the step ended: counters, the caller's outbox, the provider stream."""
@@ -390,6 +404,7 @@ class StepRun:
     async def _take(self, batch: list[StreamChunk]) -> None:
         """Publish the chunks of one read in order and hand the caller their bytes at once."""
         out: list[bytes] = []
+        opened = self._ordinal == 0  # this read brings the first chunk (the caller's opening)
         try:
             for read in batch:
                 if self.finish is not None:
@@ -409,6 +424,8 @@ class StepRun:
             await self.outbox.put(b"".join(out))
             raise
         out.append(self.output.flush())
+        if opened:
+            await self._names_kept()
         await self.outbox.put(b"".join(out))
 
     async def _publish_one(
