@@ -1,24 +1,15 @@
 """Browsers: a keyless gateway answers only requests addressed to loopback, from no other site;
 every model route takes only JSON.
 
-A gateway without keys listens on loopback only, so only this machine reaches it: its
-processes, and every web page its browsers show. Two paths lead a page of another site in:
-
-- **DNS rebinding**: the page's own host name is made to resolve to 127.0.0.1, and its script
-  calls the gateway under that name; to the browser that is the page's own origin, so it may
-  read the answers (every session). The request carries the page's name in ``Host``.
-- **Cross-site requests**: a page may POST to any address with a "simple" content type
-  (``text/plain``, a form) and no preflight; the answer is unreadable to it, but the model
-  call is made on the operator's provider keys. The request carries the page's ``Origin``.
-
-So without keys (:func:`keyless_refusal`) a request whose ``Host`` is not a loopback name
-(``127.0.0.1`` or any ``127.x``, ``localhost``, ``[::1]``; any port) is refused, and so is one
-whose ``Origin``, when it has one, is not the gateway's own (``http://`` + that ``Host``: the
-viewer's page). With keys neither applies: a page has no key to send (keys travel in headers
-a cross-site page cannot set without a preflight, never in cookies). And on every model route,
-keys or not, the body must be declared ``application/json`` (:func:`require_json`): the one
-type a page cannot send cross-site without a preflight, which the gateway never answers.
-docs/gateway.md, "Browsers and a keyless gateway".
+Without keys the gateway is reachable by every web page this machine's browsers show, by two
+paths: DNS rebinding (the page's own name resolves to 127.0.0.1: ``Host`` is not loopback)
+and cross-site "simple" requests (``text/plain``, no preflight: ``Origin`` is another site).
+So without keys (:func:`keyless_refusal`) a non-loopback ``Host`` (loopback: ``127.x``,
+``localhost``, ``[::1]``, any port) is refused, and so is an ``Origin`` other than the
+gateway's own. With keys neither applies (keys travel in headers a cross-site page cannot set
+without a preflight). On every model route, keys or not, the body must be declared
+``application/json`` (:func:`require_json`), the one type a page cannot send cross-site
+without a preflight. The threat model: docs/gateway.md, "Browsers and a keyless gateway".
 """
 
 from __future__ import annotations
