@@ -16,6 +16,7 @@ import pytest
 from nats.aio.client import Client
 
 from tokenwire.broker import (
+    AMBIGUOUS,
     BrokerUnavailable,
     ChunkPublisher,
     ChunkSink,
@@ -30,6 +31,7 @@ from tokenwire.broker import (
     StepClaimConflict,
     StepNames,
     StepRegistry,
+    ThreadMark,
     Topology,
 )
 from tokenwire.schemas import ChunkEnvelope, TextDelta, json_encoder
@@ -252,3 +254,20 @@ async def test_an_idempotency_key_maps_to_its_first_step_within_its_ttl(
     assert await steps.key_binding("k1", 0.0) is None  # past its TTL: no longer in force
     later = KeyBinding("twin-key", 2, 0, "new")
     assert await steps.bind_key("k1", later, 0.0) == later
+
+
+async def test_a_thread_key_names_its_step_until_another_session_shares_it(
+    steps: StepAllocator,
+) -> None:
+    mark = ThreadMark("twin-thread", 0, 1)
+    assert await steps.thread_mark("ab01") is None
+    await steps.mark_thread(["ab01", "ab02"], mark)
+    assert await steps.thread_mark("ab01") == mark
+    assert await steps.thread_mark("ab02") == mark
+    later = ThreadMark("twin-thread", 1, 0)  # the same session's later step: moved to it
+    await steps.mark_thread(["ab01"], later)
+    assert await steps.thread_mark("ab01") == later
+    await steps.mark_thread(["ab02"], ThreadMark("twin-other", 0, 0))  # another session
+    assert await steps.thread_mark("ab02") == AMBIGUOUS
+    await steps.mark_thread(["ab02"], mark)  # once ambiguous, always
+    assert await steps.thread_mark("ab02") == AMBIGUOUS

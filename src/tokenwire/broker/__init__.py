@@ -107,7 +107,14 @@ from tokenwire.broker._server import (
     find_binary,
     free_port,
 )
-from tokenwire.broker._step_record import DEFAULT_CLAIM_IDLE_S, KeyBinding, StepNames, StepRecord
+from tokenwire.broker._step_record import (
+    AMBIGUOUS,
+    DEFAULT_CLAIM_IDLE_S,
+    KeyBinding,
+    StepNames,
+    StepRecord,
+    ThreadMark,
+)
 from tokenwire.broker._step_registry import PendingStep, RegistryBucket, StepRegistry
 from tokenwire.broker._topology import (
     Topology,
@@ -125,6 +132,7 @@ PartitionConsumer = PullConsumer
 """The assembler's per-partition consumer is a grouped PullConsumer; see partition_consumer()."""
 
 __all__ = [
+    "AMBIGUOUS",
     "DEFAULT_CLAIM_IDLE_S",
     "PIN_HEADER",
     "READ_IDLE_TIMEOUT_S",
@@ -189,6 +197,7 @@ __all__ = [
     "StoredAt",
     "StoredChunk",
     "StoredMessage",
+    "ThreadMark",
     "Topology",
     "TopologyError",
     "ack_fields",

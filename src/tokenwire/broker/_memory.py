@@ -8,7 +8,7 @@ works.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -17,7 +17,13 @@ from tokenwire.broker._errors import BrokerUnavailable, PayloadTooLarge, StepCla
 from tokenwire.broker._frames import header_size
 from tokenwire.broker._owners import Owner
 from tokenwire.broker._publisher import PublisherStats
-from tokenwire.broker._step_record import KeyBinding, StepNames, StepRecord
+from tokenwire.broker._step_record import (
+    AMBIGUOUS,
+    KeyBinding,
+    StepNames,
+    StepRecord,
+    ThreadMark,
+)
 from tokenwire.broker._topology import msg_id
 from tokenwire.schemas import ChunkEnvelope, chunk_envelopes
 
@@ -93,6 +99,8 @@ class MemoryStepRegistry:
     bindings: dict[str, KeyBinding] = field(default_factory=dict)
     idle_s: float = 0.0
     clock_ns: Callable[[], int] = time.time_ns
+    marks: dict[str, ThreadMark] = field(default_factory=dict)
+    mark_reads: int = 0
 
     async def claim(self, session: str, turn: int, step: int, fingerprint: str = "") -> None:
         """Claim the triple or raise :class:`StepClaimConflict`."""
@@ -144,6 +152,27 @@ class MemoryStepRegistry:
         if held is None or time.time_ns() - held.time_ns >= ttl_s * 1e9:
             return None
         return held
+
+    async def thread_mark(self, key_hash: str) -> ThreadMark | None:
+        """The mark under the key (counted in ``mark_reads``)."""
+        self.mark_reads += 1
+        return self.marks.get(key_hash)
+
+    async def mark_thread(self, key_hashes: Sequence[str], mark: ThreadMark) -> None:
+        """Put the mark under each key; a key naming another session becomes ambiguous."""
+        for key_hash in key_hashes:
+            held = self.marks.get(key_hash)
+            if held is None or (not held.ambiguous and held.session == mark.session):
+                self.marks[key_hash] = mark
+            else:
+                self.marks[key_hash] = AMBIGUOUS
+
+    def pointer(self, session: str) -> tuple[int, int, int] | None:
+        """No revisions here: never known."""
+        return None
+
+    def recall(self, session: str, pointer: tuple[int, int, int]) -> None:
+        """Nothing to remember (the latest step is always known)."""
 
 
 @dataclass(frozen=True)

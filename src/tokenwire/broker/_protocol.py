@@ -6,11 +6,12 @@ suite (tests/broker/test_twins.py) runs both, as the store's does for its three.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from tokenwire.broker._owners import Owner
 from tokenwire.broker._publisher import PublisherStats
-from tokenwire.broker._step_record import KeyBinding, StepNames, StepRecord
+from tokenwire.broker._step_record import KeyBinding, StepNames, StepRecord, ThreadMark
 
 
 class ChunkSink(Protocol):
@@ -71,6 +72,11 @@ class StepAllocator(Protocol):
     named; ``record`` reads it (None: never claimed). ``bind_key`` maps an idempotency key
     to a step unless a mapping younger than ``ttl_s`` exists (it returns the one in force);
     ``key_binding`` reads it.
+
+    Thread keys (the gateway's threading of unnamed requests): ``thread_mark`` reads the
+    :class:`~tokenwire.broker.ThreadMark` under a key (one read), ``mark_thread`` puts a
+    step's mark under its keys (a key that names another session becomes ambiguous);
+    ``pointer`` / ``recall`` hand a session's remembered step pointer over through a mark.
     """
 
     async def claim(self, session: str, turn: int, step: int, fingerprint: str = "") -> None: ...
@@ -86,6 +92,14 @@ class StepAllocator(Protocol):
     async def bind_key(self, key_hash: str, binding: KeyBinding, ttl_s: float) -> KeyBinding: ...
 
     async def key_binding(self, key_hash: str, ttl_s: float) -> KeyBinding | None: ...
+
+    async def thread_mark(self, key_hash: str) -> ThreadMark | None: ...
+
+    async def mark_thread(self, key_hashes: Sequence[str], mark: ThreadMark) -> None: ...
+
+    def pointer(self, session: str) -> tuple[int, int, int] | None: ...
+
+    def recall(self, session: str, pointer: tuple[int, int, int]) -> None: ...
 
 
 class SessionOwnership(Protocol):

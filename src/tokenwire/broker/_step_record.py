@@ -13,8 +13,14 @@ An idempotency key (``idem.k.<hash>``; never a session's key: sessions have no d
 claim key's second token is a number) holds a :class:`KeyBinding`: the step the key's first
 request was assigned and that request's fingerprint.
 
-``time_ns`` of both is the broker's: when the stored message was written (the KV stream's
-clock, the same clock the chunk stream's messages are stamped with on that server or cluster).
+A thread key (``thread.<hash>``) holds a :class:`ThreadMark`: the step whose answer the
+hash names (a tool call id it returned, its response id, or the conversation up to its
+answer; the gateway's ``_access/threads.py`` makes the hashes), or that two sessions' answers
+hashed alike (``ambiguous``).
+
+``time_ns`` of records and bindings is the broker's: when the stored message was written
+(the KV stream's clock, the same clock the chunk stream's messages are stamped with on that
+server or cluster).
 """
 
 from __future__ import annotations
@@ -66,7 +72,24 @@ class KeyBinding(msgspec.Struct, frozen=True, omit_defaults=True):
     time_ns: int = msgspec.field(default=0, name="_t")  # from the stored message, never written
 
 
+class ThreadMark(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A thread key's value: the step it names, or ``ambiguous`` when answers of two sessions
+    hashed alike (the key then names none)."""
+
+    session: str = ""
+    turn: int = 0
+    step: int = 0
+    pointer: tuple[int, int, int] | None = None
+    """The session's step pointer as the marking gateway last knew it, ``(revision, turn,
+    step)`` (None: unknown): the next assignment tries it (compare-and-set) before it reads
+    the pointer; a stale one costs one failed attempt, never a wrong step."""
+    ambiguous: bool = False
+
+
+AMBIGUOUS = ThreadMark(ambiguous=True)
+
 _record = msgspec.json.Decoder(StepRecord)
+_mark = msgspec.json.Decoder(ThreadMark)
 _binding = msgspec.json.Decoder(KeyBinding)
 
 
@@ -101,3 +124,21 @@ def decode_binding(value: bytes, time_ns: int = 0) -> KeyBinding | None:
 def key_binding_key(key_hash: str) -> str:
     """The KV key of an idempotency key's binding (``key_hash``: hex digits)."""
     return f"idem.k.{key_hash}"
+
+
+def thread_key(key_hash: str) -> str:
+    """The KV key of a thread key's mark (``key_hash``: hex digits)."""
+    return f"thread.{key_hash}"
+
+
+def encode_mark(mark: ThreadMark) -> bytes:
+    """A thread key's value."""
+    return msgspec.json.encode(mark)
+
+
+def decode_mark(value: bytes) -> ThreadMark:
+    """A thread key's value; one that is not a mark reads as ambiguous (it names nothing)."""
+    try:
+        return _mark.decode(value)
+    except msgspec.DecodeError:
+        return AMBIGUOUS

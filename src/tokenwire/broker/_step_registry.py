@@ -47,14 +47,19 @@ from tokenwire.broker._errors import (
 )
 from tokenwire.broker._kvwrite import KvWriter
 from tokenwire.broker._step_record import (
+    AMBIGUOUS,
     KeyBinding,
     StepNames,
     StepRecord,
+    ThreadMark,
     decode_binding,
+    decode_mark,
     decode_record,
     encode_binding,
+    encode_mark,
     encode_record,
     key_binding_key,
+    thread_key,
 )
 from tokenwire.broker._topology import Topology, registry_shard_of
 
@@ -495,6 +500,55 @@ class StepRegistry:
         if held is None or time.time_ns() - held.time_ns >= ttl_s * 1e9:
             return None
         return held
+
+    # -- thread keys (the gateway's threading, ``_access/threads.py``) ----------------------
+
+    async def thread_mark(self, key_hash: str) -> ThreadMark | None:
+        """The mark under a thread key: one read from its bucket's leader; None when none."""
+        stored = await self._leader_read(self._of(key_hash), thread_key(key_hash))
+        return None if stored is None else decode_mark(stored[0])
+
+    async def mark_thread(self, key_hashes: Sequence[str], mark: ThreadMark) -> None:
+        """Put ``mark`` under each thread key: every key created at once (one round trip);
+        a key that existed is read and moved to this step when it names the same session,
+        made :data:`AMBIGUOUS` when it names another."""
+        value = encode_mark(mark)
+        sent = []
+        for key_hash in key_hashes:
+            writer = self._of(key_hash).writer
+            sent.append((key_hash, await writer.put_if(thread_key(key_hash), value, last=0)))
+        for key_hash, write in sent:
+            if await self._settled(write) is None:
+                await self._remark(key_hash, mark)
+
+    async def _remark(self, key_hash: str, mark: ThreadMark) -> None:
+        bucket, key = self._of(key_hash), thread_key(key_hash)
+        for _ in range(self._max_attempts):
+            stored = await self._leader_read(bucket, key)
+            value, last = encode_mark(mark), 0
+            if stored is not None:
+                held = decode_mark(stored[0])
+                if held.ambiguous:
+                    return
+                if held.session != mark.session:
+                    value = encode_mark(AMBIGUOUS)
+                last = stored[1]
+            if await self._settled(await bucket.writer.put_if(key, value, last)) is not None:
+                return
+        raise StepAssignmentContention(key, self._max_attempts)
+
+    def pointer(self, session: str) -> tuple[int, int, int] | None:
+        """The session's step pointer as this instance last knew it: ``(revision, turn,
+        step)``; None when not remembered."""
+        known = self._known.get(session)
+        return None if known is None else (known[0], known[1].turn, known[1].step)
+
+    def recall(self, session: str, pointer: tuple[int, int, int]) -> None:
+        """Take ``pointer`` (from a thread mark) as the session's, unless one is remembered:
+        the next assignment tries it first (a stale one fails its compare-and-set)."""
+        if session not in self._known:
+            revision, turn, step = pointer
+            self._remember(session, revision, _Latest(turn, step))
 
     def _remember(self, session: str, revision: int, latest: _Latest) -> None:
         self._known[session] = (revision, latest)

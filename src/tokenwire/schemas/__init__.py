@@ -35,6 +35,7 @@ from tokenwire.schemas._envelope import (
     ENVELOPE_VERSION,
     SCHEMA_VERSION,
     ChunkEnvelope,
+    StepLink,
     StepPersisted,
     StreamStarted,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "SessionEvent",
     "StepError",
     "StepErrorKind",
+    "StepLink",
     "StepPersisted",
     "StreamChunk",
     "StreamStarted",

@@ -20,6 +20,20 @@ ENVELOPE_VERSION = 1
 still written when frames are off and read by every version."""
 
 
+class StepLink(msgspec.Struct, frozen=True):
+    """A step named from another step: ``session``, ``turn``, ``step``. A step's ``parent`` is
+    the step whose tool calls it answers, or whose answer it continues, or the previous step of
+    its turn; a sub-agent's first step names a step of another session (docs/gateway.md,
+    "Threading")."""
+
+    session: str
+    turn: int
+    step: int
+
+    def __str__(self) -> str:
+        return f"{self.session}/{self.turn}/{self.step}"
+
+
 class ChunkEnvelope(msgspec.Struct, frozen=True):
     """One stream chunk with the identity and timing it travels with.
 
@@ -30,7 +44,8 @@ class ChunkEnvelope(msgspec.Struct, frozen=True):
     off the first chunk alone. ``key_name`` and ``tenant`` name the gateway key that made the
     request (never the key itself) and its tenant, also on ordinal 0 only: the step's owner,
     for scoped reads and the usage ledger. Unset (left off the wire) on every other chunk and
-    when the gateway runs without named keys.
+    when the gateway runs without named keys. ``parent`` (ordinal 0 only) is the step this one
+    follows (:class:`StepLink`); unset when it has none (a conversation's first step).
     """
 
     session: str
@@ -45,6 +60,7 @@ class ChunkEnvelope(msgspec.Struct, frozen=True):
     request_time_ns: int | None = None
     key_name: str | msgspec.UnsetType = msgspec.UNSET
     tenant: str | msgspec.UnsetType = msgspec.UNSET
+    parent: StepLink | msgspec.UnsetType = msgspec.UNSET
 
 
 class StepPersisted(msgspec.Struct, frozen=True):

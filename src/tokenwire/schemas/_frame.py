@@ -13,7 +13,7 @@ from __future__ import annotations
 import msgspec
 
 from tokenwire.schemas._chunks import StreamChunk, Usage
-from tokenwire.schemas._envelope import ENVELOPE_VERSION, ChunkEnvelope
+from tokenwire.schemas._envelope import ENVELOPE_VERSION, ChunkEnvelope, StepLink
 from tokenwire.schemas._usage import TokenUsage
 
 FRAME_VERSION = 2
@@ -40,8 +40,8 @@ class ChunkFrame(
 
     ``ordinal`` and ``time_ns`` are the first chunk's; ``chunks[i]`` has the ordinal
     ``ordinal + i`` and the time ``time_ns + chunks[i].dt_ns``. ``request_time_ns``,
-    ``key_name`` and ``tenant`` are set only on the frame that carries ordinal 0 (which the
-    gateway always sends alone), as on the v1 envelope. At least one chunk.
+    ``key_name``, ``tenant`` and ``parent`` are set only on the frame that carries ordinal 0
+    (which the gateway always sends alone), as on the v1 envelope. At least one chunk.
 
     >>> from tokenwire.schemas import TextDelta
     >>> items = [FramedChunk(0, TextDelta(0, "a")), FramedChunk(7, TextDelta(0, "b"))]
@@ -61,6 +61,7 @@ class ChunkFrame(
     request_time_ns: int | None = None
     key_name: str | msgspec.UnsetType = msgspec.UNSET
     tenant: str | msgspec.UnsetType = msgspec.UNSET
+    parent: StepLink | msgspec.UnsetType = msgspec.UNSET
     chunks: list[FramedChunk]
 
     def __post_init__(self) -> None:
@@ -94,6 +95,7 @@ class ChunkFrame(
                 request_time_ns=self.request_time_ns,
                 key_name=self.key_name,
                 tenant=self.tenant,
+                parent=self.parent,
             )
         return out
 
@@ -154,6 +156,7 @@ def frame_head(
     request_time_ns: int | None = None,
     key_name: str | msgspec.UnsetType = msgspec.UNSET,
     tenant: str | msgspec.UnsetType = msgspec.UNSET,
+    parent: StepLink | msgspec.UnsetType = msgspec.UNSET,
 ) -> bytes:
     """A frame's bytes up to its first chunk, for a writer that adds chunks one at a time.
 
@@ -172,6 +175,7 @@ def frame_head(
         request_time_ns=request_time_ns,
         key_name=key_name,
         tenant=tenant,
+        parent=parent,
         chunks=_PLACEHOLDER,
     )
     whole = _item_encoder.encode(frame)
