@@ -278,6 +278,18 @@ GATEWAY_CONTINUE_ON_DISCONNECT: Variable[bool] = Variable(
     meaning=("Keep reading the provider after the caller left; `false`: `finish {aborted}`."),
     commands=("gateway",),
 )
+GATEWAY_THREADING: Variable[bool] = Variable(
+    env="TOKENWIRE_GATEWAY_THREADING",
+    flag="threading",
+    parse=parse_flag,
+    default="true",
+    meaning=(
+        "Thread a request without `X-Tokenwire-Session` into the session whose answer it "
+        "continues (by tool-call id, Responses `previous_response_id` or content; one registry"
+        " read a request); `false`: a new session each (docs/gateway.md, \"Threading\")."
+    ),
+    commands=("gateway",),
+)
 GATEWAY_DROP_PARAMS: Variable[bool] = Variable(
     env="TOKENWIRE_GATEWAY_DROP_PARAMS",
     flag="drop-params",
@@ -623,6 +635,7 @@ VARIABLES: tuple[Variable[typing.Any], ...] = (
     GATEWAY_METRICS_KEY,
     GATEWAY_MAX_BODY_BYTES,
     GATEWAY_CONTINUE_ON_DISCONNECT,
+    GATEWAY_THREADING,
     GATEWAY_DROP_PARAMS,
     GATEWAY_MAX_STEP_BYTES,
     GATEWAY_MAX_STEP_CHUNKS,
@@ -728,6 +741,7 @@ __all__ = [
     "GATEWAY_METRICS_KEY",
     "GATEWAY_STEP_RETRIES",
     "GATEWAY_STEP_RETRY_S",
+    "GATEWAY_THREADING",
     "MAX_COALESCE_MS",
     "MAX_LINGER_MS",
     "MAX_REGISTRY_SHARDS",

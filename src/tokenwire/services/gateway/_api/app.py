@@ -57,6 +57,12 @@ from tokenwire.services.gateway._access.keys import (
     offered_key,
 )
 from tokenwire.services.gateway._access.owners import SessionGuard
+from tokenwire.services.gateway._access.threads import (
+    PARENT_HEADER,
+    StepThread,
+    ThreadRequest,
+    thread_request,
+)
 from tokenwire.services.gateway._api.catalog import ModelCatalog
 from tokenwire.services.gateway._api.count_tokens import CountTokens
 from tokenwire.services.gateway._api.edge import header_map
@@ -85,6 +91,7 @@ from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     GatewayError,
     InvalidRequestError,
+    SessionNotFoundError,
     TooManyResumersError,
     UpstreamError,
 )
@@ -243,10 +250,11 @@ class Gateway:
         route = resolve(req.model, codec.dialect, settings.provider_env)
         sent = CallerInput(raw, headers, settings.provider_env, settings.default_max_tokens)
         call = provider_call(codec, req, route, sent)
-        session = wanted.session or self.deps.new_id()
+        threaded, thread = await self._thread(caller, codec, req, raw, wanted, headers)
+        session = wanted.session or threaded or self.deps.new_id()
         await self.guard.admit(caller, session, named=wanted.session is not None)
         fp = fingerprint(request.scope["path"], body.canonical)
-        claim = await self._claim(wanted, session, req, fp, headers)
+        claim = await self._claim(wanted, session, req, fp, headers, fresh=threaded is None)
         if isinstance(claim, ResumeTarget):
             return _with(call.response_headers, await self._resume(codec, req, claim))
         # The provider is called before the step is set up (span, output, run): it works
@@ -275,6 +283,7 @@ class Gateway:
                 caller=caller,
                 naming=naming if known is not None else None,
                 coalesce_ms=coalesce,
+                thread=thread,
             )
         except BaseException:
             upstream.cancel()
@@ -283,8 +292,9 @@ class Gateway:
         try:
             await run.start()
         except GatewayError as exc:
-            return _with(call.response_headers, self._error(codec, exc, run.identity))
-        headers = {**call.response_headers, **answered(coalesce)}
+            error = self._error(codec, exc, run.identity)
+            return _with({**call.response_headers, **thread.headers(run.identity)}, error)
+        headers = {**call.response_headers, **answered(coalesce), **thread.headers(run.identity)}
         if not req.stream:
             forwarded = routed.dialect == codec.dialect
             return _with(headers, await self._folded(run, codec, reply, forwarded=forwarded))
@@ -312,6 +322,7 @@ class Gateway:
         caller: Caller,
         naming: Callable[[HeadTap | None], StepNames] | None,
         coalesce_ms: int,
+        thread: StepThread,
     ) -> StepRun:
         """The planned step over its sent provider call, with its call span started (its
         trace headers go on the step's first chunk)."""
@@ -345,6 +356,7 @@ class Gateway:
             # a forwarded stream's first bytes carry the provider's id: mapped before them
             names_before_bytes=aliased and naming is not None and forwarded_stream,
             coalesce_s=coalesce_ms / 1000,
+            thread=thread,
         )
         return StepRun(
             plan=plan,
@@ -385,6 +397,34 @@ class Gateway:
             raise InvalidRequestError("the client disconnected while sending the body") from exc
         return bytes(body)
 
+    async def _thread(
+        self,
+        caller: Caller,
+        codec: CallerCodec[R],
+        req: R,
+        raw: Mapping[str, object],
+        wanted: RequestedIdentity,
+        headers: Mapping[str, str],
+    ) -> tuple[str | None, StepThread]:
+        """The session an unnamed request continues (``_access/threads.py``; at most one
+        registry read), and the step's thread; a parent step another tenant's is a 404."""
+        previous = raw.get("previous_response_id")
+        request = ThreadRequest(
+            scope=caller.tenant or "",
+            named=wanted.session,
+            headers=headers,
+            conversation=lambda: codec.to_neutral(req).messages,
+            previous_response_id=previous if isinstance(previous, str) else None,
+        )
+        found, thread = await thread_request(
+            self.deps.steps, request, enabled=self.settings.threading
+        )
+        self.metrics.threads.labels(thread.match).inc()
+        spawned = thread.spawned_by
+        if spawned is not None and not await self.guard.may_read(caller, spawned.session):
+            raise SessionNotFoundError(spawned.session, param=PARENT_HEADER)
+        return found, thread
+
     async def _claim(
         self,
         wanted: RequestedIdentity,
@@ -392,6 +432,8 @@ class Gateway:
         req: CallerRequest,
         fp: str,
         headers: Mapping[str, str],
+        *,
+        fresh: bool,
     ) -> StepClaim | ResumeTarget:
         """The step's claim: an explicit triple is claimed now, so that a 409 never costs a
         provider call (the same request again resumes it); an unnamed request with an
@@ -412,7 +454,10 @@ class Gateway:
             )
             return await assign_keyed(session, steps, keyed, new_turn=not req.ends_with_tool_result)
         return await assign_next(
-            session, steps, new_turn=not req.ends_with_tool_result, fresh=req.opens_conversation
+            session,
+            steps,
+            new_turn=not req.ends_with_tool_result,
+            fresh=fresh and req.opens_conversation,
         )
 
     async def _resume(

@@ -74,6 +74,8 @@ class GatewaySettings:
     - ``max_resumers``: how many callers may resume one step at once on this gateway (a
       retry past it: 429 with ``retry-after``); ``idempotency_ttl_s``: how long an
       ``Idempotency-Key`` keeps mapping to its step (docs/gateway.md, "Resuming a step").
+    - ``threading``: requests without a session header join the session whose answer they
+      continue (``TOKENWIRE_GATEWAY_THREADING``; ``_access/threads.py``).
     - ``max_readers``: session event streams (``GET /v1/sessions/{s}/events``) open at once,
       each one bounded broker read; past it 503 with ``retry-after``.
     - ``metrics_key``: when set, ``GET /metrics`` answers only a request carrying it as a
@@ -109,6 +111,7 @@ class GatewaySettings:
     max_resumers: int = v.GATEWAY_MAX_RESUMERS.value
     idempotency_ttl_s: float = v.GATEWAY_IDEMPOTENCY_TTL_S.value
     max_readers: int = v.GATEWAY_MAX_READERS.value
+    threading: bool = v.GATEWAY_THREADING.value
     topology: Topology | None = None
     metrics_key: str | None = field(default=None, repr=False)
     keys_file: str | None = None
@@ -205,6 +208,7 @@ class GatewaySettings:
             max_resumers=v.GATEWAY_MAX_RESUMERS.read(env),
             idempotency_ttl_s=v.GATEWAY_IDEMPOTENCY_TTL_S.read(env),
             max_readers=v.GATEWAY_MAX_READERS.read(env),
+            threading=v.GATEWAY_THREADING.read(env),
             topology=topology_from(shared),
             metrics_key=v.GATEWAY_METRICS_KEY.read(env) or None,
         )

@@ -44,6 +44,13 @@ class GatewayMetrics:
         self.steps = Counter(
             "tokenwire_gateway_steps", "Steps by finish reason.", ["finish_reason"], registry=r
         )
+        self.threads = Counter(
+            "tokenwire_gateway_session_matches",
+            "Model calls by how their session was found (tool-call-id, previous-response, "
+            "content, new, header).",
+            ["match"],
+            registry=r,
+        )
         self.in_flight = Gauge(
             "tokenwire_gateway_streams_in_flight", "Steps reading a provider now.", registry=r
         )

@@ -12,7 +12,7 @@ docs/gateway.md, "Publishing semantics".
 from __future__ import annotations
 
 from tokenwire.fold import FoldLimits, StepFold
-from tokenwire.schemas import Finish, RecordedError, StreamChunk
+from tokenwire.schemas import Finish, Message, RecordedError, StreamChunk
 
 
 class ContractCheck:
@@ -37,6 +37,11 @@ class ContractCheck:
         broken = self._broken(chunk)
         self._reported = broken is not None
         return broken
+
+    def result(self) -> Message | RecordedError:
+        """The fold's message or recorded error of the step so far (after its finish: its
+        outcome)."""
+        return self._fold.result()
 
     def _broken(self, chunk: StreamChunk) -> str | None:
         failure = self._fold.failure

@@ -28,6 +28,7 @@ from tokenwire.broker import (
     KeyBinding,
     PayloadTooLarge,
     StepNames,
+    ThreadMark,
     header_size,
     msg_id,
 )
@@ -36,7 +37,9 @@ from tokenwire.schemas import (
     LIMIT_ERROR_CODE,
     ChunkEnvelope,
     Finish,
+    Message,
     StepError,
+    StepLink,
     StreamChunk,
     Usage,
     frame_head,
@@ -45,6 +48,7 @@ from tokenwire.schemas import (
 from tokenwire.scrub import scrub as scrub_text
 from tokenwire.services.gateway._access.identity import StepClaim, StepIdentity
 from tokenwire.services.gateway._access.keys import ANONYMOUS, Caller
+from tokenwire.services.gateway._access.threads import StepThread
 from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     GatewayError,
@@ -123,6 +127,14 @@ class StepPlan:
     finds the step (the one wait of one broker round trip it costs that stream)."""
     coalesce_s: float = 0.0
     """The wait before each provider read past the first (``_steps/coalesce.py``); 0: none."""
+    thread: StepThread | None = None
+    """The step's place in its session's graph (its parent goes on its first chunk) and the
+    keys its answer marks (``_access/threads.py``); None: neither."""
+
+    def parent(self, identity: StepIdentity) -> StepLink | msgspec.UnsetType:
+        """The first chunk's ``parent``: unset when the step has none."""
+        parent = self.thread.parent(identity) if self.thread is not None else None
+        return msgspec.UNSET if parent is None else parent
 
 
 def _or_unset(value: str | None) -> str | msgspec.UnsetType:
@@ -181,6 +193,7 @@ class StepRun:
         self._framing = framing
         self._framer: Framer | None = None  # made at the first publish (needs the event loop)
         self._naming: asyncio.Task[None] | None = None  # keeping the names (a resumable step)
+        self._marking: asyncio.Task[None] | None = None  # the answer's thread keys, once it ended
 
     async def start(self) -> None:
         """Call the provider and take the first chunk in this task (no task switch before the
@@ -457,6 +470,8 @@ class StepRun:
             self._name_step()
             out.append(self.output.opening())
         out.append(self.output.chunk(chunk))
+        if isinstance(chunk, Finish):
+            self._mark_thread()
         return None
 
     def _scrubbed(self, finish: Finish) -> Finish:
@@ -560,6 +575,7 @@ class StepRun:
                 request_time_ns=plan.request_time_ns if first else None,
                 key_name=_or_unset(owner.name if owner else None),
                 tenant=_or_unset(owner.tenant if owner else None),
+                parent=plan.parent(ident) if first else msgspec.UNSET,
             )
             return body, self._deps.sink.max_payload - header_size(headers)
 
@@ -595,6 +611,7 @@ class StepRun:
                 request_time_ns=self.plan.request_time_ns,
                 key_name=_or_unset(caller.name),
                 tenant=_or_unset(caller.tenant),
+                parent=self.plan.parent(ident),
             )
         else:
             envelope = ChunkEnvelope(
@@ -668,11 +685,44 @@ class StepRun:
         await self._publish(finish)
         await self._wait_acked()
 
+    def _mark_thread(self) -> None:
+        """The step answered: its thread keys go to the registry now, beside the chunks' acks
+        (the caller's stream ends once they are written: its next request finds them)."""
+        thread, answer = self.plan.thread, self._answer()
+        if thread is None or answer is None or self.identity is None:
+            return
+        names = self.plan.naming(self._head) if self.plan.naming is not None else None
+        response_id = names.response_id if names is not None and self.plan.aliased else None
+        keys = thread.marks(answer, response_id)
+        mark = ThreadMark(*self._key, pointer=self._deps.steps.pointer(self.identity.session))
+        self._marking = asyncio.create_task(self._deps.steps.mark_thread(keys, mark))
+
+    def _answer(self) -> Message | None:
+        """The step's folded answer once it finished (None: it failed)."""
+        if self._contract is not None:
+            result = self._contract.result()
+        elif isinstance(self.output, FoldingOutput):
+            result = self.output.result()
+        else:
+            return None
+        return result if isinstance(result, Message) else None
+
+    async def _marked(self) -> None:
+        """Wait (bounded) for the thread keys; a failure only costs the threading."""
+        if self._marking is None:
+            return
+        try:
+            async with asyncio.timeout(self._ack_timeout):
+                await self._marking
+        except (BrokerError, TimeoutError) as exc:
+            log.warning("the thread keys of step %s/%s/%s were not kept: %s", *self._key, exc)
+
     async def _settle(self) -> None:
         """Wait for the acks, then complete the caller's stream (or fail the step)."""
         started = self._deps.monotonic()
         await self._wait_acked()
         self._metrics.ack_latency.observe(self._deps.monotonic() - started)
+        await self._marked()
         if (
             self.finish is not None
             and self.finish.error is None
