@@ -63,7 +63,7 @@ class Stack:
         round trip, then its callbacks; bounded)."""
         await self.sub._conn.flush()
         async with asyncio.timeout(5):
-            while self.tap.seen < self.sub.delivered:
+            while self.tap.seen < self.sub.delivered:  # noqa: ASYNC110 - nats-py's own counter
                 await asyncio.sleep(0.01)
 
     async def first_chunks(self, session: str) -> dict[tuple[int, int], ChunkEnvelope]:

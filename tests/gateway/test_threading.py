@@ -109,7 +109,8 @@ async def test_an_unmodified_openai_tool_loop_is_one_session_of_two_steps(
     assert _identity(first) == (session, 0, 0, "new")
     assert _identity(second) == (session, 0, 1, "tool-call-id")
     assert second["x-tokenwire-parent"] == f"{session}/0/0"
-    assert answer.get("tool_calls") is None and answer["content"]
+    assert answer.get("tool_calls") is None
+    assert answer["content"]
     assert _scripted_sessions(stack, seen) == [session, session]
     assert await stack.parents(session) == {(0, 0): None, (0, 1): StepLink(session, 0, 0)}
 
@@ -165,7 +166,7 @@ async def test_parallel_tool_calls_answered_in_separate_calls_make_a_dag(stack: 
 
 async def test_a_sub_agent_session_names_the_step_that_spawned_it(stack: Stack) -> None:
     lead = _client(stack.urls[0])
-    asked, head = await _ask(lead, [{"role": "user", "content": "delegate this"}])
+    _asked, head = await _ask(lead, [{"role": "user", "content": "delegate this"}])
     spawner = f"{head['x-tokenwire-session']}/0/0"
     worker = _client(stack.urls[1], **{"X-Tokenwire-Parent": spawner})  # on every request
     opening = [{"role": "user", "content": "the delegated task"}]
