@@ -1,6 +1,8 @@
 """The OpenAI Agents SDK (``openai-agents``) running a two-tool agent through ``/v1/responses``
 of a real gateway (real socket, real nats-server), against the scripted provider in both its
-dialects: Chat Completions (``openai/tools``) and Anthropic Messages (``anthropic/tools``).
+dialects: Chat Completions (``openai/tools``) and Anthropic Messages (``anthropic/tools``);
+through ``scripted/tools`` (which is sent the session) its two calls are one session, threaded
+with no tokenwire header.
 Ground truth: the scripted provider's ``expected_outcome`` for the requests it received."""
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ async def gateway(nc, topology):
         env = provider_env(
             TOKENWIRE_ANTHROPIC_BASE_URL=scripted.url,
             TOKENWIRE_OPENAI_BASE_URL=scripted.url + "/v1",
+            TOKENWIRE_SCRIPTED_BASE_URL=scripted.url,
         )
         real = await broker_deps(nc, topology)
         settings = GatewaySettings(
@@ -53,7 +56,7 @@ async def gateway(nc, topology):
             await real.aclose()
 
 
-@pytest.mark.parametrize("model", ["openai/tools", "anthropic/tools"])
+@pytest.mark.parametrize("model", ["openai/tools", "anthropic/tools", "scripted/tools"])
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
 async def test_a_two_tool_agent_runs_through_responses(gateway, model: str, streamed: bool) -> None:
     url, scripted = gateway
@@ -91,6 +94,9 @@ async def test_a_two_tool_agent_runs_through_responses(gateway, model: str, stre
         ).final_output
     await client.close()
     first, second = list(scripted.received)[seen:]  # one step with the calls, one answering
+    if model.startswith("scripted/"):  # the provider that sees the session: one, unmodified
+        session = first.headers["x-tokenwire-session"]
+        assert second.headers["x-tokenwire-session"] == session
     dialect: Dialect = "anthropic" if first.path == "/v1/messages" else "openai"
     want_calls = expected_outcome(
         "tools", first.json(), SCRIPTED, headers=first.headers, dialect=dialect
