@@ -13,7 +13,13 @@ partition ownership uses JetStream priority groups.
 from __future__ import annotations
 
 from tokenwire.broker._api import Connection, connect
-from tokenwire.broker._batches import READ_IDLE_TIMEOUT_S, READ_MAX_BATCH, RawChunk, session_batches
+from tokenwire.broker._batches import (
+    READ_IDLE_TIMEOUT_S,
+    READ_MAX_BATCH,
+    RawChunk,
+    first_chunks,
+    session_batches,
+)
 from tokenwire.broker._bounded import ReadWindow
 from tokenwire.broker._claims import StepClaims
 from tokenwire.broker._consumed import ConsumedMessage, ack_fields
@@ -212,6 +218,7 @@ __all__ = [
     "dead_letter_headers",
     "ensure_topology",
     "find_binary",
+    "first_chunks",
     "fnv1a32",
     "free_port",
     "header_size",

@@ -28,7 +28,7 @@ from tokenwire.broker._api import server_url
 from tokenwire.broker._bounded import BoundedRead, ReadWindow
 from tokenwire.broker._errors import BrokerUnavailable, ReaderStalled, TopologyError
 from tokenwire.broker._layout import locate_session
-from tokenwire.broker._topology import Topology
+from tokenwire.broker._topology import Topology, stored_subject
 
 READ_MAX_BATCH = ReadWindow().messages
 """The most messages one batch holds (the default window: a batch is what it delivered)."""
@@ -113,3 +113,26 @@ async def _leader_count(nc: Client, topology: Topology, session: str) -> int:
     stream_name, subjects = topology.stream_of(session), topology.session_filter(session)
     stream = await nc.jetstream().stream_info(stream_name, subjects)
     return sum((stream.state.subjects or {}).values())
+
+
+async def first_chunks(
+    nc: Client, topology: Topology, session: str, *, idle_timeout_s: float = READ_IDLE_TIMEOUT_S
+) -> list[RawChunk]:
+    """The session's retained first chunks (ordinal 0 of each step, on its ``.first``
+    subject), in stream order: one small message per retained step, read with the same bound
+    (what the consumer holds when it is created; :class:`ReaderStalled` past
+    ``idle_timeout_s`` without a delivery)."""
+    topology = await located(nc, topology, session)
+    subject = stored_subject(topology, session, first=True)
+    read = BoundedRead(nc, topology.stream_of(session), subject, 1)
+    out: list[RawChunk] = []
+    try:
+        read.limit = await read.open()
+        while read.limit > 0:
+            batch = await read.take(idle_timeout_s)
+            if not batch:
+                raise ReaderStalled(session, idle_timeout_s, read.last_seq)
+            out.extend((d[0], d[1]) for d in batch)
+    finally:
+        await read.close()
+    return out

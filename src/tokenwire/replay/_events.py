@@ -14,6 +14,8 @@ both.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from tokenwire.schemas import ChunkEnvelope, FinishReason, RecordedError, TokenUsage, ToolCallBlock
@@ -71,6 +73,10 @@ class ReplayEvent(msgspec.Struct, frozen=True):
 
     ``coalesced`` is only set on the SSE endpoint's slow-reader path: this event stands for
     itself and the ``coalesced`` events before it, whose text it carries (see docs/replay.md).
+
+    ``source`` is ``"store"`` for a chunk of a step the broker no longer retains, read from
+    the store's chunk log: its ``seq`` is 0 and its ``index`` the store's per-session seq
+    (``_history.py``).
     """
 
     seq: int
@@ -79,6 +85,7 @@ class ReplayEvent(msgspec.Struct, frozen=True):
     coalesced: int = 0
     index: int = 0
     last: bool = True
+    source: Literal["broker", "store"] = "broker"
 
     @property
     def event_id(self) -> str:

@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from tokenwire.broker import BrokerError, Connection, Topology, session_owner, valid_session
 from tokenwire.ledger import StepUsage, session_report
+from tokenwire.replay._history import History
 from tokenwire.replay._sse import NcProvider, SlowReaderPolicy, SseStats, stream
 from tokenwire.schemas import json_encoder
 from tokenwire.scrub import scrub
@@ -145,8 +146,9 @@ class _Routes:
         # can never all pass the check while each still waits for its lookup.
         slot = _ReaderSlot(self._stats)
         response: _CountedStream | None = None
+        history = self._history(session)
         try:
-            refusal = await self._refusal(request, nc, session)
+            refusal = await self._refusal(request, nc, session, history)
             if refusal is not None:
                 return refusal
             body = stream(
@@ -157,6 +159,7 @@ class _Routes:
                 follow=follow,
                 policy=self._policy,
                 stats=self._stats,
+                history=history,
             )
             response = _CountedStream(body, slot)
             return response
@@ -164,20 +167,38 @@ class _Routes:
             if response is None:  # a 404, a 503, an error or a cancellation: given back
                 slot.release()
 
-    async def _refusal(self, request: Request, nc: Connection, session: str) -> Response | None:
+    async def _refusal(
+        self, request: Request, nc: Connection, session: str, history: History | None
+    ) -> Response | None:
         """The answer for a reader that may not read ``session`` (None: it may). A tenant's
-        reader asks the broker for the session's owner; an unknown session and another
-        tenant's are the same 404."""
+        reader asks the broker for the session's owner (the store's record for a session
+        gone from the broker); an unknown session and another tenant's are the same 404."""
         scope = read_scope(request)
         if scope is None:
             return None
         try:
-            owner = await session_owner(nc, self._topology, session)
-        except BrokerError as exc:
+            tenant = await self._tenant(nc, session, history)
+        except (BrokerError, StoreError) as exc:
             return _error(503, "unavailable", f"broker not available: {exc}")
-        if owner is None or owner.tenant != scope:
+        if tenant != scope:
             return _not_found(session)
         return None
+
+    def _history(self, session: str) -> History | None:
+        """The store the steps gone from the broker are read from (none without a store)."""
+        try:
+            return History(self._store(), session)
+        except Exception:  # no store yet: the broker alone, as before
+            return None
+
+    async def _tenant(self, nc: Connection, session: str, history: History | None) -> object:
+        """Whose the session is: its first retained step's owner, else (gone from the broker)
+        the store's record; ``False`` when neither knows it (no tenant's)."""
+        owner = await session_owner(nc, self._topology, session)
+        if owner is not None:
+            return owner.tenant
+        summary = await history.store.session(session) if history is not None else None
+        return summary.tenant if summary is not None else False
 
     def _refused(self) -> Response:
         self._stats.refused += 1
@@ -305,24 +326,23 @@ def _start(request: Request) -> tuple[int, int]:
     Last-Event-ID if present (the browser's reconnect), else ``?from_seq`` (inclusive), else
     the start. Both are checked when both are given (``N`` or ``N:I``, ADR 0024)."""
     raw = request.query_params.get("from_seq")
-    start = (1, 0) if raw is None else _position("from_seq", raw, 1, MAX_SEQ)
+    start = (0, 0) if raw is None else _position("from_seq", raw, 1, MAX_SEQ)
     last = request.headers.get("last-event-id")
     if last is not None and last.strip():
         seq, index = _position("Last-Event-ID", last.strip(), 0, MAX_SEQ - 1)
         if ":" not in last:
-            return seq + 1, 0  # a message's last chunk: the next message
-        return seq, index + 1  # inside a frame: its next chunk (or the next message)
+            return (seq + 1, 0) if seq else (0, 0)  # the next message (0: from the start)
+        return seq, index + 1  # inside a frame (or the store's part): its next chunk
     return start
 
 
 def _position(name: str, raw: str, low: int, high: int) -> tuple[int, int]:
-    """``N`` or ``N:I`` (a chunk inside a frame) with ``N`` in ``[low, high]``."""
+    """``N`` or ``N:I`` (a chunk inside a frame) with ``N`` in ``[low, high]``; ``0:K`` is
+    the store's chunk ``K`` of a step gone from the broker (``_history.py``)."""
     seq_text, colon, index_text = raw.partition(":")
-    seq = _parse_int(name, seq_text, low, high)
+    seq = _parse_int(name, seq_text, 0 if colon else low, high)
     if not colon:
         return seq, 0
-    if seq < 1:
-        raise _BadRequestError(f"{name} must name a message (from 1) before ':', got {seq}")
     return seq, _parse_int(f"{name}'s chunk index", index_text, 0, MAX_INDEX)
 
 

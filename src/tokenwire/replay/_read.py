@@ -11,9 +11,11 @@ import msgspec
 from tokenwire.broker import Connection, ReadWindow, Topology, valid_session
 from tokenwire.replay._errors import InvalidSessionId, UndecodableChunk
 from tokenwire.replay._events import ReplayEvent
+from tokenwire.replay._history import History, StoredPart
 from tokenwire.replay._render import SessionRenderer
 from tokenwire.replay._source import DEFAULT_IDLE_TIMEOUT_S, stored_chunks
 from tokenwire.schemas import chunk_envelopes
+from tokenwire.store import Store
 
 DEFAULT_MAX_GAP_S = 5.0
 
@@ -27,6 +29,7 @@ def read_session(
     follow: bool = False,
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
     from_index: int = 0,
+    store: Store | None = None,
 ) -> AsyncGenerator[ReplayEvent, None]:
     """Yield one :class:`ReplayEvent` per retained chunk of ``session``, in stream order.
 
@@ -42,6 +45,10 @@ def read_session(
     UndecodableChunk, ReplayStalled (a replay saw nothing for ``idle_timeout_s`` while more
     was due).
 
+    With ``store``, the steps the broker no longer retains whole come first, from the store's
+    chunk log (events with ``source="store"``, at positions ``(0, store seq)``; a ``from_seq``
+    of 0 starts there, ``from_index`` then being the store seq), then the broker's.
+
     ::
 
         async for event in read_session(nc, Topology(), "s-42"):
@@ -49,15 +56,18 @@ def read_session(
     """
     if not valid_session(session):
         raise InvalidSessionId(session)  # now, not at the first iteration
+    history = History(store, session) if store is not None else None
+    default = 0 if history is not None else 1
     return rendered(
         nc,
         topology,
         session,
         renderer=SessionRenderer(),
-        read_from=(1, 0),
-        emit_from=(from_seq or 1, from_index),
+        read_from=(0, 0),
+        emit_from=(from_seq if from_seq is not None else default, from_index),
         follow=follow,
         idle_timeout_s=idle_timeout_s,
+        history=history,
     )
 
 
@@ -72,12 +82,22 @@ async def rendered(
     follow: bool,
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
     window: ReadWindow | None = None,
+    history: History | None = None,
 ) -> AsyncGenerator[ReplayEvent, None]:
     """Read from the position ``read_from`` (stream seq, chunk index in that message), render
     every chunk from there with ``renderer`` (exactly once, in stream order), yield the events
     from the position ``emit_from`` on. A caller that stops early and reads on later with the
     same renderer continues from the last event's :attr:`~ReplayEvent.next_position`.
-    ``window`` bounds the broker read (``broker.ReadWindow``; its default when None)."""
+    ``window`` bounds the broker read (``broker.ReadWindow``; its default when None).
+    ``history``: the steps gone from the broker first, from the store (positions ``(0, k)``),
+    their chunks still on the broker left out."""
+    gone: frozenset[tuple[int, int]] = frozenset()
+    if history is not None:
+        part = await history.part(nc, topology)
+        gone = part.gone
+        if read_from < (1, 0) and emit_from < (1, 0):  # (its steps are not on the broker's)
+            async for event in _from_store(history, part, renderer, read_from, emit_from):
+                yield event
     skip_seq, skip_index = read_from
     emit_seq, emit_index = emit_from
     batches = stored_chunks(
@@ -96,11 +116,28 @@ async def rendered(
                 last = len(envelopes) - 1
                 for index in range(skip_index if seq == skip_seq else 0, last + 1):
                     envelope = envelopes[index]
+                    if gone and (envelope.turn, envelope.step) in gone:
+                        continue  # shown whole from the store
                     shown = render(envelope)
                     if seq > emit_seq or (seq == emit_seq and index >= emit_index):
                         yield ReplayEvent(seq, envelope, shown, 0, index, index == last)
     finally:
         await batches.aclose()
+
+
+async def _from_store(
+    history: History,
+    part: StoredPart,
+    renderer: SessionRenderer,
+    read_from: tuple[int, int],
+    emit_from: tuple[int, int],
+) -> AsyncGenerator[ReplayEvent, None]:
+    """The store's part from the position ``read_from`` (``(0, store seq)``), rendered, the
+    events from ``emit_from`` on yielded."""
+    async for seq, envelope in history.envelopes(part, max(read_from[1], 1)):
+        shown = renderer.render(envelope)
+        if (0, seq) >= emit_from:
+            yield ReplayEvent(0, envelope, shown, 0, seq, False, "store")
 
 
 async def paced(

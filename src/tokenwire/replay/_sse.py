@@ -33,10 +33,12 @@ import msgspec
 from tokenwire.broker import BrokerError, Connection, ReadWindow, Topology
 from tokenwire.replay._errors import ReplayError, UndecodableChunk
 from tokenwire.replay._events import ReplayEvent, ShownReasoning, ShownText
+from tokenwire.replay._history import History
 from tokenwire.replay._read import rendered
 from tokenwire.replay._render import SessionRenderer
 from tokenwire.schemas import ReasoningDelta, TextDelta, json_encoder
 from tokenwire.scrub import scrub
+from tokenwire.store import StoreError
 
 NcProvider = Callable[[], Connection]
 """Returns the gateway's connected NATS client (raise if there is none yet)."""
@@ -197,6 +199,8 @@ def position_ids(position: Position) -> tuple[int | str, int | str]:
     id of the event before it and the position itself, each an integer at a message boundary
     (as before frames) and ``"seq:index"`` inside a frame."""
     seq, index = position
+    if seq == 0:  # the store's part (``_history.py``): chunk ``index`` of "message 0"
+        return (f"0:{index - 1}" if index > 1 else 0), f"0:{index}"
     if index == 0:
         return seq - 1, seq
     return f"{seq}:{index - 1}", f"{seq}:{index}"
@@ -239,14 +243,16 @@ async def produce(
     queue: ClientQueue,
     policy: SlowReaderPolicy,
     stats: SseStats,
+    history: History | None = None,
 ) -> None:
-    """Read the broker into ``queue`` until caught up (no follow), lagged, or cancelled.
+    """Read the broker into ``queue`` until caught up (no follow), lagged, or cancelled
+    (with ``history``, the steps gone from the broker first, from the store).
 
     The renderer lives across pauses, so a resumed read starts at the next position without
     reading the session's beginning again.
     """
     renderer = SessionRenderer()
-    read_from, emit_from = (1, 0), start
+    read_from, emit_from = (0, 0), start
     try:
         while True:
             held = await _read_until_full(
@@ -259,6 +265,7 @@ async def produce(
                 follow=follow,
                 queue=queue,
                 policy=policy,
+                history=history,
             )
             if held is None:
                 queue.end()
@@ -270,7 +277,7 @@ async def produce(
                 return
             queue.offer(held)
             read_from = emit_from = held.next_position
-    except (BrokerError, ReplayError) as exc:
+    except (BrokerError, ReplayError, StoreError) as exc:
         queue.end(exc)
 
 
@@ -285,6 +292,7 @@ async def _read_until_full(
     follow: bool,
     queue: ClientQueue,
     policy: SlowReaderPolicy,
+    history: History | None,
 ) -> ReplayEvent | None:
     """Offer events until the queue refuses one (returned; the read is closed) or the end."""
     events = rendered(
@@ -296,6 +304,7 @@ async def _read_until_full(
         emit_from=emit_from,
         follow=follow,
         window=policy.read_window,
+        history=history,
     )
     async with contextlib.aclosing(events):
         async for event in events:
@@ -313,6 +322,7 @@ async def stream(
     follow: bool,
     policy: SlowReaderPolicy,
     stats: SseStats,
+    history: History | None = None,
 ) -> AsyncIterator[bytes]:
     """The SSE body of one client: events from the position ``start`` (inclusive). (The caller
     counts it in ``stats.clients``: the count must hold before the body starts, for the cap.)"""
@@ -327,6 +337,7 @@ async def stream(
             queue=queue,
             policy=policy,
             stats=stats,
+            history=history,
         )
     )
     try:
