@@ -19,7 +19,7 @@ from tests.gateway._helpers import GATEWAY_KEY
 from tests.gateway._threading_rig import Stack, threading_stack
 from tokenwire.schemas import StepLink
 
-TOOLS = [
+TOOLS: Any = [
     {
         "type": "function",
         "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}},
@@ -44,14 +44,14 @@ async def _ask(
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """One chat call: the assistant message as the SDK assembled it (a dict to send back) and
     the answer's headers."""
-    raw = await client.chat.completions.with_raw_response.create(
+    raw: Any = await client.chat.completions.with_raw_response.create(
         model="scripted/tools", messages=messages, tools=TOOLS, stream=stream
     )
     headers = dict(raw.headers)
     if not stream:
-        message = raw.parse().choices[0].message
-        return message.model_dump(exclude_none=True), headers
-    text, calls = "", {}
+        folded: dict[str, Any] = raw.parse().choices[0].message.model_dump(exclude_none=True)
+        return folded, headers
+    text, calls = "", dict[int, dict[str, str]]()
     async for chunk in raw.parse():
         for choice in chunk.choices:
             text += choice.delta.content or ""

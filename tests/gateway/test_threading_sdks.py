@@ -18,6 +18,7 @@ import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+from pydantic import SecretStr
 
 from tests.gateway._helpers import GATEWAY_KEY
 from tests.gateway._threading_rig import Stack, threading_stack
@@ -48,6 +49,7 @@ async def test_the_anthropic_sdk_tool_loop_is_one_session(stack: Stack, stream: 
     tools: list[Any] = [{"name": "lookup", "input_schema": {"type": "object", "properties": {}}}]
     since = len(stack.scripted.received)
     messages: list[Any] = [{"role": "user", "content": "look it up"}]
+    asked: Any
     if stream:
         async with client.messages.stream(
             model="scripted/tools", max_tokens=256, messages=messages, tools=tools
@@ -104,7 +106,9 @@ async def test_langchain_chat_openai_tool_loop_is_one_session(stack: Stack) -> N
         """Look the answer up."""
         return "42"
 
-    chat = ChatOpenAI(model="scripted/tools", base_url=stack.urls[0] + "/v1", api_key=GATEWAY_KEY)
+    chat = ChatOpenAI(
+        model="scripted/tools", base_url=stack.urls[0] + "/v1", api_key=SecretStr(GATEWAY_KEY)
+    )
     llm = chat.bind_tools([lookup])
     since = len(stack.scripted.received)
     messages: list[Any] = [HumanMessage("look it up")]

@@ -27,7 +27,7 @@ from tokenwire.config import Settings, connect_timeout, load, stop_timeout, with
 from tokenwire.leftovers import LEFTOVERS
 from tokenwire.schemas import json_encoder
 from tokenwire.scrub import install_log_scrubbing
-from tokenwire.store import Store, StoreUnavailable, open_store
+from tokenwire.store import Store, StoreError, StoreUnavailable, open_store
 
 T = TypeVar("T")
 
@@ -327,6 +327,27 @@ async def nats_client(url: str) -> AsyncIterator[Connection]:
 async def opened_store(url: str) -> AsyncIterator[Store]:
     """The store at ``url``, answering within ``TOKENWIRE_CONNECT_TIMEOUT_S``, closed after."""
     store = await ready_store(url, connect_timeout())
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@contextlib.asynccontextmanager
+async def history_store(url: str) -> AsyncIterator[Store | None]:
+    """The store ``replay`` and ``tail`` read the steps gone from the broker from; None when
+    there is none to read (a SQLite file that is not there, a URL that does not open): the
+    broker alone then, as without a store."""
+    if url.startswith("sqlite:///"):
+        path = url.removeprefix("sqlite:///").partition("?")[0]
+        if not await asyncio.to_thread(Path(path).exists):
+            yield None
+            return
+    try:
+        store = open_store(url)
+    except StoreError:
+        yield None
+        return
     try:
         yield store
     finally:

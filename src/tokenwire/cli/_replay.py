@@ -1,4 +1,5 @@
-"""``tokenwire replay``: a session as the user saw it, from the broker's retained stream."""
+"""``tokenwire replay``: a session as the user saw it, from the broker's retained stream (the
+steps it no longer retains from the store's chunk log)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import click
 from tokenwire.broker import Connection, Topology
 from tokenwire.cli._common import (
     checked_session,
+    history_store,
     nats_client,
     opened_store,
     resolve_nats_url,
@@ -74,17 +76,24 @@ def replay(
         run_command(lambda: _verify(url, store_url, session, as_json))
         return
     pace = None if fastest else (speed or 1.0)
-    run_command(lambda: _replay(url, session, from_seq, pace, as_json))
+    store_url = resolve_store_url()
+    run_command(lambda: _replay(url, store_url, session, from_seq, pace, as_json))
 
 
 async def _replay(
-    url: str, session: str, from_seq: int | None, speed: float | None, as_json: bool
+    url: str,
+    store_url: str,
+    session: str,
+    from_seq: int | None,
+    speed: float | None,
+    as_json: bool,
 ) -> None:
     t = topology()
     printer = None if as_json else EventPrinter(sys.stdout)
     shown = 0
-    async with nats_client(url) as nc:
-        async for event in paced(read_session(nc, t, session, from_seq), speed):
+    async with nats_client(url) as nc, history_store(store_url) as store:
+        events = read_session(nc, t, session, from_seq, store=store)
+        async for event in paced(events, speed):
             shown += 1
             _emit(event, printer)
         if printer is not None:

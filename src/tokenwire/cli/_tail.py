@@ -9,8 +9,10 @@ import click
 
 from tokenwire.cli._common import (
     checked_session,
+    history_store,
     nats_client,
     resolve_nats_url,
+    resolve_store_url,
     run_command,
     topology,
     write_json,
@@ -35,9 +37,10 @@ def tail(session: str, from_seq: int | None, as_json: bool) -> None:
     """
     checked_session(session)
     url = resolve_nats_url()
+    store_url = resolve_store_url()
     position = _Position(from_seq or 1)
     try:
-        run_command(lambda: _tail(url, session, position, as_json))
+        run_command(lambda: _tail(url, store_url, session, position, as_json))
     finally:
         click.echo(
             f"tail stopped; resume with: tokenwire tail {session} --from-seq {position.next_seq}",
@@ -52,7 +55,7 @@ class _Position:
         self.next_seq = next_seq
 
 
-async def _tail(url: str, session: str, position: _Position, as_json: bool) -> None:
+async def _tail(url: str, store_url: str, session: str, position: _Position, as_json: bool) -> None:
     printer = None if as_json else EventPrinter(sys.stdout)
     t = topology()
     shown = without_userinfo(url)
@@ -61,8 +64,8 @@ async def _tail(url: str, session: str, position: _Position, as_json: bool) -> N
         err=True,
     )
     try:
-        async with nats_client(url) as nc:
-            events = read_session(nc, t, session, position.next_seq, follow=True)
+        async with nats_client(url) as nc, history_store(store_url) as store:
+            events = read_session(nc, t, session, position.next_seq, follow=True, store=store)
             async with contextlib.aclosing(events):
                 async for event in events:
                     if printer is None:
@@ -71,7 +74,8 @@ async def _tail(url: str, session: str, position: _Position, as_json: bool) -> N
                         printer.print(event)
                         sys.stdout.flush()
                     # inside a frame the message is not done: resuming repeats, never misses
-                    position.next_seq = event.seq + 1 if event.last else event.seq
+                    # (the store's part, steps gone from the broker, is read again from 1)
+                    position.next_seq = max(1, event.seq + 1 if event.last else event.seq)
     finally:
         if printer is not None:
             printer.close()

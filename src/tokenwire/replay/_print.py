@@ -1,8 +1,9 @@
 """EventPrinter: replay events written to a terminal the way the user saw them.
 
 Text streams as it came; reasoning is dimmed; a tool call is one line once complete; a step
-opens with a header (turn, step, provider/model, time to first chunk) and closes with its
-finish or its error, followed by the resume id (``--from-seq``) of the next event.
+opens with a header (turn, step, provider/model, time to first chunk, the step it follows)
+and closes with its finish or its error, followed by the resume id (``--from-seq``) of the
+next event. Steps read from the store (gone from the broker) are announced as such.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tokenwire.replay._events import (
     ShownText,
     ShownToolCall,
 )
-from tokenwire.schemas import TokenUsage
+from tokenwire.schemas import ChunkEnvelope, StepLink, TokenUsage
 
 
 class EventPrinter:
@@ -39,9 +40,16 @@ class EventPrinter:
         )
         self._current: tuple[int, int] | None = None
         self._at_line_start = True
+        self._source = "broker"
 
     def print(self, event: ReplayEvent) -> None:
         """Write what the event showed (nothing for an event that showed nothing)."""
+        if event.shown and event.source != self._source:
+            self._source = event.source
+            if event.source == "store":
+                self.line("(from the store: the broker no longer retains these steps)", "yellow")
+            else:
+                self.line("(from the broker)", "yellow")
         for shown in event.shown:
             self._show(event, shown)
 
@@ -82,9 +90,10 @@ class EventPrinter:
         env = event.envelope
         ttfc = shown.time_to_first_chunk_s
         after = f" · first chunk after {ttfc:.3f} s" if ttfc is not None else ""
+        where = f"store seq {event.index}" if event.source == "store" else f"stream seq {event.seq}"
         self.line(
             f"── turn {env.turn} · step {env.step} · {env.provider}/{env.model}{after} "
-            f"· stream seq {event.seq} ──",
+            f"· {where}{_parent(env)} ──",
             "bold",
         )
         self._current = event.step_key
@@ -95,6 +104,8 @@ class EventPrinter:
         self._current = event.step_key
 
     def _resume(self, event: ReplayEvent) -> None:
+        if event.source == "store":
+            return  # the store's part is read again from the start
         seq = event.seq + 1 if event.last else event.seq  # a step ends its frame
         self.line(f"  (resume: --from-seq {seq})", "dim")
 
@@ -123,3 +134,13 @@ def _usage(usage: TokenUsage | None) -> str:
 
 def _dropped(count: int) -> str:
     return f" · {count} truncated tool call(s) dropped" if count else ""
+
+
+def _parent(env: ChunkEnvelope) -> str:
+    """The step this one follows: within its session, or the step that spawned it."""
+    parent = env.parent
+    if not isinstance(parent, StepLink):
+        return ""
+    if parent.session == env.session:
+        return f" · after turn {parent.turn} step {parent.step}"
+    return f" · spawned by {parent}"

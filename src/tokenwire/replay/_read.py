@@ -46,8 +46,9 @@ def read_session(
     was due).
 
     With ``store``, the steps the broker no longer retains whole come first, from the store's
-    chunk log (events with ``source="store"``, at positions ``(0, store seq)``; a ``from_seq``
-    of 0 starts there, ``from_index`` then being the store seq), then the broker's.
+    chunk log (events with ``source="store"``, at positions ``(0, store seq)``), then the
+    broker's: a read from the start (``from_seq`` None or 1) includes them, ``from_seq=0``
+    with ``from_index=K`` starts at the store's chunk ``K``.
 
     ::
 
@@ -57,14 +58,19 @@ def read_session(
     if not valid_session(session):
         raise InvalidSessionId(session)  # now, not at the first iteration
     history = History(store, session) if store is not None else None
-    default = 0 if history is not None else 1
+    if from_seq == 0:  # the store's chunk ``from_index`` on
+        emit_from = (0, from_index)
+    elif from_seq is None or (from_seq, from_index) == (1, 0):  # the start
+        emit_from = (0 if history is not None else 1, 0)
+    else:
+        emit_from = (from_seq, from_index)
     return rendered(
         nc,
         topology,
         session,
         renderer=SessionRenderer(),
         read_from=(0, 0),
-        emit_from=(from_seq if from_seq is not None else default, from_index),
+        emit_from=emit_from,
         follow=follow,
         idle_timeout_s=idle_timeout_s,
         history=history,

@@ -286,7 +286,7 @@ GATEWAY_THREADING: Variable[bool] = Variable(
     meaning=(
         "Thread a request without `X-Tokenwire-Session` into the session whose answer it "
         "continues (by tool-call id, Responses `previous_response_id` or content; one registry"
-        " read a request); `false`: a new session each (docs/gateway.md, \"Threading\")."
+        ' read a request); `false`: a new session each (docs/gateway.md, "Threading").'
     ),
     commands=("gateway",),
 )
