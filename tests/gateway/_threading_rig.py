@@ -21,6 +21,7 @@ from tokenwire.replay import read_session
 from tokenwire.schemas import ChunkEnvelope, StepLink
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
 from tokenwire.services.scripted_provider import ScriptedServer, ScriptedSettings
+from tokenwire.store import Store
 
 SCRIPTED = ScriptedSettings(seed=49, length=4)
 
@@ -85,9 +86,10 @@ class Stack:
 
 @contextlib.asynccontextmanager
 async def threading_stack(
-    nats_url: str, nc: Client, topology: Topology, *, gateways: int = 1
+    nats_url: str, nc: Client, topology: Topology, *, gateways: int = 1, store: Store | None = None
 ) -> AsyncIterator[Stack]:
-    """``gateways`` gateway instances sharing one broker and the scripted provider."""
+    """``gateways`` gateway instances sharing one broker and the scripted provider (and
+    ``store``, where steps gone from the broker are read back from)."""
     tap = ApiTap()
     watcher = await nats.connect(nats_url)
     sub = await watcher.subscribe("$JS.API.>", cb=tap.on)
@@ -100,7 +102,7 @@ async def threading_stack(
         )
         urls = []
         for _ in range(gateways):
-            real = await broker_deps(nc, topology)
+            real = await broker_deps(nc, topology, store=(lambda: store) if store else None)
             stack.push_async_callback(real.aclose)
             settings = GatewaySettings(
                 port=0,

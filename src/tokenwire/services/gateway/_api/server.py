@@ -117,12 +117,15 @@ async def broker_deps(
     step_retry: tuple[int, float] = (16, 30.0),
     claim_idle_s: float = 0.0,
     reprovision: Callable[[], Awaitable[None]] | None = None,
+    store: Callable[[], Store] | None = None,
 ) -> BrokerDeps:
     """Publisher, step registry and readiness probe on an open connection; ``otel``: where the
     model calls' spans and metrics go (nothing by default); ``claim_idle_s``: the bound on a
     step's silence kept with every claim (``StepRecord.idle_s``, read by the assembler before
     it records a step abandoned); ``reprovision``: for a gateway that provisions, provision
-    again when the probe finds a chunk stream or registry bucket missing (issue 48)."""
+    again when the probe finds a chunk stream or registry bucket missing (issue 48);
+    ``store``: where a step gone from the broker's retention is read back from (``GET
+    /v1/responses/{id}``; None: nowhere)."""
     publisher = await ChunkPublisher(nc, topology, window=publish_window).start()
     retries, retry_s = step_retry
     steps = await StepRegistry.open(
@@ -153,7 +156,7 @@ async def broker_deps(
         live=live,
         otel=otel or no_otel(),
         owners=SessionOwners(nc, topology),
-        history=BrokerStepSource(nc, topology),
+        history=BrokerStepSource(nc, topology, store),
     )
     return BrokerDeps(deps, publisher, steps, upstream)
 
@@ -293,6 +296,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> N
             step_retry=(settings.step_retries, settings.step_retry_s),
             claim_idle_s=settings.max_step_idle_seconds + settings.ack_timeout_s,
             reprovision=reprovision,
+            store=lambda: store,
         )
         readers = SseStats()
         routes = events_router(

@@ -42,9 +42,10 @@ from tokenwire.services.gateway._errors import (
     TooManyResumersError,
 )
 from tokenwire.services.gateway._output.caller import EncodingOutput, Outbox, StepStream
-from tokenwire.services.gateway._resume.step_source import StepSource
+from tokenwire.services.gateway._resume.step_source import FromStore, StepSource
 
 RESUMED_HEADER = "x-tokenwire-resumed"
+SOURCE_HEADER = "x-tokenwire-source"
 RESUME_RETRY_AFTER_S = 1
 """The ``retry-after`` of a 429 past the resumer cap."""
 
@@ -185,7 +186,7 @@ class Resumer:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         headers = {**ident.headers(), "cache-control": "no-cache", RESUMED_HEADER: "true"}
-        return StepStream(outbox, headers, lambda: _cancel(task))
+        return StepStream(outbox, {**headers, **_source(first)}, lambda: _cancel(task))
 
 
 _SEQUENCE = re.compile(rb'"sequence_number":(\d+)}\n')
@@ -315,6 +316,11 @@ async def _pump(
             await chunks.aclose()
 
 
+def _source(first: list[ChunkEnvelope]) -> dict[str, str]:
+    """``x-tokenwire-source: store`` for a step read from the store's chunk log."""
+    return {SOURCE_HEADER: "store"} if isinstance(first, FromStore) else {}
+
+
 async def _folded(
     codec: CallerCodec[R],
     chunks: AsyncGenerator[list[ChunkEnvelope], None],
@@ -335,7 +341,7 @@ async def _folded(
     result = fold.result()
     if isinstance(result, RecordedError):
         raise RecordedStepError(result.message, retryable=result.retryable)
-    headers = {**ident.headers(), RESUMED_HEADER: "true"}
+    headers = {**ident.headers(), RESUMED_HEADER: "true", **_source(first)}
     body = codec.message_body(result, reply)
     return Response(body, media_type="application/json", headers=headers)
 

@@ -8,7 +8,9 @@ The step's first chunk is found without reading the session from its start: one 
 session's ``.first`` subject from the claim's time (again :data:`CLOCK_MARGIN_S` earlier when
 the servers' clocks differ, at most :data:`MAX_FIRSTS` messages). Nothing for ``idle_s`` ends
 the read with :class:`StepAbandonedError`; a step that must have ended and is not found,
-:class:`StepGoneError`. docs/gateway.md, "Resuming a step"; ADR 0029.
+:class:`StepGoneError`, unless the store keeps it: a step gone from the broker's retention is
+read from the store's chunk log (:class:`FromStore`). docs/gateway.md, "Resuming a step";
+ADR 0029.
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ from tokenwire.broker import (
     stored_subject,
     stream_info,
 )
-from tokenwire.schemas import ChunkEnvelope, Finish, chunk_envelopes
+from tokenwire.schemas import ChunkEnvelope, ChunkEvent, Finish, chunk_envelopes
 from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     StepAbandonedError,
     StepGoneError,
 )
+from tokenwire.store import Store, StoreError
 
 CLOCK_MARGIN_S = 10.0
 """How far before the claim's time the search for the step's first chunk starts: the claim's
@@ -77,12 +80,21 @@ class _InOrder:
         return out
 
 
-class BrokerStepSource:
-    """The real :class:`StepSource` on a connection (see the module)."""
+class FromStore(list[ChunkEnvelope]):
+    """A step's envelopes read from the store's chunk log (the broker no longer retains it):
+    the answer says so (``x-tokenwire-source: store``)."""
 
-    def __init__(self, nc: Connection, topology: Topology) -> None:
+
+class BrokerStepSource:
+    """The real :class:`StepSource` on a connection (see the module); ``store``: where a step
+    gone from the broker is read from (None: nowhere)."""
+
+    def __init__(
+        self, nc: Connection, topology: Topology, store: Callable[[], Store] | None = None
+    ) -> None:
         self._nc = nc
         self._topology = topology
+        self._store = store
 
     async def chunks(
         self, triple: Triple, since_ns: int, *, idle_s: float, ended: bool
@@ -92,6 +104,9 @@ class BrokerStepSource:
         except BrokerError as exc:
             raise BrokerUnavailableError(f"the broker did not answer: {exc}") from exc
         found, from_seq = start
+        if not found and (stored := await self._stored(triple)):
+            yield stored
+            return
         if not found and ended:
             raise _gone(triple)
         order = _InOrder()
@@ -101,6 +116,20 @@ class BrokerStepSource:
                 yield ready
         finally:
             await batches.aclose()
+
+    async def _stored(self, triple: Triple) -> FromStore | None:
+        """The step from the store's chunk log, when the store holds it whole."""
+        if self._store is None:
+            return None
+        try:
+            store = self._store()
+            outcome = await store.step_outcome(*triple)
+            if outcome is None or outcome.seq_end < outcome.seq_start:
+                return None
+            events = await store.session_events(triple[0], outcome.seq_start, outcome.seq_end)
+        except StoreError as exc:
+            raise BrokerUnavailableError(f"the store did not answer: {exc}") from exc
+        return FromStore(e.envelope for e in events if isinstance(e, ChunkEvent)) or None
 
     async def _start(self, triple: Triple, since_ns: int) -> tuple[bool, int]:
         """(found, the seq to read from): the step's first chunk, or the stream's end."""
