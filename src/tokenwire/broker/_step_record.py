@@ -13,14 +13,9 @@ An idempotency key (``idem.k.<hash>``; never a session's key: sessions have no d
 claim key's second token is a number) holds a :class:`KeyBinding`: the step the key's first
 request was assigned and that request's fingerprint.
 
-A thread key (``thread.<hash>``) holds a :class:`ThreadMark`: the step whose answer the
-hash names (a tool call id it returned, its response id, or the conversation up to its
-answer; the gateway's ``_access/threads.py`` makes the hashes), or that two sessions' answers
-hashed alike (``ambiguous``).
-
-``time_ns`` of records and bindings is the broker's: when the stored message was written
-(the KV stream's clock, the same clock the chunk stream's messages are stamped with on that
-server or cluster).
+A thread key (``thread.<hash>``, the gateway's ``_access/threads.py``) holds a
+:class:`ThreadMark`: the step whose answer the hash names, or ``ambiguous``. ``time_ns`` is
+the broker's (the KV stream's clock: when the stored message was written).
 """
 
 from __future__ import annotations

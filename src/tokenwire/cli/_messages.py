@@ -15,6 +15,7 @@ from tokenwire.cli._common import (
 )
 from tokenwire.cli._errors import NotFoundError
 from tokenwire.cli._flags import variable_flags
+from tokenwire.replay import stored_parents, with_parent
 from tokenwire.schemas import (
     ErrorEvent,
     ImageBlock,
@@ -22,6 +23,7 @@ from tokenwire.schemas import (
     MessageEvent,
     ReasoningBlock,
     RecordedError,
+    StepLink,
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
@@ -43,20 +45,21 @@ def messages(session: str, as_json: bool) -> None:
 async def _messages(url: str, session: str, as_json: bool) -> None:
     async with opened_store(url) as store:
         outcomes = await store.messages(session)
+        parents = await stored_parents(store, session, outcomes)
         where = store.url
     if not outcomes:
         raise NotFoundError(f"session {session!r} has no stored messages in {where}")
     for outcome in outcomes:
         if as_json:
-            write_json(outcome)
+            write_json(with_parent(outcome, parents))
         else:
-            _print(outcome)
+            _print(outcome, parents.get((outcome.turn, outcome.step)))
 
 
-def _print(outcome: MessageEvent | ErrorEvent) -> None:
+def _print(outcome: MessageEvent | ErrorEvent, parent: StepLink | None) -> None:
     head = (
         f"turn {outcome.turn} · step {outcome.step} · chunks {outcome.seq_start}-"
-        f"{outcome.seq_end} · {outcome.provider}/{outcome.model}"
+        f"{outcome.seq_end} · {outcome.provider}/{outcome.model}{_after(outcome, parent)}"
     )
     if isinstance(outcome, MessageEvent):
         click.secho(
@@ -85,6 +88,15 @@ def _print_message(message: Message) -> None:
                 assert_never(block)
     for call in message.dropped_tool_calls:
         click.secho(f"  ✂ dropped truncated call {call.name}({call.arguments})", fg="yellow")
+
+
+def _after(outcome: MessageEvent | ErrorEvent, parent: StepLink | None) -> str:
+    """The step this one follows: in its session, or the step that spawned it."""
+    if parent is None:
+        return ""
+    if parent.session == outcome.session:
+        return f" · after turn {parent.turn} step {parent.step}"
+    return f" · spawned by {parent}"
 
 
 def _usage(message: Message) -> str:

@@ -1,7 +1,8 @@
 """Replay, live tail, verification and the session events feed, from the broker's retained stream.
 
 - :func:`read_session` yields one :class:`ReplayEvent` per retained chunk of a session, its
-  stream seq being the resume id, rendered as the user saw it (:mod:`._render`);
+  stream seq being the resume id, rendered as the user saw it (:mod:`._render`); with a
+  store, the steps the broker no longer retains come first from its chunk log (``_history``);
   :func:`paced` gives them their original timing, scaled.
 - :func:`verify` folds the retained chunks with the one fold and compares them, step by step,
   with the store (:class:`Difference`).
@@ -40,6 +41,7 @@ from tokenwire.replay._events import (
     ShownToolCall,
 )
 from tokenwire.replay._http import DEFAULT_MAX_READERS, StoreProvider, events_router, viewer_html
+from tokenwire.replay._parents import stored_parents, with_parent
 from tokenwire.replay._print import EventPrinter
 from tokenwire.replay._read import paced, read_session
 from tokenwire.replay._render import SessionRenderer
@@ -88,7 +90,9 @@ __all__ = [
     "paced",
     "read_session",
     "stored_chunks",
+    "stored_parents",
     "verify",
     "verify_report",
     "viewer_html",
+    "with_parent",
 ]

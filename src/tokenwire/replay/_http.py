@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 from tokenwire.broker import BrokerError, Connection, Topology, session_owner, valid_session
 from tokenwire.ledger import StepUsage, session_report
 from tokenwire.replay._history import History
+from tokenwire.replay._parents import stored_parents, with_parent
 from tokenwire.replay._sse import NcProvider, SlowReaderPolicy, SseStats, stream
 from tokenwire.schemas import json_encoder
 from tokenwire.scrub import scrub
@@ -243,7 +244,9 @@ class _Routes:
         store = self._store()
         if scope is not None and not await _owned(store, session, scope):
             return []
-        return list(await store.messages(session))
+        outcomes = await store.messages(session)
+        parents = await stored_parents(store, session, outcomes)
+        return [with_parent(o, parents) for o in outcomes]
 
     async def usage(self, request: Request) -> Response:
         try:
@@ -327,6 +330,8 @@ def _start(request: Request) -> tuple[int, int]:
     the start. Both are checked when both are given (``N`` or ``N:I``, ADR 0024)."""
     raw = request.query_params.get("from_seq")
     start = (0, 0) if raw is None else _position("from_seq", raw, 1, MAX_SEQ)
+    if start == (1, 0):  # the session's start: the store's part first, when there is one
+        start = (0, 0)
     last = request.headers.get("last-event-id")
     if last is not None and last.strip():
         seq, index = _position("Last-Event-ID", last.strip(), 0, MAX_SEQ - 1)
