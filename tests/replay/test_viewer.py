@@ -15,6 +15,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+import msgspec
 import pytest
 from starlette.applications import Starlette
 
@@ -30,7 +31,7 @@ from tests.replay.sessions import (
 from tests.store.ledger_fleet import CLAUDE, PRICED, expected_line, step
 from tokenwire.ledger import StepUsage
 from tokenwire.replay import events_router
-from tokenwire.schemas import TokenUsage
+from tokenwire.schemas import ChunkEnvelope, StepLink, TokenUsage
 from tokenwire.store import open_store
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -194,3 +195,57 @@ async def test_the_store_column_shows_each_steps_tokens_and_cost(
     total = sum(line.cost_pusd or 0 for line in lines) / 10**12
     assert "session: tokens " in messages
     assert f"cost ${total:.6f} (2 steps unpriced)" in messages
+
+
+def _with_parents(
+    sent: list[ChunkEnvelope], parents: dict[tuple[int, int], StepLink]
+) -> list[ChunkEnvelope]:
+    """The envelopes with each listed step's parent on its first chunk (as the gateway puts
+    it: docs/gateway.md, "Threading")."""
+    return [
+        msgspec.structs.replace(e, parent=parents[e.turn, e.step])
+        if e.ordinal == 0 and (e.turn, e.step) in parents
+        else e
+        for e in sent
+    ]
+
+
+@pytest.mark.slow
+async def test_a_purged_session_and_a_sub_agents_link_show_in_the_viewer(
+    chromium, nc, topology, sqlite_url, tmp_path
+):
+    """The lead session's chunks are purged from the stream: the viewer shows it from the
+    store, marked so, with its steps' parents; the sub-agent's session names the lead's step
+    that spawned it, as a link to that session."""
+    store = open_store(sqlite_url)
+    lead, sub = f"w-{uuid.uuid4().hex[:10]}", f"w-{uuid.uuid4().hex[:10]}"
+    spawner = StepLink(lead, 0, 0)
+    lead_sent = _with_parents(envelopes(lead), {(1, 0): spawner, (1, 1): StepLink(lead, 1, 0)})
+    sub_sent = _with_parents(envelopes(sub), {(0, 0): spawner})
+    for sent in (lead_sent, sub_sent):
+        await publish(nc, topology, sent)
+        await commit_folded(store, sent)
+    await nc.jetstream().purge_stream(topology.stream, subject=topology.session_filter(lead))
+    router = events_router(lambda: nc, topology, lambda: store)
+    try:
+        async with serve(Starlette(routes=router.routes)) as url:
+            lead_dom = await run_chromium(
+                chromium,
+                tmp_path,
+                "--dump-dom",
+                f"{url}/viewer?session={lead}&speed=max&autoplay=1",
+            )
+            sub_dom = await run_chromium(
+                chromium, tmp_path, "--dump-dom", f"{url}/viewer?session={sub}&steps=1"
+            )
+    finally:
+        await store.close()
+    replay, messages = sections(html.unescape(lead_dom.decode()))
+    for text in EXPECTED_TEXT.values():
+        assert text in replay
+    assert "from the store (gone from the broker)" in replay
+    assert "after turn 0 step 0" in replay
+    assert "after turn 1 step 0" in messages
+    sub_replay, _ = sections(html.unescape(sub_dom.decode()))
+    assert f' · spawned by <a href="?session={lead}">{lead} turn 0 step 0</a>' in sub_replay
+    assert "from the store" not in sub_replay  # the sub-agent's session is on the broker
