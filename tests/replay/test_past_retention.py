@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from typing import Any
 
 import httpx
 import pytest
@@ -121,7 +122,7 @@ async def test_the_events_endpoint_serves_and_resumes_the_stores_part(nc, topolo
     assert [c["id"] for c in rest] == [c["id"] for c in whole[11:]]  # nothing missed, repeated
 
 
-def _chunks(body: str) -> list[dict[str, object]]:
+def _chunks(body: str) -> list[dict[str, Any]]:
     out = []
     for block in body.split("\n\n"):
         fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
