@@ -90,7 +90,9 @@ class EventPrinter:
         env = event.envelope
         ttfc = shown.time_to_first_chunk_s
         after = f" · first chunk after {ttfc:.3f} s" if ttfc is not None else ""
-        where = f"store seq {event.index}" if event.source == "store" else f"stream seq {event.seq}"
+        where = (
+            f"store chunk {event.index}" if event.source == "store" else f"stream seq {event.seq}"
+        )
         self.line(
             f"── turn {env.turn} · step {env.step} · {env.provider}/{env.model}{after} "
             f"· {where}{_parent(env)} ──",
