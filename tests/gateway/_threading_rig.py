@@ -86,7 +86,13 @@ class Stack:
 
 @contextlib.asynccontextmanager
 async def threading_stack(
-    nats_url: str, nc: Client, topology: Topology, *, gateways: int = 1, store: Store | None = None
+    nats_url: str,
+    nc: Client,
+    topology: Topology,
+    *,
+    gateways: int = 1,
+    store: Store | None = None,
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[Stack]:
     """``gateways`` gateway instances sharing one broker and the scripted provider (and
     ``store``, where steps gone from the broker are read back from)."""
@@ -95,10 +101,11 @@ async def threading_stack(
     sub = await watcher.subscribe("$JS.API.>", cb=tap.on)
     await watcher.flush()
     async with ScriptedServer(SCRIPTED) as scripted, contextlib.AsyncExitStack() as stack:
-        env = provider_env(
+        providers = provider_env(
             TOKENWIRE_ANTHROPIC_BASE_URL=scripted.url,
             TOKENWIRE_OPENAI_BASE_URL=scripted.url + "/v1",
             TOKENWIRE_SCRIPTED_BASE_URL=scripted.url,
+            **(env or {}),
         )
         urls = []
         for _ in range(gateways):
@@ -107,7 +114,7 @@ async def threading_stack(
             settings = GatewaySettings(
                 port=0,
                 keys=frozenset({GATEWAY_KEY}),
-                provider_env=env,
+                provider_env=providers,
                 partitions=topology.partitions,
                 ack_timeout_s=10.0,
             )

@@ -20,7 +20,9 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
+from tests.fixtures.recordings import recordings_dir
 from tests.gateway._helpers import GATEWAY_KEY
+from tests.gateway._recorded_upstream import recorded_upstream
 from tests.gateway._threading_rig import Stack, threading_stack
 from tokenwire.schemas import StepLink
 
@@ -120,3 +122,31 @@ async def test_langchain_chat_openai_tool_loop_is_one_session(stack: Stack) -> N
     assert not answer.tool_calls
     await chat.root_async_client.close()
     await _one_session_of_two_steps(stack, since)
+
+
+async def test_a_previous_response_id_joins_its_session_as_the_next_turn(
+    nats_url, nc, topology
+) -> None:
+    """A forwarded Responses route (``openai-responses/...``, a real recorded OpenAI stream
+    from a loopback upstream): the follow-up names only ``previous_response_id``."""
+    recording = recordings_dir() / "openai-responses/responses-text.sse"
+    with recorded_upstream({("openai-responses", "text"): recording}) as upstream:
+        env = {"TOKENWIRE_OPENAI_RESPONSES_BASE_URL": upstream.url + "/v1"}
+        async with threading_stack(nats_url, nc, topology, env=env) as stack:
+            client = openai.AsyncOpenAI(base_url=stack.urls[0] + "/v1", api_key=GATEWAY_KEY)
+            first: Any = await client.responses.with_raw_response.create(
+                model="openai-responses/text", input="hello"
+            )
+            answered = first.parse()
+            second: Any = await client.responses.with_raw_response.create(
+                model="openai-responses/text",
+                input="and then?",
+                previous_response_id=answered.id,
+            )
+            await client.close()
+            session = first.headers["x-tokenwire-session"]
+            parents = await stack.parents(session)
+    assert second.headers["x-tokenwire-session"] == session
+    assert second.headers["x-tokenwire-session-match"] == "previous-response"
+    assert (second.headers["x-tokenwire-turn"], second.headers["x-tokenwire-step"]) == ("1", "0")
+    assert parents == {(0, 0): None, (1, 0): StepLink(session, 0, 0)}
