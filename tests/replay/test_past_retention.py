@@ -10,11 +10,13 @@ Ground truth: the script's literal text (tests/replay/sessions.py) and the envel
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 from starlette.applications import Starlette
 
@@ -156,3 +158,24 @@ def test_tokenwire_replay_prints_a_purged_session_from_the_store(env, capsys):  
     assert {line["source"] for line in lines} == {"store"}
     assert main(["replay", session, "--verify"]) == 1  # not-retained, as before
     assert "not-retained" in capsys.readouterr().out
+
+
+async def test_a_followed_read_serves_the_stores_part_then_follows_the_broker(nc, topology, store):
+    """What ``tokenwire tail`` reads: the purged steps from the store, then live chunks."""
+    session = new_session()
+    sent = await _recorded(nc, topology, store, session)
+    await _purge(nc, topology, session)
+    later = [
+        msgspec.structs.replace(e, turn=e.turn + 10) for e in envelopes(session)[:3]
+    ]  # a new step's first chunks, after the purge
+    events = read_session(nc, topology, session, follow=True, store=store)
+    got: list[ReplayEvent] = []
+    async with contextlib.aclosing(events):
+        await publish(nc, topology, later)
+        async with asyncio.timeout(20):
+            async for event in events:
+                got.append(event)
+                if len(got) == len(sent) + len(later):
+                    break
+    assert [e.source for e in got] == ["store"] * len(sent) + ["broker"] * len(later)
+    assert [e.envelope for e in got[len(sent) :]] == later
