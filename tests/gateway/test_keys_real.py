@@ -365,3 +365,32 @@ async def test_the_viewer_asks_for_a_key_and_says_when_one_is_refused(
     assert "The gateway refused this key: enter another." in dom
     assert "no sessions in the store" not in dom
     assert "played to the end" not in dom
+
+
+async def test_threading_and_parent_links_stay_within_a_tenant(stack: Stack) -> None:
+    """Tenant B sending tenant A's exact conversation (A's tool calls answered) is not threaded
+    into A's session, and may not name a step of it as its parent (the named session's 404);
+    A's own follow-up joins A's session."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    opening = [{"role": "user", "content": "thread me"}]
+    body = {"model": "scripted/tools", "messages": opening, "tools": tools}
+    async with stack.http(KEY_A) as a, stack.http(KEY_B) as b:
+        first = await a.post("/v1/chat/completions", json=body)
+        asked = first.json()["choices"][0]["message"]
+        results = [
+            {"role": "tool", "tool_call_id": c["id"], "content": "42"} for c in asked["tool_calls"]
+        ]
+        follow = {**body, "messages": [*opening, asked, *results]}
+        by_b = await b.post("/v1/chat/completions", json=follow)
+        by_a = await a.post("/v1/chat/completions", json=follow)
+        session = first.headers["x-tokenwire-session"]
+        spawned = await b.post(
+            "/v1/chat/completions", json=body, headers={"X-Tokenwire-Parent": f"{session}/0/0"}
+        )
+    assert by_b.status_code == 200
+    assert by_b.headers["x-tokenwire-session-match"] == "new"
+    assert by_b.headers["x-tokenwire-session"] != session
+    assert by_a.headers["x-tokenwire-session"] == session
+    assert by_a.headers["x-tokenwire-session-match"] == "tool-call-id"
+    assert spawned.status_code == 404
+    assert spawned.json()["error"]["param"] == "x-tokenwire-parent"
