@@ -28,6 +28,7 @@ from tokenwire.schemas import (
     FramedChunk,
     ReasoningDelta,
     StepError,
+    StepLink,
     StreamChunk,
     TextBlock,
     TextDelta,
@@ -92,6 +93,15 @@ FRAMES: dict[str, list[ChunkEnvelope]] = {
             request_time_ns=T0 - 10_000_000,
             key_name="fleet-a",
             tenant="acme",
+        ),
+    ],
+    "frame-first-with-parent.json": [  # a step's parent (issue 49): added, with a default
+        _claude(
+            0,
+            T0,
+            BlockStart(index=0, block_type="text"),
+            request_time_ns=T0 - 10_000_000,
+            parent=StepLink("lead-7", 0, 3),
         ),
     ],
     "frame-text.json": [
@@ -161,6 +171,7 @@ def _frame(envelopes: list[ChunkEnvelope]) -> ChunkFrame:
         request_time_ns=first.request_time_ns,
         key_name=first.key_name,
         tenant=first.tenant,
+        parent=first.parent,
         chunks=[FramedChunk(e.time_ns - first.time_ns, e.chunk) for e in envelopes],
     )
 
@@ -180,6 +191,7 @@ def test_a_frame_built_a_chunk_at_a_time_is_the_frame_encoded_whole(name: str) -
         request_time_ns=first.request_time_ns,
         key_name=first.key_name,
         tenant=first.tenant,
+        parent=first.parent,
     )
     items = [frame_item(e.time_ns - first.time_ns, e.chunk) for e in envelopes]
     built = head + b",".join(items) + FRAME_TAIL
