@@ -19,6 +19,7 @@ from tokenwire.schemas import (
 )
 from tokenwire.services.gateway._access.identity import StepIdentity
 from tokenwire.services.gateway._access.threads import (
+    Conversation,
     StepThread,
     history,
     lookup_key,
@@ -37,7 +38,7 @@ ANSWER = Message(
 
 
 def _thread(scope: str = "") -> StepThread:
-    return StepThread(match="new", scope=scope, history=history([USER]))
+    return StepThread(match="new", scope=scope, conversation=Conversation(lambda: [USER]))
 
 
 def test_tool_results_match_the_id_of_the_call_they_answer() -> None:

@@ -57,19 +57,40 @@ class ThreadKey:
     hash: str
 
 
+class Conversation:
+    """A request's conversation in the canonical form (:func:`history`), made when first
+    needed: before the provider call only for a request that is looked up, else when its
+    step answers (off the time to first chunk). None: no neutral form (not threaded)."""
+
+    __slots__ = ("_read", "_value")
+
+    def __init__(self, read: Callable[[], Sequence[NeutralMessage]]) -> None:
+        self._read: Callable[[], Sequence[NeutralMessage]] | None = read
+        self._value: tuple[object, ...] | None = None
+
+    def value(self) -> tuple[object, ...] | None:
+        if self._read is not None:
+            read, self._read = self._read, None
+            try:
+                self._value = history(read())
+            except GatewayError:  # content without a neutral form: not threaded, never refused
+                self._value = None
+        return self._value
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepThread:
     """A step's place in its session's graph and what it marks when it answers.
 
     ``matched`` is the step the request continues (threaded), ``spawned_by`` the step its
-    ``X-Tokenwire-Parent`` names; ``history`` the canonical conversation it was asked (None:
-    it marks nothing: opted out, or a conversation without a neutral form)."""
+    ``X-Tokenwire-Parent`` names; ``conversation`` the one it was asked (None: it marks
+    nothing: opted out)."""
 
     match: Match
     scope: str
     matched: StepLink | None = None
     spawned_by: StepLink | None = None
-    history: tuple[object, ...] | None = None
+    conversation: Conversation | None = None
 
     def parent(self, identity: StepIdentity) -> StepLink | None:
         """The step this one follows: the one it continues, else the previous step of its
@@ -83,12 +104,13 @@ class StepThread:
     def marks(self, answer: Message, response_id: str | None) -> list[str]:
         """The keys a step's ``answer`` is found by: each tool call's id, the response id its
         caller saw, the conversation up to and including the answer."""
-        if self.history is None:
+        asked = self.conversation.value() if self.conversation is not None else None
+        if asked is None:
             return []
         keys = [_hash(self.scope, "call", plain_call_id(c.id)) for c in answer.tool_calls]
         if response_id is not None:
             keys.append(_hash(self.scope, "response", response_id))
-        answered = _canonical([*self.history, ("assistant", _blocks(answer.content))])
+        answered = _canonical([*asked, ("assistant", _blocks(answer.content))])
         keys.append(_hash(self.scope, "content", answered))
         return keys
 
@@ -160,12 +182,15 @@ def lookup_key(
 class ThreadRequest:
     """What threading reads of a request: the caller's tenant (``scope``), the session it
     names, its headers, its conversation (a call: only made when needed; a 400 from it means
-    no neutral form), its ``previous_response_id`` (Responses)."""
+    no neutral form), whether it opens one, its ``previous_response_id`` (Responses)."""
 
     scope: str
     named: str | None
     headers: Mapping[str, str]
     conversation: Callable[[], Sequence[NeutralMessage]]
+    opens: bool = False
+    """Nothing in it came from the model (``CallerRequest.opens_conversation``): no lookup
+    unless it names a ``previous_response_id``."""
     previous_response_id: str | None = None
 
 
@@ -178,34 +203,31 @@ async def thread_request(
     nothing the gateway answered (a conversation's first call)."""
     spawned_by = read_parent(request.headers)
     off = not enabled or threading_off(request.headers)
-    conversation = None if off else _conversation(request)
+    conversation = None if off else Conversation(request.conversation)
+    scope = request.scope
     if request.named is not None:
-        return None, StepThread(
-            match="header", scope=request.scope, spawned_by=spawned_by, history=conversation
+        thread = StepThread(
+            match="header", scope=scope, spawned_by=spawned_by, conversation=conversation
         )
-    new = StepThread(match="new", scope=request.scope, spawned_by=spawned_by, history=conversation)
-    if conversation is None:
+        return None, thread
+    new = StepThread(match="new", scope=scope, spawned_by=spawned_by, conversation=conversation)
+    looked_up = not request.opens or request.previous_response_id is not None
+    asked = conversation.value() if conversation is not None and looked_up else None
+    if asked is None:
         return None, new
-    key = lookup_key(request.scope, conversation, request.previous_response_id)
+    key = lookup_key(scope, asked, request.previous_response_id)
     mark = await find(steps, key) if key is not None else None
     if key is None or mark is None:
         return None, new
     matched = StepLink(mark.session, mark.turn, mark.step)
     thread = StepThread(
         match=key.kind,
-        scope=request.scope,
+        scope=scope,
         matched=matched,
         spawned_by=spawned_by,
-        history=conversation,
+        conversation=conversation,
     )
     return mark.session, thread
-
-
-def _conversation(request: ThreadRequest) -> tuple[object, ...] | None:
-    try:
-        return history(request.conversation())
-    except GatewayError:  # content without a neutral form: not threaded, never refused
-        return None
 
 
 async def find(steps: StepAllocator, key: ThreadKey) -> ThreadMark | None:

@@ -414,6 +414,7 @@ class Gateway:
             named=wanted.session,
             headers=headers,
             conversation=lambda: codec.to_neutral(req).messages,
+            opens=req.opens_conversation,
             previous_response_id=previous if isinstance(previous, str) else None,
         )
         found, thread = await thread_request(

@@ -693,7 +693,11 @@ class StepRun:
             return
         names = self.plan.naming(self._head) if self.plan.naming is not None else None
         response_id = names.response_id if names is not None and self.plan.aliased else None
-        keys = thread.marks(answer, response_id)
+        try:
+            keys = thread.marks(answer, response_id)
+        except Exception as exc:  # threading never fails a step: its answer is not found
+            log.warning("the thread keys of step %s/%s/%s were not made: %r", *self._key, exc)
+            return
         mark = ThreadMark(*self._key, pointer=self._deps.steps.pointer(self.identity.session))
         self._marking = asyncio.create_task(self._deps.steps.mark_thread(keys, mark))
 
