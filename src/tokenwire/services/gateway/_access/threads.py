@@ -8,7 +8,7 @@ ids of its tool calls, the response id its Responses caller saw, and the convers
 asked plus its answer. Keys are SHA-256 hashes scoped to the caller's tenant; a key two
 sessions' answers share names neither. The step's parent is the step it matched, else the
 previous step of its turn, else the step ``X-Tokenwire-Parent`` names (a sub-agent's).
-``X-Tokenwire-Thread: off`` opts a request out. docs/gateway.md, "Threading"; ADR 0036.
+``X-Tokenwire-Thread: off`` opts a request out. docs/gateway.md, "Threading"; ADR 0037.
 """
 
 from __future__ import annotations
