@@ -216,3 +216,18 @@ async def test_the_thread_header_opts_out(stack: Stack) -> None:
     await client.close()
     assert _identity(follow)[3] == "new"
     assert follow["x-tokenwire-session"] != head["x-tokenwire-session"]
+
+
+async def test_a_named_sessions_steps_write_no_thread_keys(stack: Stack) -> None:
+    """A caller that names its session continues it by name: its steps mark nothing, so the
+    same conversation sent again without the header finds nothing to join."""
+    named = _client(stack.urls[0], **{"X-Tokenwire-Session": "named-no-marks"})
+    opening = [{"role": "user", "content": "a named session"}]
+    asked, head = await _ask(named, opening)
+    await named.close()
+    unnamed = _client(stack.urls[0])
+    _, follow = await _ask(unnamed, [*opening, asked, *_results(asked)])
+    await unnamed.close()
+    assert _identity(head) == ("named-no-marks", 0, 0, "header")
+    assert _identity(follow)[3] == "new"
+    assert follow["x-tokenwire-session"] != "named-no-marks"

@@ -200,16 +200,14 @@ async def thread_request(
     """The session a request joins (None: the one it names, or a new one) and its thread.
 
     At most one registry read: none when the request names its session, opts out, or carries
-    nothing the gateway answered (a conversation's first call)."""
+    nothing the gateway answered (a conversation's first call). A step of a named session
+    writes no thread keys: its caller continues it by name."""
     spawned_by = read_parent(request.headers)
     off = not enabled or threading_off(request.headers)
     conversation = None if off else Conversation(request.conversation)
     scope = request.scope
-    if request.named is not None:
-        thread = StepThread(
-            match="header", scope=scope, spawned_by=spawned_by, conversation=conversation
-        )
-        return None, thread
+    if request.named is not None:  # a named session is continued by name: it marks nothing
+        return None, StepThread(match="header", scope=scope, spawned_by=spawned_by)
     new = StepThread(match="new", scope=scope, spawned_by=spawned_by, conversation=conversation)
     looked_up = not request.opens or request.previous_response_id is not None
     asked = conversation.value() if conversation is not None and looked_up else None

@@ -698,6 +698,8 @@ class StepRun:
         except Exception as exc:  # threading never fails a step: its answer is not found
             log.warning("the thread keys of step %s/%s/%s were not made: %r", *self._key, exc)
             return
+        if not keys:
+            return
         mark = ThreadMark(*self._key, pointer=self._deps.steps.pointer(self.identity.session))
         self._marking = asyncio.create_task(self._deps.steps.mark_thread(keys, mark))
 
