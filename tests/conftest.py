@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.fixtures.recordings",
     "tests.fixtures.broker",
     "tests.fixtures.stores",
+    "tests.scheduling",
 ]

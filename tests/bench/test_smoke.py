@@ -14,6 +14,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PARTS = ("limits", "stack", "interleaved", "telemetry", "scaling", "floor")
+RUN_LIMIT_S = 600
+
+# The first test's setup runs the whole benchmark (bounded by RUN_LIMIT_S): its bound, not the
+# suite's per-test default, is the one that matters.
+pytestmark = pytest.mark.timeout(RUN_LIMIT_S + 60)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +41,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=RUN_LIMIT_S,
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
