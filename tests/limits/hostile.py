@@ -102,12 +102,15 @@ async def keepalive_only(pause_ms: str = "20") -> AsyncIterator[bytes]:
         yield b": keep-alive\n\n"
 
 
+EMPTY = b'data: {"id":"chatcmpl-hostile","object":"chat.completion.chunk","choices":[]}\n\n'
+"""An event that carries nothing (no choices)."""
+
+
 async def empty_events(pause_ms: str = "1") -> AsyncIterator[bytes]:
-    """One delta, then events that carry nothing (no choices) for ever."""
+    """One delta, then events that carry nothing for ever."""
     yield event({"role": "assistant", "content": "hello"})
-    empty = b'data: {"id":"chatcmpl-hostile","object":"chat.completion.chunk","choices":[]}\n\n'
     while True:
-        yield empty * 64
+        yield EMPTY * 64
         await asyncio.sleep(int(pause_ms) / 1000)
 
 

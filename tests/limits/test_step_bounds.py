@@ -101,11 +101,26 @@ async def test_a_step_whose_caller_left_stops_reading_at_a_bound(
 async def test_events_that_carry_nothing_are_forwarded_not_kept(nc, topology, nats_url, sqlite_url):
     """Before: every event without a chunk stayed in the output tap until the next chunk
     (gigabytes from one stream); the caller saw none of them. Now a read without a chunk
-    forwards what it read at once."""
-    async with limit_rig(nc, topology, nats_url, sqlite_url, max_step_seconds=3.0) as rig:
+    forwards what it read at once.
+
+    The upstream sends empty events until the caller has counted 10,000 of them, and only
+    then a normal end: a gateway that kept them would show the caller none until the step
+    bound ends the stream (then the count fails). However slowly the machine runs, the count
+    is reached or not, whatever the time it takes."""
+    counted = asyncio.Event()
+
+    async def empty_until_counted() -> AsyncIterator[bytes]:
+        yield hostile.event({"role": "assistant", "content": "hello"})
+        while not counted.is_set():
+            yield hostile.EMPTY * 64
+            await asyncio.sleep(0.001)
+        yield hostile.event({}, "stop") + hostile.DONE
+
+    extra = {"empty-until-counted": empty_until_counted}
+    async with limit_rig(nc, topology, nats_url, sqlite_url, extra, max_step_seconds=60.0) as rig:
         sid = session()
         body = {
-            "model": "openai/empty-events",
+            "model": "openai/empty-until-counted",
             "stream": True,
             "messages": [{"role": "user", "content": "x"}],
         }
@@ -118,8 +133,10 @@ async def test_events_that_carry_nothing_are_forwarded_not_kept(nc, topology, na
                 async for data in response.aiter_bytes():
                     received += data.count(b'"choices":[]')
                     if received >= 10_000:
-                        break
+                        counted.set()
+                tail = data
         assert received >= 10_000
+        assert tail.endswith(b"data: [DONE]\n\n"), tail[-200:]
 
 
 async def test_chunks_after_done_reach_neither_the_caller_nor_the_store(
