@@ -6,9 +6,9 @@ UV := .uv/bin/uv
 VENV := .venv
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 # Every Python process the suite starts (pytest's workers, each `tokenwire ...` child) reads
-# compiled bytecode written once, instead of compiling its imports again (ADR 0036).
+# compiled bytecode written once, instead of compiling its imports again (ADR 0038).
 unexport PYTHONDONTWRITEBYTECODE
-# pytest-xdist workers for `make test` (ADR 0036: measured on 2 cores, idle and under load).
+# pytest-xdist workers for `make test` (ADR 0038: measured on 2 cores, idle and under load).
 TEST_WORKERS ?= 4
 
 .PHONY: demo test lint typecheck bench bench-peer bench-long bench-smoke schemas install browser clean fuzz faults soak

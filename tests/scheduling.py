@@ -1,5 +1,5 @@
 """How the suite spreads over pytest-xdist workers (``make test`` runs ``-n 4 --dist loadscope``;
-ADR 0036 says why and how the worker count was chosen).
+ADR 0038 says why and how the worker count was chosen).
 
 - Every test module is one unit of work, so a module-scoped fixture (a module's own broker, the
   benchmark run of tests/bench/test_smoke.py) is set up once, on one worker.
