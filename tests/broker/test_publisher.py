@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -135,6 +136,46 @@ async def test_stopped_server_surfaces_publish_timeout(tmp_path: Path) -> None:
     finally:
         await close_client(nc)
         server.stop()
+
+
+@pytest.mark.slow
+async def test_a_message_failed_at_the_horizon_never_lands_when_the_broker_returns(
+    tmp_path: Path,
+) -> None:
+    """A step the publisher failed (its caller told it was not captured) must not be stored
+    later: while the broker is down nothing may wait in the client's reconnect buffer to be
+    flushed after the horizon (issue 48: a 60 s outage stored such steps as messages)."""
+    server = EmbeddedServer(tmp_path).start()
+    nc = await connect(server.url)
+    try:
+        t = fresh_topology()
+        await ensure_topology(nc, t)
+        publisher = await ChunkPublisher(nc, t, retry_horizon_s=1.5, ack_timeout_s=0.3).start()
+        await publisher.publish(b"ok", "late", 0, 0, 0, first=True)
+        await publisher.wait_acked("late", 0, 0)
+        server.kill()
+        await _until(lambda: not nc.is_connected)  # the client knows: it is reconnecting
+        for ordinal in range(1, 20):
+            await publisher.publish(b"failed", "late", 0, 0, ordinal, first=False)
+        with pytest.raises(PublishTimeout):
+            await publisher.wait_acked("late", 0, 0, timeout_s=10)
+        server.start()  # same port and store
+        # a later step acked on the same connection: whatever the client held is written
+        await publisher.publish(b"after", "later", 0, 0, 0, first=True)
+        await publisher.wait_acked("later", 0, 0, timeout_s=30)
+        await publisher.close()
+        stored = await _read_session(nc, t, "late")
+        assert stored == [b"ok"], f"{len(stored) - 1} failed chunks were stored after the horizon"
+    finally:
+        await close_client(nc)
+        server.stop()
+
+
+async def _until(condition: Callable[[], bool], bound_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + bound_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
 
 
 async def test_publish_on_a_closed_connection_raises_broker_unavailable(

@@ -265,10 +265,18 @@ class ChunkPublisher:
 
     async def _send(self, token: str, entry: _Pending) -> None:
         reply = self._prefix + token
+        if not self._nc.is_connected and not self._nc.is_closed:
+            # Reconnecting: not into nats-py's reconnect buffer, which is flushed when the
+            # broker is back, also after the horizon failed the step and its caller was told
+            # so (the step would be stored whole). The reaper resends it when due, within
+            # the horizon; a closed connection still raises below.
+            entry.due = self._clock() + self._backoff(entry.attempts)
+            self._due_by(entry)
+            return
         try:
             if self._frames.usable(len(entry.payload)):
                 await self._frames.publish(entry.subject, reply, entry.header, entry.payload)
-            else:  # reconnecting, draining, oversized: nats-py's own buffering and errors
+            else:  # draining, oversized: nats-py's own errors
                 await self._nc.publish(
                     entry.subject, entry.payload, reply=reply, headers=entry.headers
                 )
@@ -276,7 +284,7 @@ class ChunkPublisher:
             self._fail(token, BrokerUnavailable(server_url(self._nc), "connection closed"))
             raise BrokerUnavailable(server_url(self._nc), "connection closed") from exc
         except NatsError:
-            # Disconnected with a full outbound buffer: the reaper resends when due.
+            # Disconnected meanwhile (or draining): the reaper resends when due.
             entry.due = self._clock() + self._backoff(entry.attempts)
             self._due_by(entry)
 
