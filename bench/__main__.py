@@ -54,6 +54,9 @@ def _scale(profile: Profile) -> None:
 
     bench_floor.scale(*sizes(profile, (5, 1, 1), (150, 3, 4), (150, 3, 8)))
 
+    from bench import bench_routes
+
+    bench_routes.PAIRS = sizes(profile, 50, 2_000, 5_000)
     bench_shards.CHUNKS = sizes(profile, 5_000, 100_000, 200_000)
     bench_shards.STEPS = sizes(profile, 1_000, 10_000, 20_000)
     bench_paced.scale(
@@ -140,13 +143,15 @@ PARTS: dict[str, Callable[[Figures, Profile, argparse.Namespace], str]] = {
     "paced": _paced,
     "shards": _module("shards"),
     "floor": _module("floor"),
+    "routes": _module("routes"),
 }
 EXTRA = ("publish", "fold", "parse", "frames", "compression", "request_body")  # only when named
 """Their own tables; ``frames`` (messages, bytes and CPU per chunk against lingers, ADR 0024)
 and ``compression`` (bytes per chunk on disk with and without S2, ADR 0023) record their
 figures. ``paced`` (the stack at 50 tokens/s per session, shipped defaults) and ``shards`` (one
 stream's ceiling on a loopback R3 cluster) and ``floor`` (the gateway's CPU per token at that
-pace against two relaying floors) run by default: docs/capacity.md is computed from them."""
+pace against two relaying floors) run by default: docs/capacity.md is computed from them;
+``routes`` (what a routes file adds to the first byte, issue 45) too."""
 
 
 def _args(argv: list[str]) -> argparse.Namespace:

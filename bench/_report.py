@@ -442,7 +442,7 @@ def generated(fig: Figures, images: list[str], preliminary: bool) -> str:
         *[f"![{i}](img/{i})" for i in images],
         "",
     ]
-    for phase in ("gateway", "assembler", "replay", "telemetry", "publish"):
+    for phase in ("gateway", "routes", "assembler", "replay", "telemetry", "publish"):
         if phase in fig.tables:
             body += [f"### bench_{phase} (this run)", "", fig.tables[phase], ""]
     return "\n".join(head + body + [END])

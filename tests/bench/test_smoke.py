@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PARTS = ("limits", "stack", "interleaved", "telemetry", "scaling", "floor")
+PARTS = ("limits", "stack", "interleaved", "telemetry", "scaling", "floor", "routes")
 RUN_LIMIT_S = 600
 
 # The first test's setup runs the whole benchmark (bounded by RUN_LIMIT_S): its bound, not the
@@ -110,6 +110,22 @@ def test_the_limits_and_tokenwire_figures_are_there_and_positive(run: Path) -> N
     for side in ("gateway", "coalesced", "proxy", "relay"):
         assert floor[f"{side}_us_per_token"] > 0, side
     assert floor["gateway_over_gateway"] == 1.0
+
+
+@pytest.mark.slow
+def test_the_routes_part_measures_both_sides_of_every_pair(run: Path) -> None:
+    """Issue 45's same-run figure: time to first byte through a routes file against
+    provider/model, both measured in every pair (no target asserted: a wall-clock figure)."""
+    routes = _figures(run)["routes"]
+    assert routes["pairs"] >= 10
+    for name in (
+        "plain_ttfb_p50_ms",
+        "routed_ttfb_p50_ms",
+        "plain_cpu_us_per_request",
+        "routed_cpu_us_per_request",
+    ):
+        assert routes[name] > 0, name
+    assert math.isfinite(routes["added_p50_ms"])
 
 
 @pytest.mark.slow

@@ -134,8 +134,10 @@ def exposed_metric_labels() -> dict[str, frozenset[str]]:
         for metric in registry._collector_to_names:
             if not hasattr(metric, "_name"):  # a custom collector (e.g. the gateway's readers)
                 for family in metric.collect():
+                    # the labels a family declares (its series may be none yet)
+                    declared = frozenset(getattr(family, "_labelnames", ()))
                     for suffix in suffixes.get(family.type, ("",)):
-                        out[family.name + suffix] = frozenset()  # unlabelled figures
+                        out[family.name + suffix] = declared
                 continue
             name = metric._name  # private in prometheus_client (hasattr above)
             labels = frozenset(metric._labelnames)  # type: ignore[attr-defined]  # prometheus_client keeps a metric's labels private

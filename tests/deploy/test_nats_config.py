@@ -32,6 +32,8 @@ from tests.fixtures.partitions import AssemblerConsumers
 from tokenwire.broker import (
     ChunkPublisher,
     ConsumedMessage,
+    Cooldowns,
+    Cooling,
     PullConsumer,
     SessionReader,
     StepClaims,
@@ -261,6 +263,27 @@ async def _gateway_publishes(conn: Connection, topology: Topology) -> None:
     for stream in topology.chunk_streams:
         await conn.nc.jetstream().stream_info(stream)  # the readiness probe
     await check_layout(conn.nc, topology)  # at start
+    await _gateway_cools_down(conn, topology)
+
+
+async def _gateway_cools_down(conn: Connection, topology: Topology) -> None:
+    """A routed gateway's shared cooldowns: watch, cool a deployment, claim its probe, clear."""
+    board = Cooldowns(conn.nc, topology.cooldowns_bucket)
+    seen: list[object] = []
+    watch = await board.watch(seen.append)
+    await board.cool("east", reason="429 retry-after 30 s", seconds=30)
+    state = await board.state("east")
+    assert isinstance(state, Cooling)
+    claim = await board.claim_probe("east", revision=state.revision, seconds=5)
+    assert claim.won
+    await board.clear("east")
+    assert [s.deployment for s in await board.states()] == ["east"]
+    for _ in range(100):
+        if len(seen) >= 3:
+            break
+        await asyncio.sleep(0.05)
+    assert [type(s).__name__ for s in seen] == ["Cooling", "Probing", "Healthy"]
+    await watch.stop()
 
 
 async def _assembler_consumes(conn: Connection, topology: Topology) -> int:
@@ -364,6 +387,9 @@ async def test_each_user_may_do_its_job_and_nothing_else(
                 "persisted": 1 + len(SESSIONS),
                 "started": 1 + len(SESSIONS),
             }
+            # tokenwire status: the deployments held back
+            board = Cooldowns(conns["operator"].nc, topology.cooldowns_bucket)
+            assert [s.deployment for s in await board.states()] == ["east"]
             # Everything above ran without a single violation ...
             assert {u: c.violations() for u, c in conns.items()} == {u: [] for u in conns}
             # ... and what each must not do is refused.

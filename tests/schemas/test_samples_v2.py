@@ -24,9 +24,12 @@ from tokenwire.schemas import (
     BlockStart,
     ChunkEnvelope,
     ChunkFrame,
+    DeploymentPrice,
+    FailedAttempt,
     Finish,
     FramedChunk,
     ReasoningDelta,
+    Routed,
     StepError,
     StepLink,
     StreamChunk,
@@ -84,6 +87,26 @@ DEEPSEEK = ("deepseek", "deepseek-reasoner")
 T1 = T0 + 20_000_000
 T2 = T0 + 1_000_000_000
 T3 = T0 + 2_000_000_000
+T4 = T0 + 3_000_000_000
+ROUTED = Routed(
+    route="gpt-4o",
+    deployment="azure-east",
+    attempts=[
+        FailedAttempt(
+            deployment="openai-main",
+            provider="openai",
+            model="gpt-4o",
+            failure="rate-limited",
+            message="Rate limit reached",
+            status=429,
+            retry_after_s=30.0,
+        ),
+        FailedAttempt(
+            deployment="openai-backup", provider="openai", model="gpt-4o", failure="connect"
+        ),
+    ],
+    price=DeploymentPrice(input_pusd=2_500_000, output_pusd=10_000_000, cache_read_pusd=1_250_000),
+)
 FRAMES: dict[str, list[ChunkEnvelope]] = {
     "frame-first.json": [
         _claude(
@@ -102,6 +125,17 @@ FRAMES: dict[str, list[ChunkEnvelope]] = {
             BlockStart(index=0, block_type="text"),
             request_time_ns=T0 - 10_000_000,
             parent=StepLink("lead-7", 0, 3),
+        ),
+    ],
+    "frame-first-routed.json": [
+        _env(
+            ("sess-3", 0, 4),
+            0,
+            T4,
+            ("azure", "gpt-4o-2024-08-06"),
+            BlockStart(index=0, block_type="text"),
+            request_time_ns=T4 - 500_000_000,
+            routed=ROUTED,
         ),
     ],
     "frame-text.json": [
@@ -172,6 +206,7 @@ def _frame(envelopes: list[ChunkEnvelope]) -> ChunkFrame:
         key_name=first.key_name,
         tenant=first.tenant,
         parent=first.parent,
+        routed=first.routed,
         chunks=[FramedChunk(e.time_ns - first.time_ns, e.chunk) for e in envelopes],
     )
 
@@ -192,6 +227,7 @@ def test_a_frame_built_a_chunk_at_a_time_is_the_frame_encoded_whole(name: str) -
         key_name=first.key_name,
         tenant=first.tenant,
         parent=first.parent,
+        routed=first.routed,
     )
     items = [frame_item(e.time_ns - first.time_ns, e.chunk) for e in envelopes]
     built = head + b",".join(items) + FRAME_TAIL

@@ -35,7 +35,7 @@ def opened(url: str) -> SQLiteStore | PostgresStore:
 async def test_migrations_run_twice_are_no_ops(db_url: str) -> None:
     first = opened(db_url)
     try:
-        assert await first.migrate() == [1, 2, 3, 4]
+        assert await first.migrate() == [1, 2, 3, 4, 5]
         assert await first.migrate() == []
         await first.commit([message_record("s", 0, 0, 2)])
     finally:
@@ -51,6 +51,7 @@ async def test_migrations_run_twice_are_no_ops(db_url: str) -> None:
         (2, "session_tenant"),
         (3, "usage_ledger"),
         (4, "step_repairs"),
+        (5, "routed_steps"),
     ]
 
 
@@ -58,12 +59,12 @@ async def test_two_stores_opening_at_once_migrate_once(db_url: str) -> None:
     stores = [opened(db_url) for _ in range(3)]
     try:
         applied = await asyncio.gather(*(s.migrate() for s in stores))
-        assert sorted(applied) == [[], [], [1, 2, 3, 4]]
+        assert sorted(applied) == [[], [], [1, 2, 3, 4, 5]]
         await asyncio.gather(*(s.ping() for s in stores))
     finally:
         for s in stores:
             await s.close()
-    assert run_sql(db_url, "SELECT count(*) FROM schema_migrations") == [(4,)]
+    assert run_sql(db_url, "SELECT count(*) FROM schema_migrations") == [(5,)]
 
 
 async def test_two_stores_committing_one_session_stay_contiguous(db_url: str) -> None:

@@ -50,6 +50,7 @@ def test_migrations_are_numbered_and_define_the_tables(backend: Backend) -> None
         (2, "session_tenant"),
         (3, "usage_ledger"),
         (4, "step_repairs"),
+        (5, "routed_steps"),
     ]
     text = " ".join(migrations[0].statements)
     for table in ("CREATE TABLE sessions", "CREATE TABLE steps"):

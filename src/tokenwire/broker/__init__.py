@@ -36,6 +36,16 @@ from tokenwire.broker._consumer import (
     nak_many,
     unpin,
 )
+from tokenwire.broker._cooldowns import (
+    Cooldowns,
+    CooldownWatch,
+    Cooling,
+    DeploymentState,
+    Healthy,
+    ProbeClaim,
+    ProbeDue,
+    Probing,
+)
 from tokenwire.broker._deadletter import dead_letter, dead_letter_headers
 from tokenwire.broker._errors import (
     BrokerError,
@@ -76,6 +86,7 @@ from tokenwire.broker._layout import (
     spread_leaders,
 )
 from tokenwire.broker._memory import (
+    MemoryCooldowns,
     MemoryPublisher,
     MemorySessionOwners,
     MemoryStepRegistry,
@@ -94,12 +105,14 @@ from tokenwire.broker._ordered import ordered_subscribe, read_range, reader_name
 from tokenwire.broker._owners import Owner, SessionOwners, session_owner
 from tokenwire.broker._partitions import partition_consumer
 from tokenwire.broker._protocol import (
+    BoardWatch,
     ChunkSink,
+    CooldownBoard,
     PendingAssignment,
     SessionOwnership,
     StepAllocator,
 )
-from tokenwire.broker._provision import ensure_topology, reshard
+from tokenwire.broker._provision import ensure_cooldowns_bucket, ensure_topology, reshard
 from tokenwire.broker._publisher import ChunkPublisher, PublisherStats
 from tokenwire.broker._reader import SessionReader, StoredChunk
 from tokenwire.broker._restore import Restored, Restorer, missing, stream_missing
@@ -145,6 +158,7 @@ __all__ = [
     "READ_MAX_BATCH",
     "URL_FILE",
     "BatchHandler",
+    "BoardWatch",
     "BrokerError",
     "BrokerUnavailable",
     "ChunkPublisher",
@@ -153,13 +167,20 @@ __all__ = [
     "ConsumedMessage",
     "ConsumerState",
     "ConsumerStats",
+    "CooldownBoard",
+    "CooldownWatch",
+    "Cooldowns",
+    "Cooling",
+    "DeploymentState",
     "EmbeddedCluster",
     "EmbeddedServer",
     "EventPublisher",
     "FlushTimeout",
     "Handler",
+    "Healthy",
     "KeyBinding",
     "LayoutConflict",
+    "MemoryCooldowns",
     "MemoryPublisher",
     "MemorySessionOwners",
     "MemoryStepRegistry",
@@ -169,6 +190,9 @@ __all__ = [
     "PayloadTooLarge",
     "PendingAssignment",
     "PendingStep",
+    "ProbeClaim",
+    "ProbeDue",
+    "Probing",
     "PublishError",
     "PublishRejected",
     "PublishTimeout",
@@ -216,6 +240,7 @@ __all__ = [
     "consumer_state",
     "dead_letter",
     "dead_letter_headers",
+    "ensure_cooldowns_bucket",
     "ensure_topology",
     "find_binary",
     "first_chunks",

@@ -1,18 +1,28 @@
-"""In-memory twins of the publisher, the step registry and the session owners, for unit
-tests of the gateway alone. They raise the real exceptions (``BrokerUnavailable``,
-``StepClaimConflict``) and pass the same contract suite as the real ones
-(tests/broker/test_twins.py); they never replace the broker in a test that claims the system
-works.
+"""In-memory twins of the publisher, the step registry, the session owners and the shared
+cooldowns, for unit tests of the gateway alone. They raise the real exceptions
+(``BrokerUnavailable``, ``StepClaimConflict``) and pass the same contract suite as the real
+ones (tests/broker/test_twins.py); they never replace the broker in a test that claims the
+system works.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
 
+from tokenwire.broker._cooldowns import (
+    Cooling,
+    DeploymentState,
+    Healthy,
+    ProbeClaim,
+    ProbeDue,
+    Probing,
+    ttl_header,
+)
 from tokenwire.broker._errors import BrokerUnavailable, PayloadTooLarge, StepClaimConflict
 from tokenwire.broker._frames import header_size
 from tokenwire.broker._owners import Owner
@@ -204,3 +214,97 @@ class MemorySessionOwners:
     async def adopt(self, session: str, owner: Owner) -> Owner:
         """``owner`` unless a record exists; the recorded owner."""
         return self.records.setdefault(session, owner)
+
+
+@dataclass
+class MemoryCooldowns:
+    """The shared cooldowns in a dict, one board for every gateway of a test that shares it.
+
+    A state's TTL ends by a timer on the running loop (``ttl_header`` seconds, as the broker
+    counts them), or at once with :meth:`expire`. Watchers are called synchronously, in the
+    order the states are stored.
+    """
+
+    clock_ns: Callable[[], int] = time.time_ns
+    _states: dict[str, DeploymentState] = field(default_factory=dict)
+    _revision: int = 0
+    _watchers: list[Callable[[DeploymentState], None]] = field(default_factory=list)
+    _timers: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
+
+    async def cool(self, deployment: str, *, reason: str, seconds: float) -> None:
+        """Hold the deployment back for ``seconds``."""
+        until = self.clock_ns() + int(seconds * 1e9)
+        self._store(Cooling(deployment, self._next(), until, reason), seconds)
+
+    async def claim_probe(self, deployment: str, *, revision: int, seconds: float) -> ProbeClaim:
+        """Win the probe when the state is still at ``revision``."""
+        if self._revision_of(deployment) != revision:
+            return ProbeClaim(False, await self.state(deployment))
+        until = self.clock_ns() + int(seconds * 1e9)
+        probing = Probing(deployment, self._next(), until)
+        self._store(probing, seconds)
+        return ProbeClaim(True, probing)
+
+    async def clear(self, deployment: str) -> None:
+        """Healthy."""
+        self._store(Healthy(deployment, self._next()), None)
+
+    async def state(self, deployment: str) -> DeploymentState:
+        """The stored state (healthy at revision 0 when none)."""
+        return self._states.get(deployment) or Healthy(deployment, 0)
+
+    async def states(self) -> list[DeploymentState]:
+        """Every stored state, by deployment name."""
+        return [self._states[name] for name in sorted(self._states)]
+
+    async def watch(self, on_state: Callable[[DeploymentState], None]) -> MemoryWatch:
+        """Every stored state now, then each change."""
+        for name in sorted(self._states):
+            on_state(self._states[name])
+        self._watchers.append(on_state)
+        return MemoryWatch(self._watchers, on_state)
+
+    async def ensure(self) -> bool:
+        """Always there."""
+        return True
+
+    def expire(self, deployment: str) -> None:
+        """End the deployment's TTL now (a cooling or probing state becomes due for a probe)."""
+        timer = self._timers.pop(deployment, None)
+        if timer is not None:
+            timer.cancel()
+        if isinstance(self._states.get(deployment), (Cooling, Probing)):
+            self._store(ProbeDue(deployment, self._next()), None)
+
+    def _store(self, state: DeploymentState, ttl_s: float | None) -> None:
+        timer = self._timers.pop(state.deployment, None)
+        if timer is not None:
+            timer.cancel()
+        self._states[state.deployment] = state
+        if ttl_s is not None:
+            delay = float(ttl_header(ttl_s).removesuffix("s"))
+            loop = asyncio.get_running_loop()
+            self._timers[state.deployment] = loop.call_later(delay, self.expire, state.deployment)
+        for watcher in list(self._watchers):
+            watcher(state)
+
+    def _revision_of(self, deployment: str) -> int:
+        state = self._states.get(deployment)
+        return 0 if state is None else state.revision
+
+    def _next(self) -> int:
+        self._revision += 1
+        return self._revision
+
+
+@dataclass
+class MemoryWatch:
+    """A watch of :class:`MemoryCooldowns`."""
+
+    watchers: list[Callable[[DeploymentState], None]]
+    on_state: Callable[[DeploymentState], None]
+
+    async def stop(self) -> None:
+        """No more calls."""
+        if self.on_state in self.watchers:
+            self.watchers.remove(self.on_state)

@@ -6,9 +6,10 @@ suite (tests/broker/test_twins.py) runs both, as the store's does for its three.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from tokenwire.broker._cooldowns import DeploymentState, ProbeClaim
 from tokenwire.broker._owners import Owner
 from tokenwire.broker._publisher import PublisherStats
 from tokenwire.broker._step_record import KeyBinding, StepNames, StepRecord, ThreadMark
@@ -112,3 +113,35 @@ class SessionOwnership(Protocol):
     async def retained(self, session: str) -> Owner | None: ...
 
     async def adopt(self, session: str, owner: Owner) -> Owner: ...
+
+
+class BoardWatch(Protocol):
+    """A running watch of the shared cooldowns; ``stop`` ends it."""
+
+    async def stop(self) -> None: ...
+
+
+class CooldownBoard(Protocol):
+    """The deployments' shared cooldowns (``broker._cooldowns``; ``MemoryCooldowns`` is the
+    twin): ``cool`` holds a deployment back for every gateway; once that ends, one
+    ``claim_probe`` (compare-and-set on the :class:`~tokenwire.broker.ProbeDue` revision)
+    wins the one probe; ``clear`` marks it healthy; ``watch`` tells every change as it is
+    stored, after every deployment's current state; ``ensure`` makes the bucket again where
+    the process may (True: it answers). A broker that does not answer raises
+    :class:`~tokenwire.broker.BrokerError`."""
+
+    async def cool(self, deployment: str, *, reason: str, seconds: float) -> None: ...
+
+    async def claim_probe(
+        self, deployment: str, *, revision: int, seconds: float
+    ) -> ProbeClaim: ...
+
+    async def clear(self, deployment: str) -> None: ...
+
+    async def state(self, deployment: str) -> DeploymentState: ...
+
+    async def states(self) -> list[DeploymentState]: ...
+
+    async def watch(self, on_state: Callable[[DeploymentState], None]) -> BoardWatch: ...
+
+    async def ensure(self) -> bool: ...

@@ -10,6 +10,8 @@ from nats.aio.client import Client
 from nats.js.errors import Error as JsError
 
 from tokenwire.broker._api import NS, STREAM_NAME_IN_USE, STREAM_NOT_FOUND, ApiError, api_request
+from tokenwire.broker._cooldowns import MARKER_TTL_S as COOLDOWN_MARKER_TTL_S
+from tokenwire.broker._cooldowns import MAX_AGE_S as COOLDOWN_MAX_AGE_S
 from tokenwire.broker._errors import ReshardRefused, TopologyError
 from tokenwire.broker._layout import (
     check_layout,
@@ -219,6 +221,36 @@ async def ensure_members_bucket(nc: Client, t: Topology, member_ttl_s: float) ->
     await ensure_stream(nc, config)
 
 
+def cooldowns_bucket_config(t: Topology) -> dict[str, Any]:
+    """The routed deployments' shared cooldowns (``broker._cooldowns``): a KV bucket whose
+    messages carry their own TTL (``allow_msg_ttl``, nats-server 2.11+) and whose expiries
+    leave a marker every watcher sees (``subject_delete_marker_ttl``). File storage: a broker
+    restart keeps a cooldown. Small: one key per deployment."""
+    bucket = t.cooldowns_bucket
+    return {
+        "name": f"KV_{bucket}",
+        "subjects": [f"$KV.{bucket}.>"],
+        "retention": "limits",
+        "storage": "file",
+        "discard": "new",
+        "max_msgs_per_subject": 1,
+        "max_age": int(COOLDOWN_MAX_AGE_S * NS),
+        "max_bytes": 8 * 1024 * 1024,
+        "allow_direct": True,
+        "allow_rollup_hdrs": True,
+        "allow_msg_ttl": True,
+        "subject_delete_marker_ttl": int(COOLDOWN_MARKER_TTL_S * NS),
+        "duplicate_window": int(60 * NS),
+        "num_replicas": t.replicas,
+    }
+
+
+async def ensure_cooldowns_bucket(nc: Client, t: Topology) -> None:
+    """Create (or update) the cooldowns bucket: at provisioning, and by a gateway that finds it
+    missing (a broker restarted without it)."""
+    await ensure_stream(nc, cooldowns_bucket_config(t))
+
+
 async def ensure_topology(
     nc: Client,
     topology: Topology,
@@ -237,8 +269,9 @@ async def ensure_topology(
 
     Every shard's stream, its assembler consumers (``assembler-p<i>`` on the stream of
     partition i) and a ``telemetry`` consumer per shard stream; the R registry buckets and
-    events streams; then, in a cluster, the shard leaders, the registry buckets' and the
-    events streams' leaders are spread over the nodes (:func:`spread_leaders`, bounded).
+    events streams; the assemblers' membership and the deployments' cooldowns buckets;
+    then, in a cluster, the shard leaders, the registry buckets' and the events streams'
+    leaders are spread over the nodes (:func:`spread_leaders`, bounded).
 
     Raises LayoutConflict, before changing anything, when the broker holds chunk streams of
     another layout (RegistryLayoutConflict: step-registry buckets of another R);
@@ -256,6 +289,7 @@ async def ensure_topology(
     await ensure_stream(nc, side_stream_config(t, t.dlq_stream, f"{t.prefix}.dlq.>"))
     await ensure_steps_bucket(nc, t)
     await ensure_members_bucket(nc, t, member_ttl_s)
+    await ensure_cooldowns_bucket(nc, t)
     for p in range(t.partitions):
         config = assembler_consumer_config(t, p, ack_wait_s, max_deliver, priority_timeout_s)
         await ensure_consumer(nc, t.stream_of_partition(p), config)

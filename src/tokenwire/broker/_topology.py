@@ -165,6 +165,12 @@ class Topology:
         """The KV bucket of live assembler instances (heartbeats with a broker-enforced TTL)."""
         return f"{self.stream.lower()}-assemblers"
 
+    @property
+    def cooldowns_bucket(self) -> str:
+        """The KV bucket of the routed deployments' shared cooldowns (``broker._cooldowns``,
+        ADR 0038): ``tokenwire-cooldowns``."""
+        return f"{self.stream.lower()}-cooldowns"
+
     def partition_filter(self, partition: int) -> str:
         """Every chunk of one partition: ``<prefix>.chunks.<p>.>``."""
         return f"{self.prefix}.chunks.{partition}.>"

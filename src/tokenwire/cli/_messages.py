@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import assert_never
 
 import click
+import msgspec
 
 from tokenwire.cli._common import (
     checked_session,
@@ -15,7 +16,7 @@ from tokenwire.cli._common import (
 )
 from tokenwire.cli._errors import NotFoundError
 from tokenwire.cli._flags import variable_flags
-from tokenwire.replay import stored_parents, with_parent
+from tokenwire.replay import attempt_line, stored_parents, with_parent
 from tokenwire.schemas import (
     ErrorEvent,
     ImageBlock,
@@ -23,6 +24,7 @@ from tokenwire.schemas import (
     MessageEvent,
     ReasoningBlock,
     RecordedError,
+    Routed,
     StepLink,
     TextBlock,
     ToolCallBlock,
@@ -66,9 +68,20 @@ def _print(outcome: MessageEvent | ErrorEvent, parent: StepLink | None) -> None:
             f"{head} · message ({outcome.message.finish_reason}){_usage(outcome.message)}",
             bold=True,
         )
+        _print_route(outcome.routed)
         _print_message(outcome.message)
     else:
         click.secho(f"{head} · {_error(outcome.error)}", bold=True, fg="red")
+        _print_route(outcome.routed)
+
+
+def _print_route(routed: Routed | msgspec.UnsetType) -> None:
+    """A routed step's public name and deployment, and each attempt that failed before it."""
+    if not isinstance(routed, Routed):
+        return
+    click.secho(f"  ⇢ {routed.route} via {routed.deployment}", fg="blue")
+    for attempt in routed.attempts:
+        click.secho(f"    ✗ {attempt_line(attempt)}", fg="yellow")
 
 
 def _print_message(message: Message) -> None:

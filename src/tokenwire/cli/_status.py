@@ -1,6 +1,6 @@
 """``tokenwire status``: broker, the chunk streams (one per shard: leader, messages, bytes,
 consumers, lag, hours of replay the retention budget holds), partitions, consumers and their
-lag, retired layouts, store.
+lag, retired layouts, the routed deployments held back (shared cooldowns), store.
 
 Streams and consumers are read with plain JetStream API requests (``$JS.API.STREAM.INFO``,
 ``$JS.API.CONSUMER.LIST``) because nats-py's typed ConsumerInfo drops the priority-group
@@ -9,7 +9,8 @@ state that names a partition's current owner (the pinned client).
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, assert_never
 
 import click
 import msgspec
@@ -17,6 +18,11 @@ import msgspec
 from tokenwire.broker import (
     BrokerError,
     Connection,
+    Cooldowns,
+    Cooling,
+    Healthy,
+    ProbeDue,
+    Probing,
     Topology,
     jetstream_request,
     retired_layouts,
@@ -75,6 +81,7 @@ async def _status(url: str, store_url: str) -> dict[str, Any]:
         report["registry"] = [await _side_stream(nc, f"KV_{b}") for b in t.registry_buckets]
         report["events"] = [await _side_stream(nc, name) for name in t.events_streams]
         report["dlq_stream"] = await _stream(nc, t.dlq_stream)
+        report["cooldowns"] = await _cooldowns(nc, t)
     report["store"] = await _store(store_url)
     return report
 
@@ -200,6 +207,38 @@ def _consumer(info: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def _cooldowns(nc: Connection, t: Topology) -> list[dict[str, Any]]:
+    """The routed deployments held back now (shared cooldowns: cooling down, or probed by one
+    gateway), from the cooldowns bucket; nothing when the bucket is not provisioned."""
+    try:
+        states = await Cooldowns(nc, t.cooldowns_bucket).states()
+    except BrokerError:
+        return []
+    now_ns = time.time_ns()
+    out: list[dict[str, Any]] = []
+    for state in states:
+        match state:
+            case Cooling():
+                left = max(0.0, (state.until_ns - now_ns) / _NS)
+                out.append(
+                    {
+                        "deployment": state.deployment,
+                        "state": "cooling",
+                        "seconds_left": round(left, 1),
+                        "reason": state.reason,
+                    }
+                )
+            case Probing():
+                out.append({"deployment": state.deployment, "state": "probing"})
+            case ProbeDue():
+                out.append({"deployment": state.deployment, "state": "probe due"})
+            case Healthy():
+                pass
+            case _:
+                assert_never(state)
+    return out
+
+
 async def _store(url: str) -> dict[str, Any]:
     try:
         async with opened_store(url) as store:
@@ -256,6 +295,9 @@ def _print(report: dict[str, Any]) -> None:
             f"{c['ack_pending']:>6}  redelivered {c['redelivered']}{owner}"
         )
     _print_side_streams(report)
+    for c in report.get("cooldowns", []):
+        left = f"  {c['seconds_left']:g} s left  {c['reason']}" if c["state"] == "cooling" else ""
+        click.secho(f"deployment {c['deployment']}  {c['state']}{left}", fg="yellow")
     store = report["store"]
     detail = store.get("error") or "  ".join(f"{k} {v}" for k, v in store["stats"].items())
     click.echo(f"store   {store['url']}  {detail}")

@@ -14,11 +14,11 @@ import importlib.metadata
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from tokenwire.schemas import TokenUsage
+from tokenwire.schemas import DeploymentPrice, Routed, TokenUsage
 
 if TYPE_CHECKING:
     from genai_prices.types import Usage as PricedUsage
@@ -41,16 +41,23 @@ PRICE_PROVIDERS: dict[str, str] = {
 recorded with a null cost and the reason."""
 
 
+PriceSource = Literal["genai-prices", "deployment"]
+"""What decided a step's cost: genai-prices' data, or the routes file's price of the deployment
+that served it (docs/ledger.md)."""
+
+
 class Cost(msgspec.Struct, frozen=True):
     """The cost of one step: ``pusd`` pico-USD, or ``None`` with ``reason``.
 
-    ``price_version`` names the price data that decided it (``"genai-prices 0.2.3"``), also
-    when it found no price: a later version may know the model.
+    ``price_version`` names the price data that decided it (``"genai-prices 0.2.3"``, or
+    ``"deployment azure-east"`` for a routes file's price), also when it found no price: a
+    later version may know the model. ``source`` says which of the two it was.
     """
 
     pusd: int | None
     reason: str | None
     price_version: str
+    source: PriceSource = "genai-prices"
 
 
 @cache
@@ -65,13 +72,19 @@ def preload() -> None:
     price_step("openai", "gpt-4o", TokenUsage(input_tokens=1, output_tokens=1), 0)
 
 
-def price_step(provider: str, model: str, usage: TokenUsage | None, at_ns: int) -> Cost:
+def price_step(
+    provider: str, model: str, usage: TokenUsage | None, at_ns: int, routed: Routed | None = None
+) -> Cost:
     """Price one step's ``usage`` for ``provider``/``model`` at ``at_ns`` (Unix ns: the price
-    in force when the step streamed, so a rebuild prices it the same way).
+    in force when the step streamed, so a rebuild prices it the same way). A routed step whose
+    deployment carries its own price (``routed.price``, from its first chunk) is priced with
+    it instead (:func:`deployment_cost`).
 
     >>> price_step("scripted", "tools", TokenUsage(input_tokens=10, output_tokens=8), 0).reason
     "no price for scripted/tools: 'scripted' has no list price"
     """
+    if routed is not None and routed.price is not None:
+        return deployment_cost(routed.deployment, routed.price, usage)
     version = price_version()
     if usage is None:
         return Cost(None, "no usage reported", version)
@@ -83,6 +96,36 @@ def price_step(provider: str, model: str, usage: TokenUsage | None, at_ns: int) 
         reason = f"no price for {provider}/{model}: {provider!r} has no list price"
         return Cost(None, reason, version)
     return _priced(provider_id, provider, model, usage, at_ns, version)
+
+
+def deployment_cost(deployment: str, price: DeploymentPrice, usage: TokenUsage | None) -> Cost:
+    """``usage`` at a deployment's own price (pico-USD per token, exact): input, output and
+    reasoning tokens (at the output rate), cache reads and writes at their rates. A count of
+    a kind the price has no rate for is not guessed: the step is not priced, with the reason.
+
+    >>> p = DeploymentPrice(input_pusd=2_500_000, output_pusd=10_000_000)
+    >>> deployment_cost("east", p, TokenUsage(input_tokens=1000, output_tokens=100)).pusd
+    3500000000
+    """
+    version = f"deployment {deployment}"
+    if usage is None:
+        return Cost(None, "no usage reported", version, "deployment")
+    missing = [n for n in ("input_tokens", "output_tokens") if getattr(usage, n) is None]
+    if missing:
+        why = f"incomplete usage: {' and '.join(missing)} not reported"
+        return Cost(None, why, version, "deployment")
+    total = (usage.input_tokens or 0) * price.input_pusd
+    total += ((usage.output_tokens or 0) + (usage.reasoning_tokens or 0)) * price.output_pusd
+    for count, rate, kind in (
+        (usage.cache_read_tokens, price.cache_read_pusd, "cache_read"),
+        (usage.cache_write_tokens, price.cache_write_pusd, "cache_write"),
+    ):
+        if count:
+            if rate is None:
+                why = f"no {kind} price for deployment {deployment} ({count} tokens reported)"
+                return Cost(None, why, version, "deployment")
+            total += count * rate
+    return Cost(total, None, version, "deployment")
 
 
 def _priced(

@@ -7,7 +7,7 @@ from typing import Literal
 
 import msgspec
 
-from tokenwire.ledger._cost import to_usd
+from tokenwire.ledger._cost import PriceSource, to_usd
 from tokenwire.schemas import TokenUsage
 
 TOKEN_FIELDS = (
@@ -27,7 +27,9 @@ class StepUsage(msgspec.Struct, frozen=True):
     gateway had no named keys), ``day`` the UTC date of ``time_ns``, the step's first chunk
     time. ``usage`` is what the provider reported (``None``: no usage chunk; a count it did
     not send stays ``None``). ``cost_pusd`` is in pico-USD, ``None`` with ``cost_reason``
-    when the step could not be priced; ``price_version`` names the price data used.
+    when the step could not be priced; ``price_version`` names the price data used and
+    ``price_source`` which kind it was (``genai-prices``, or ``deployment``: the routes file's
+    price of the deployment that served the step).
     """
 
     session: str
@@ -44,6 +46,7 @@ class StepUsage(msgspec.Struct, frozen=True):
     cost_pusd: int | None
     cost_reason: str | None
     price_version: str
+    price_source: PriceSource = "genai-prices"
 
     @property
     def cost_usd(self) -> Decimal | None:

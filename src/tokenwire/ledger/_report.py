@@ -62,6 +62,7 @@ def line_json(line: StepUsage) -> dict[str, Any]:
         "cost_pusd": line.cost_pusd,
         "cost_reason": line.cost_reason,
         "price_version": line.price_version,
+        "price_source": line.price_source,
     }
 
 

@@ -42,7 +42,7 @@ from tokenwire.replay._events import (
 )
 from tokenwire.replay._http import DEFAULT_MAX_READERS, StoreProvider, events_router, viewer_html
 from tokenwire.replay._parents import stored_parents, with_parent
-from tokenwire.replay._print import EventPrinter
+from tokenwire.replay._print import EventPrinter, attempt_line
 from tokenwire.replay._read import paced, read_session
 from tokenwire.replay._render import SessionRenderer
 from tokenwire.replay._source import stored_chunks
@@ -84,6 +84,7 @@ __all__ = [
     "StoreProvider",
     "UndecodableChunk",
     "VerifyReport",
+    "attempt_line",
     "coalesce",
     "compare_with_store",
     "events_router",

@@ -1,7 +1,8 @@
 """EventPrinter: replay events written to a terminal the way the user saw them.
 
 Text streams as it came; reasoning is dimmed; a tool call is one line once complete; a step
-opens with a header (turn, step, provider/model, time to first chunk, the step it follows)
+opens with a header (turn, step, provider/model, time to first chunk, the step it follows;
+for a routed step the public name, the deployment and the attempts that failed before it)
 and closes with its finish or its error, followed by the resume id (``--from-seq``) of the
 next event. Steps read from the store (gone from the broker) are announced as such.
 """
@@ -22,7 +23,7 @@ from tokenwire.replay._events import (
     ShownText,
     ShownToolCall,
 )
-from tokenwire.schemas import ChunkEnvelope, StepLink, TokenUsage
+from tokenwire.schemas import ChunkEnvelope, FailedAttempt, Routed, StepLink, TokenUsage
 
 
 class EventPrinter:
@@ -98,6 +99,10 @@ class EventPrinter:
             f"· {where}{_parent(env)} ──",
             "bold",
         )
+        if isinstance(env.routed, Routed):
+            self.line(f"  ⇢ {env.routed.route} via {env.routed.deployment}", "blue")
+            for attempt in env.routed.attempts:
+                self.line(f"    ✗ {attempt_line(attempt)}", "yellow")
         self._current = event.step_key
 
     def _switch(self, event: ReplayEvent) -> None:
@@ -146,3 +151,13 @@ def _parent(env: ChunkEnvelope) -> str:
     if parent.session == env.session:
         return f" · after turn {parent.turn} step {parent.step}"
     return f" · spawned by {parent}"
+
+
+def attempt_line(attempt: FailedAttempt) -> str:
+    """One attempt that failed before a routed step's first byte, in a line: the deployment,
+    why, the provider's status and ``retry-after``, its message."""
+    status = f" HTTP {attempt.status}" if attempt.status is not None else ""
+    wait = "" if attempt.retry_after_s is None else f", retry-after {attempt.retry_after_s:g} s"
+    message = f": {attempt.message}" if attempt.message else ""
+    where = f"{attempt.deployment} ({attempt.provider}/{attempt.model})"
+    return f"{where} {attempt.failure}{status}{wait}{message}"

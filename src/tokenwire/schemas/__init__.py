@@ -51,6 +51,7 @@ from tokenwire.schemas._frame import (
     frame_item,
 )
 from tokenwire.schemas._message import Message, RecordedError, StepErrorKind
+from tokenwire.schemas._routed import AttemptFailure, DeploymentPrice, FailedAttempt, Routed
 from tokenwire.schemas._usage import TokenUsage
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "FRAME_VERSION",
     "LIMIT_ERROR_CODE",
     "SCHEMA_VERSION",
+    "AttemptFailure",
     "BlockEnd",
     "BlockStart",
     "BlockType",
@@ -67,7 +69,9 @@ __all__ = [
     "ChunkEvent",
     "ChunkFrame",
     "ContentBlock",
+    "DeploymentPrice",
     "ErrorEvent",
+    "FailedAttempt",
     "Finish",
     "FinishReason",
     "FramedChunk",
@@ -77,6 +81,7 @@ __all__ = [
     "ReasoningBlock",
     "ReasoningDelta",
     "RecordedError",
+    "Routed",
     "SessionEvent",
     "StepError",
     "StepErrorKind",

@@ -8,6 +8,7 @@ import msgspec
 
 from tokenwire.schemas._blocks import BlockType
 from tokenwire.schemas._chunks import StreamChunk
+from tokenwire.schemas._routed import Routed
 
 SCHEMA_VERSION = 2
 """The version of the wire contract this code writes. Readers accept every version up to it.
@@ -46,6 +47,8 @@ class ChunkEnvelope(msgspec.Struct, frozen=True):
     for scoped reads and the usage ledger. Unset (left off the wire) on every other chunk and
     when the gateway runs without named keys. ``parent`` (ordinal 0 only) is the step this one
     follows (:class:`StepLink`); unset when it has none (a conversation's first step).
+    ``routed`` (ordinal 0 of a step whose model the routes file names): the deployment that
+    answered and the attempts that failed before it.
     """
 
     session: str
@@ -61,6 +64,7 @@ class ChunkEnvelope(msgspec.Struct, frozen=True):
     key_name: str | msgspec.UnsetType = msgspec.UNSET
     tenant: str | msgspec.UnsetType = msgspec.UNSET
     parent: StepLink | msgspec.UnsetType = msgspec.UNSET
+    routed: Routed | msgspec.UnsetType = msgspec.UNSET
 
 
 class StepPersisted(msgspec.Struct, frozen=True):

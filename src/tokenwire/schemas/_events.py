@@ -6,6 +6,7 @@ import msgspec
 
 from tokenwire.schemas._envelope import ChunkEnvelope
 from tokenwire.schemas._message import Message, RecordedError
+from tokenwire.schemas._routed import Routed
 
 
 class ChunkEvent(msgspec.Struct, tag="chunk", tag_field="type", frozen=True):
@@ -16,7 +17,8 @@ class ChunkEvent(msgspec.Struct, tag="chunk", tag_field="type", frozen=True):
 
 
 class MessageEvent(msgspec.Struct, tag="message", tag_field="type", frozen=True):
-    """An assembled message, citing the chunks ``seq_start..seq_end`` it came from."""
+    """An assembled message, citing the chunks ``seq_start..seq_end`` it came from;
+    ``routed``: how a routed step reached its provider (its first chunk's, when stored)."""
 
     session: str
     turn: int
@@ -26,12 +28,14 @@ class MessageEvent(msgspec.Struct, tag="message", tag_field="type", frozen=True)
     provider: str
     model: str
     message: Message
+    routed: Routed | msgspec.UnsetType = msgspec.UNSET
 
 
 class ErrorEvent(msgspec.Struct, tag="error", tag_field="type", frozen=True):
     """A failed step's recorded error, citing the chunks ``seq_start..seq_end`` it saw.
 
-    A step that saw no chunk at all has ``seq_end == seq_start - 1``.
+    A step that saw no chunk at all has ``seq_end == seq_start - 1``. ``routed`` as on
+    :class:`MessageEvent`.
     """
 
     session: str
@@ -42,6 +46,7 @@ class ErrorEvent(msgspec.Struct, tag="error", tag_field="type", frozen=True):
     provider: str
     model: str
     error: RecordedError
+    routed: Routed | msgspec.UnsetType = msgspec.UNSET
 
 
 SessionEvent = ChunkEvent | MessageEvent | ErrorEvent

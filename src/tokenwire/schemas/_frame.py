@@ -14,6 +14,7 @@ import msgspec
 
 from tokenwire.schemas._chunks import StreamChunk, Usage
 from tokenwire.schemas._envelope import ENVELOPE_VERSION, ChunkEnvelope, StepLink
+from tokenwire.schemas._routed import Routed
 from tokenwire.schemas._usage import TokenUsage
 
 FRAME_VERSION = 2
@@ -40,8 +41,8 @@ class ChunkFrame(
 
     ``ordinal`` and ``time_ns`` are the first chunk's; ``chunks[i]`` has the ordinal
     ``ordinal + i`` and the time ``time_ns + chunks[i].dt_ns``. ``request_time_ns``,
-    ``key_name``, ``tenant`` and ``parent`` are set only on the frame that carries ordinal 0
-    (which the gateway always sends alone), as on the v1 envelope. At least one chunk.
+    ``key_name``, ``tenant``, ``parent`` and ``routed`` are set only on the frame that carries
+    ordinal 0 (which the gateway always sends alone), as on the v1 envelope. At least one chunk.
 
     >>> from tokenwire.schemas import TextDelta
     >>> items = [FramedChunk(0, TextDelta(0, "a")), FramedChunk(7, TextDelta(0, "b"))]
@@ -62,6 +63,7 @@ class ChunkFrame(
     key_name: str | msgspec.UnsetType = msgspec.UNSET
     tenant: str | msgspec.UnsetType = msgspec.UNSET
     parent: StepLink | msgspec.UnsetType = msgspec.UNSET
+    routed: Routed | msgspec.UnsetType = msgspec.UNSET
     chunks: list[FramedChunk]
 
     def __post_init__(self) -> None:
@@ -96,6 +98,7 @@ class ChunkFrame(
                 key_name=self.key_name,
                 tenant=self.tenant,
                 parent=self.parent,
+                routed=self.routed,
             )
         return out
 
@@ -157,6 +160,7 @@ def frame_head(
     key_name: str | msgspec.UnsetType = msgspec.UNSET,
     tenant: str | msgspec.UnsetType = msgspec.UNSET,
     parent: StepLink | msgspec.UnsetType = msgspec.UNSET,
+    routed: Routed | msgspec.UnsetType = msgspec.UNSET,
 ) -> bytes:
     """A frame's bytes up to its first chunk, for a writer that adds chunks one at a time.
 
@@ -176,6 +180,7 @@ def frame_head(
         key_name=key_name,
         tenant=tenant,
         parent=parent,
+        routed=routed,
         chunks=_PLACEHOLDER,
     )
     whole = _item_encoder.encode(frame)

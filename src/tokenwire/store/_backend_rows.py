@@ -17,6 +17,7 @@ from tokenwire.schemas import (
     Message,
     MessageEvent,
     RecordedError,
+    Routed,
     SessionEvent,
 )
 from tokenwire.store._packing import decode_outcome, unpack_chunks
@@ -39,6 +40,8 @@ STEP_COLUMNS = (
     "first_ns",
     "completed_ns",
     "committed_ns",
+    "deployment",
+    "routed",
 )
 
 
@@ -67,7 +70,8 @@ class StepRow(msgspec.Struct, frozen=True, array_like=True):
     """One row of ``steps``: a whole step, its chunk log packed in ``chunks``.
 
     ``position`` numbers the session's steps from 1 in commit order; it orders steps (two
-    steps without chunks share a ``seq_start``) and is unique per session.
+    steps without chunks share a ``seq_start``) and is unique per session. ``deployment`` and
+    ``routed`` (JSON): a routed step's deployment and its first chunk's ``routed``.
     """
 
     session: str
@@ -86,6 +90,8 @@ class StepRow(msgspec.Struct, frozen=True, array_like=True):
     first_ns: int
     completed_ns: int
     committed_ns: int
+    deployment: str | None = None
+    routed: str | None = None
 
     def values(self) -> tuple[object, ...]:
         """The column values in :data:`STEP_COLUMNS` order."""
@@ -157,13 +163,17 @@ def outcome_event(row: StepRow) -> MessageEvent | ErrorEvent:
     """The MessageEvent or ErrorEvent of a row, citing its chunk range."""
     outcome = decode_outcome(row.outcome_kind, row.outcome)
     cite = (row.session, row.turn, row.step, row.seq_start, row.seq_end, row.provider, row.model)
+    routed = _routed_decoder.decode(row.routed) if row.routed else msgspec.UNSET
     match outcome:
         case Message():
-            return MessageEvent(*cite, message=outcome)
+            return MessageEvent(*cite, message=outcome, routed=routed)
         case RecordedError():
-            return ErrorEvent(*cite, error=outcome)
+            return ErrorEvent(*cite, error=outcome, routed=routed)
         case _:
             assert_never(outcome)
+
+
+_routed_decoder = msgspec.json.Decoder(Routed)
 
 
 def row_events(row: StepRow, from_seq: int, to_seq: int) -> Iterator[SessionEvent]:

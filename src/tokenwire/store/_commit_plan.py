@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 import msgspec
 
 from tokenwire.ledger import StepUsage
+from tokenwire.schemas import Routed
 from tokenwire.store._backend_rows import SessionState, StepRow
 from tokenwire.store._errors import StoreIntegrityError
 from tokenwire.store._packing import PACKING_ZLIB_JSON, encode_outcome, pack_chunks
@@ -110,8 +111,21 @@ def _new_row(record: StepRecord, state: SessionState, committed_ns: int) -> Step
         completed_ns=record.completed_ns,
         committed_ns=committed_ns,
     )
+    if (routed := step_routed(record)) is not None:
+        row = msgspec.structs.replace(
+            row, deployment=routed.deployment, routed=msgspec.json.encode(routed).decode()
+        )
     _advance(state, row)
     return row
+
+
+def step_routed(record: StepRecord) -> Routed | None:
+    """A routed step's route, deployment and failed attempts, off its first chunk (ordinal 0),
+    None when it has none."""
+    if not record.chunks or record.chunks[0].ordinal != 0:
+        return None
+    routed = record.chunks[0].routed
+    return routed if isinstance(routed, Routed) else None
 
 
 def step_tenant(record: StepRecord) -> str | None:

@@ -25,6 +25,7 @@ import msgspec
 
 from tokenwire.ledger import StepUsage
 from tokenwire.store._backend_rows import SessionState, StepRow
+from tokenwire.store._commit_plan import step_routed
 from tokenwire.store._errors import StoreIntegrityError
 from tokenwire.store._packing import (
     PACKING_ZLIB_JSON,
@@ -126,6 +127,7 @@ def plan_repair(
     if holds(row, record):
         return None
     count = len(record.chunks)
+    routed = step_routed(record)
     new = msgspec.structs.replace(
         row,
         seq_end=row.seq_start + count - 1,
@@ -139,6 +141,8 @@ def plan_repair(
         first_ns=record.chunks[0].time_ns if record.chunks else record.completed_ns,
         completed_ns=record.completed_ns,
         committed_ns=repaired_ns,
+        deployment=routed.deployment if routed is not None else None,
+        routed=msgspec.json.encode(routed).decode() if routed is not None else None,
     )
     shift = count - row.chunk_count
     after = msgspec.structs.replace(
@@ -191,6 +195,8 @@ _STEP_FIELDS = (
     "first_ns",
     "completed_ns",
     "committed_ns",
+    "deployment",
+    "routed",
 )
 
 

@@ -22,7 +22,7 @@ from tokenwire.ledger import (
     line_totals,
     price_step,
 )
-from tokenwire.schemas import ChunkEnvelope, TokenUsage
+from tokenwire.schemas import ChunkEnvelope, Routed, TokenUsage
 from tokenwire.store._records import StepRecord
 
 LINE_COLUMNS = (
@@ -41,6 +41,7 @@ LINE_COLUMNS = (
     "cost_pusd",
     "cost_reason",
     "price_version",
+    "price_source",
 )
 ROLLUP_KEY = ("day", "provider", "model", "key_name", "tenant")
 ROLLUP_SUMS = ("steps", "reported", "priced", *TOKEN_FIELDS, "cost_pusd")
@@ -57,7 +58,9 @@ def usage_line(record: StepRecord) -> StepUsage:
     owner = first if first is not None and first.ordinal == 0 else None
     at_ns = first.time_ns if first is not None else record.completed_ns
     usage = record.outcome.usage
-    cost = price_step(record.provider, record.model, usage, at_ns)
+    routed = owner.routed if owner is not None else None
+    routed = routed if isinstance(routed, Routed) else None
+    cost = price_step(record.provider, record.model, usage, at_ns, routed)
     return StepUsage(
         session=record.session,
         turn=record.turn,
@@ -73,6 +76,7 @@ def usage_line(record: StepRecord) -> StepUsage:
         cost_pusd=cost.pusd,
         cost_reason=cost.reason,
         price_version=cost.price_version,
+        price_source=cost.source,
     )
 
 
@@ -106,6 +110,7 @@ def line_values(line: StepUsage) -> tuple[object, ...]:
         line.cost_pusd,
         line.cost_reason,
         line.price_version,
+        line.price_source,
     )
 
 

@@ -39,6 +39,12 @@ from tokenwire.variables._parse import (
     seconds_at_least,
     text,
 )
+from tokenwire.variables._routes import (
+    ROUTES_FILE,
+    ROUTES_MAX_ATTEMPTS,
+    ROUTES_MAX_WAIT_S,
+    ROUTES_RELOAD_S,
+)
 from tokenwire.variables._variable import Variable
 
 BROKER_COMMANDS = (
@@ -649,6 +655,10 @@ VARIABLES: tuple[Variable[typing.Any], ...] = (
     GATEWAY_MAX_RESUMERS,
     GATEWAY_IDEMPOTENCY_TTL_S,
     GATEWAY_MAX_READERS,
+    ROUTES_FILE,
+    ROUTES_RELOAD_S,
+    ROUTES_MAX_ATTEMPTS,
+    ROUTES_MAX_WAIT_S,
     GATEWAY_MAX_HEADER_BYTES,
     GATEWAY_MAX_HEADERS,
     GATEWAY_HEADER_TIMEOUT_S,
@@ -754,6 +764,10 @@ __all__ = [
     "REPLICAS",
     "RETENTION_AGE_S",
     "RETENTION_BYTES",
+    "ROUTES_FILE",
+    "ROUTES_MAX_ATTEMPTS",
+    "ROUTES_MAX_WAIT_S",
+    "ROUTES_RELOAD_S",
     "SERVICE_COMMANDS",
     "SHARDS",
     "SHARD_TAGS",

@@ -14,11 +14,12 @@ streamed chunk published, in order and deduplicated, to the broker.
 
 The rooms, private packages, top to bottom; a room imports only those below it and the
 exception tree ``_errors.py``: ``_api`` (the app, its routes, the server, the settings),
-``_steps`` (one live step: StepRun, GatewayDeps, bounds, frames), ``_resume`` (a claimed
-step read back), ``_access`` (keys, session identity, owners; per-key limits and budgets land
-here), ``_observe`` (metrics, spans), ``_output`` (what the caller receives), ``_routing``
-(model -> Route, the provider's request, the Upstream seam; configured routes, fallbacks
-and cooldowns land here), ``_dialects`` (each wire dialect, translation, validation).
+``_steps`` (one live step: StepRun, GatewayDeps, bounds, frames, a routed step's fallbacks),
+``_resume`` (a claimed step read back), ``_access`` (keys, session identity, owners; per-key
+limits and budgets land here), ``_observe`` (metrics, spans), ``_output`` (what the caller
+receives), ``_routing`` (model -> Route, the provider's request, the Upstream seam; the
+routes file, a request's plan of deployments, their shared cooldowns), ``_dialects`` (each
+wire dialect, translation, validation).
 
 Endpoints, routing, headers, dialects, errors and publishing semantics: docs/gateway.md; the
 rooms and the modules one model call passes through, in order: docs/architecture.md.

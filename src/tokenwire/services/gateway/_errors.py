@@ -22,6 +22,8 @@ GatewayError                        status, code, message, param
     ├── RecordedStepError           502: a resumed step had ended as a recorded error
     ├── StepAbandonedError          502: a resumed step's gateway stopped before the step ended
     ├── TooManyResumersError        429: a step already has the most resumers allowed
+    ├── RouteUnavailableError       429: every deployment of a routed name (and of its
+    │                               fallbacks) is cooling down or at capacity; nothing claimed
     └── UpstreamError               502 (or the provider's 4xx/429): the provider call failed
 ```
 
@@ -232,3 +234,20 @@ class TooManyResumersError(StepFailureError):
     def __init__(self, message: str, *, limit: int) -> None:
         super().__init__(message)
         self.limit = limit
+
+
+class RouteUnavailableError(StepFailureError):
+    """Every deployment of the routed name ``route`` and of its fallbacks is cooling down or at
+    its capacity: answered with ``retry-after`` (the soonest one is back), before anything is
+    claimed or sent (docs/gateway.md, "Routes")."""
+
+    status = 429
+    code = "rate_limit_error"
+
+    def __init__(self, route: str, *, retry_after_s: int, why: str) -> None:
+        super().__init__(
+            f"no deployment of {route!r} can take a request now ({why}); retry after "
+            f"{retry_after_s} s"
+        )
+        self.route = route
+        self.retry_after_s = retry_after_s

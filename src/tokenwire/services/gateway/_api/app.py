@@ -37,16 +37,11 @@ from tokenwire.schemas import RecordedError
 from tokenwire.scrub import register, scrub
 from tokenwire.services.gateway._access.browsers import keyless_refusal, require_json
 from tokenwire.services.gateway._access.identity import (
-    IDEMPOTENCY_HEADER,
     SESSION_HEADER,
-    KeyedRequest,
     RequestedIdentity,
     ResumeTarget,
     StepClaim,
     StepIdentity,
-    assign_keyed,
-    assign_next,
-    claim_explicit,
     read_identity,
 )
 from tokenwire.services.gateway._access.keys import (
@@ -64,14 +59,23 @@ from tokenwire.services.gateway._access.threads import (
     thread_request,
 )
 from tokenwire.services.gateway._api.catalog import ModelCatalog
+from tokenwire.services.gateway._api.claiming import step_claim
 from tokenwire.services.gateway._api.count_tokens import CountTokens
 from tokenwire.services.gateway._api.edge import header_map
 from tokenwire.services.gateway._api.openapi import openapi_document
+from tokenwire.services.gateway._api.planned import (
+    CheckedCall,
+    naming_for,
+    reply_for,
+    routed_step,
+    served_headers,
+)
 from tokenwire.services.gateway._api.retrieve import (
     NoSuchResponseError,
     retrieve_request,
     retrieve_target,
 )
+from tokenwire.services.gateway._api.routed import RoutesDesk, Routing
 from tokenwire.services.gateway._api.settings import GatewaySettings, check_provider_env
 from tokenwire.services.gateway._api.usage import usage_route
 from tokenwire.services.gateway._dialects import (
@@ -79,7 +83,6 @@ from tokenwire.services.gateway._dialects import (
     OPENAI_CHAT,
     OPENAI_RESPONSES,
     CallerCodec,
-    CallerRequest,
     R,
     Reply,
     provider_reply,
@@ -91,6 +94,7 @@ from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     GatewayError,
     InvalidRequestError,
+    RouteUnavailableError,
     SessionNotFoundError,
     TooManyResumersError,
     UpstreamError,
@@ -111,15 +115,19 @@ from tokenwire.services.gateway._resume.resume import (
     ResumeBounds,
     Resumer,
     fingerprint,
-    key_hash,
-    step_ref,
 )
-from tokenwire.services.gateway._routing.provider_call import CallerInput, provider_call
-from tokenwire.services.gateway._routing.routing import Route, resolve, with_identity
+from tokenwire.services.gateway._routing.provider_call import (
+    CallerInput,
+    ProviderCall,
+    provider_call,
+)
+from tokenwire.services.gateway._routing.routing import Route, with_identity
 from tokenwire.services.gateway._routing.upstream import UpstreamCall
 from tokenwire.services.gateway._steps.coalesce import answered, coalesce_ms
 from tokenwire.services.gateway._steps.deps import GatewayDeps
-from tokenwire.services.gateway._steps.step import StepPlan, StepRun
+from tokenwire.services.gateway._steps.fallback import RoutedStep
+from tokenwire.services.gateway._steps.step import StepRun
+from tokenwire.services.gateway._steps.step_plan import StepPlan
 
 log = logging.getLogger("tokenwire.gateway")
 _READY_TIMEOUT_S = 2.0
@@ -142,6 +150,14 @@ class Gateway:
         self._rng = random.Random()
         self.calls = GenAICalls(self.metrics, deps.otel)
         self.resumer = _resumer(settings, deps)
+        self.routes = RoutesDesk(
+            settings, deps, self.metrics, rng=self._rng, on_reload=self._scrub_too
+        )
+
+    def _scrub_too(self, secrets: tuple[str, ...]) -> None:
+        """A reloaded routes file's credentials are scrubbed from what callers receive too."""
+        added = (x for x in secrets if len(x) >= 4)
+        self._secrets = tuple(dict.fromkeys((*self._secrets, *added)))
 
     @property
     def running_steps(self) -> int:
@@ -247,57 +263,99 @@ class Gateway:
         req = codec.parse(raw)
         wanted = read_identity(headers)
         coalesce = coalesce_ms(headers, settings.coalesce_ms)
-        route = resolve(req.model, codec.dialect, settings.provider_env)
         sent = CallerInput(raw, headers, settings.provider_env, settings.default_max_tokens)
-        call = provider_call(codec, req, route, sent)
-        threaded, thread = await self._thread(caller, codec, req, raw, wanted, headers)
-        session = wanted.session or threaded or self.deps.new_id()
-        await self.guard.admit(caller, session, named=wanted.session is not None)
-        fp = fingerprint(request.scope["path"], body.canonical)
-        claim = await self._claim(wanted, session, req, fp, headers, fresh=threaded is None)
+        routing = await self.routes.routing(req.model, codec.dialect)
+        try:
+            route = self.routes.route(req.model, codec.dialect, routing)
+            call = provider_call(codec, req, route, sent)
+            threaded, thread = await self._thread(caller, codec, req, raw, wanted, headers)
+            session = wanted.session or threaded or self.deps.new_id()
+            await self.guard.admit(caller, session, named=wanted.session is not None)
+            fp = fingerprint(request.scope["path"], body.canonical)
+            claim = await step_claim(
+                self.deps.steps,
+                wanted=wanted,
+                session=session,
+                req=req,
+                fp=fp,
+                headers=headers,
+                fresh=threaded is None,
+                idempotency_ttl_s=settings.idempotency_ttl_s,
+            )
+        except BaseException:
+            self.routes.unsent(routing)
+            raise
         if isinstance(claim, ResumeTarget):
+            self.routes.unsent(routing)
             return _with(call.response_headers, await self._resume(codec, req, claim))
+        r = CheckedCall(
+            request=request,
+            codec=codec,
+            req=req,
+            sent=sent,
+            headers=headers,
+            caller=caller,
+            session=session,
+            received_ns=received_ns,
+            coalesce=coalesce,
+            thread=thread,
+        )
+        return await self._run_step(r, call, claim, routing)
+
+    async def _run_step(
+        self, r: CheckedCall[R], call: ProviderCall, claim: StepClaim, routing: Routing | None
+    ) -> Response:
+        """Send the provider call, set the step up while the provider works, start it, and
+        return its answer (streamed, or folded once it ended)."""
         # The provider is called before the step is set up (span, output, run): it works
         # while they are built (see docs/gateway-internals.md, "Performance").
         call_start_ns = self.deps.clock_ns()
-        routed = with_identity(call.route, {SESSION_HEADER: session})
+        routed = with_identity(call.route, {SESSION_HEADER: r.session})
         upstream = self.deps.upstream.send(routed, call.body)
         try:
-            known = claim.known  # a resumable step: its answer's id is made from the step
-            if known is None and codec.dialect is Dialect.OPENAI_RESPONSES:
-                known = await claim.identity()  # every Responses answer can be retrieved
-            raw_id = step_ref(known) if known is not None else self.deps.new_id()
-            reply = Reply(codec.reply_id(raw_id), req.model, received_ns // 1_000_000_000)
-            output = self._output(codec, req, routed, reply)
-            naming = _naming(reply, req.stream, routed.dialect == codec.dialect)
+            reply, known = await reply_for(r, claim, self.deps.new_id)
+            output = self._output(r.codec, r.req, routed, reply)
+            forwarded = routed.dialect == r.codec.dialect
+            attempts = routed_step(
+                routing,
+                r,
+                first=(routed, upstream, output, call),
+                upstream=self.deps.upstream,
+                output=lambda route: self._output(r.codec, r.req, route, reply),
+                health=self.routes.health,
+                metrics=self.metrics,
+            )
             run = self._step_run(
-                request=request,
-                headers=headers,
+                r=r,
                 route=routed,
                 upstream=upstream,
                 output=output,
-                session=session,
                 claim=claim,
-                received_ns=received_ns,
                 call_start_ns=call_start_ns,
-                caller=caller,
-                naming=naming if known is not None else None,
-                coalesce_ms=coalesce,
-                thread=thread,
+                naming=naming_for(reply, r.req.stream) if known is not None else None,
+                forwarded=forwarded,
+                routing=attempts,
             )
         except BaseException:
             upstream.cancel()
             claim.drop()
+            self.routes.unsent(routing)
             raise
         try:
             await run.start()
         except GatewayError as exc:
-            error = self._error(codec, exc, run.identity)
-            return _with({**call.response_headers, **thread.headers(run.identity)}, error)
-        headers = {**call.response_headers, **answered(coalesce), **thread.headers(run.identity)}
-        if not req.stream:
-            forwarded = routed.dialect == codec.dialect
-            return _with(headers, await self._folded(run, codec, reply, forwarded=forwarded))
+            error = self._error(r.codec, exc, run.identity)
+            return _with(
+                {**served_headers(call, attempts), **r.thread.headers(run.identity)}, error
+            )
+        headers = {
+            **served_headers(call, attempts),
+            **answered(r.coalesce),
+            **r.thread.headers(run.identity),
+        }
+        if not r.req.stream:
+            folded = await self._folded(run, r.codec, reply, forwarded=run.forwarded)
+            return _with(headers, folded)
         return _with(headers, run.response())
 
     def _output(self, codec: CallerCodec[R], req: R, route: Route, reply: Reply) -> CallerOutput:
@@ -310,25 +368,21 @@ class Gateway:
     def _step_run(
         self,
         *,
-        request: Request,
-        headers: Mapping[str, str],
+        r: CheckedCall[R],
         route: Route,
         upstream: UpstreamCall,
         output: CallerOutput,
-        session: str,
         claim: StepClaim,
-        received_ns: int,
         call_start_ns: int,
-        caller: Caller,
-        naming: Callable[[HeadTap | None], StepNames] | None,
-        coalesce_ms: int,
-        thread: StepThread,
+        naming: Callable[[HeadTap | None, bool], StepNames] | None,
+        forwarded: bool,
+        routing: RoutedStep | None,
     ) -> StepRun:
         """The planned step over its sent provider call, with its call span started (its
         trace headers go on the step's first chunk)."""
-        settings = self.settings
+        settings, session = self.settings, r.session
         span, trace_headers = start_step_span(
-            headers,
+            r.headers,
             self._rng,
             tracer=self.calls.tracer,
             recording=self.calls.recording,
@@ -337,7 +391,7 @@ class Gateway:
             start_ns=call_start_ns,
         )
         observer = self.calls.observe(route, session, span, call_start_ns)
-        aliased = request.scope["path"] == "/v1/responses"  # GET /v1/responses/{id}
+        aliased = r.request.scope["path"] == "/v1/responses"  # GET /v1/responses/{id}
         forwarded_stream = route.dialect is Dialect.OPENAI_RESPONSES and not isinstance(
             output, FoldingOutput
         )
@@ -346,17 +400,19 @@ class Gateway:
             claim=claim,
             route=route,
             call=upstream,
-            request_time_ns=received_ns,
+            request_time_ns=r.received_ns,
             trace_headers=trace_headers,
             secrets=self._secrets,
             continue_on_disconnect=settings.continue_on_disconnect,
-            caller=caller,
+            caller=r.caller,
             naming=naming,
             aliased=aliased,
             # a forwarded stream's first bytes carry the provider's id: mapped before them
             names_before_bytes=aliased and naming is not None and forwarded_stream,
-            coalesce_s=coalesce_ms / 1000,
-            thread=thread,
+            coalesce_s=r.coalesce / 1000,
+            thread=r.thread,
+            forwarded=forwarded,
+            routing=routing,
         )
         return StepRun(
             plan=plan,
@@ -426,41 +482,6 @@ class Gateway:
             raise SessionNotFoundError(spawned.session, param=PARENT_HEADER)
         return found, thread
 
-    async def _claim(
-        self,
-        wanted: RequestedIdentity,
-        session: str,
-        req: CallerRequest,
-        fp: str,
-        headers: Mapping[str, str],
-        *,
-        fresh: bool,
-    ) -> StepClaim | ResumeTarget:
-        """The step's claim: an explicit triple is claimed now, so that a 409 never costs a
-        provider call (the same request again resumes it); an unnamed request with an
-        ``Idempotency-Key`` gets the key's step (resumed) or a new one mapped to the key
-        before the provider is called; any other assigned one (never a conflict) is sent now
-        and answered while the provider is called, off the time to first chunk (the step
-        waits for it before it publishes); a conversation's first call sends it without
-        reading the session's pointer first (``fresh``)."""
-        steps = self.deps.steps
-        if wanted.turn is not None and wanted.step is not None:
-            return await claim_explicit(session, wanted.turn, wanted.step, steps, fp)
-        key = headers.get(IDEMPOTENCY_HEADER)
-        if key is not None:
-            keyed = KeyedRequest(
-                key_hash=key_hash(_credential(headers), _checked_key(key)),
-                fingerprint=fp,
-                ttl_s=self.settings.idempotency_ttl_s,
-            )
-            return await assign_keyed(session, steps, keyed, new_turn=not req.ends_with_tool_result)
-        return await assign_next(
-            session,
-            steps,
-            new_turn=not req.ends_with_tool_result,
-            fresh=fresh and req.opens_conversation,
-        )
-
     async def _resume(
         self, codec: CallerCodec[R], req: R, target: ResumeTarget, after: int | None = None
     ) -> Response:
@@ -511,6 +532,8 @@ class Gateway:
             headers.update(exc.relay_headers)
         if isinstance(exc, TooManyResumersError):
             headers["retry-after"] = str(RESUME_RETRY_AFTER_S)  # room comes as others end
+        elif isinstance(exc, RouteUnavailableError):
+            headers["retry-after"] = str(exc.retry_after_s)  # the soonest deployment back
         elif exc.status in _NOT_RETRYABLE or (identity is not None and identity.explicit):
             # the SDKs retry 409 (and more) by default; the same explicit triple, claimed,
             # answers what it answered (resumed) whatever failed, so its caller is told the
@@ -551,7 +574,6 @@ class Gateway:
 
 _NOT_RETRYABLE = frozenset({400, 401, 404, 409, 410, 413, 422})
 """Answers a retry of the same request cannot change."""
-_MAX_KEY_CHARS = 255
 
 
 def _resumer(settings: GatewaySettings, deps: GatewayDeps) -> Resumer | None:
@@ -564,39 +586,6 @@ def _resumer(settings: GatewaySettings, deps: GatewayDeps) -> Resumer | None:
         outbox_bytes=settings.caller_buffer_bytes,
     )
     return Resumer(deps.history, bounds, settings.max_resumers, deps.broker_clock_ns)
-
-
-def _naming(reply: Reply, stream: bool, forwarded: bool) -> Callable[[HeadTap | None], StepNames]:
-    """How a resumable step's answer is named to its caller: a forwarded stream as the
-    provider named it (id, model, time), a folded answer with the provider's model and, when
-    the provider speaks the caller's dialect, its id (``provider_reply``; else the gateway's
-    id, as ``_folded``), an encoded stream as the gateway's ``reply``."""
-
-    def names(head: HeadTap | None) -> StepNames:
-        if head is None or (stream and not forwarded):
-            return StepNames(reply.response_id, reply.model, reply.created)
-        folded = provider_reply(reply, head.response_id if forwarded else None, head.model)
-        if not stream:  # the folded answer: the provider's id and model, the gateway's time
-            return StepNames(folded.response_id, folded.model, reply.created)
-        created = head.created if head.created is not None else reply.created
-        return StepNames(folded.response_id, folded.model, created, head.system_fingerprint)
-
-    return names
-
-
-def _credential(headers: Mapping[str, str]) -> str:
-    """What the caller authenticated with (an idempotency key is scoped to it)."""
-    return headers.get("authorization") or headers.get("x-api-key") or ""
-
-
-def _checked_key(key: str) -> str:
-    """An ``Idempotency-Key`` value: 1-255 visible ASCII characters (400 otherwise)."""
-    if not 0 < len(key) <= _MAX_KEY_CHARS or not all(" " < c <= "~" for c in key):
-        raise InvalidRequestError(
-            f"Idempotency-Key must be 1-{_MAX_KEY_CHARS} visible ASCII characters",
-            param=IDEMPOTENCY_HEADER,
-        )
-    return key
 
 
 def _with(headers: Mapping[str, str], response: Response) -> Response:
@@ -736,7 +725,7 @@ class GatewayApp:
 def _catalog_routes(gw: Gateway) -> list[BaseRoute]:
     """``/v1/models``, ``/v1/messages/count_tokens`` and ``/openapi.json`` (their modules)."""
     env = gw.settings.provider_env
-    catalog = ModelCatalog(env, gw.deps.monotonic)
+    catalog = ModelCatalog(env, gw.deps.monotonic, public=gw.routes.table.names)
 
     async def models(request: Request) -> Response:
         return JSONResponse(await catalog.listing())
@@ -772,8 +761,12 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        yield
-        await gw.drain(settings.ack_timeout_s)
+        await gw.routes.start()
+        try:
+            yield
+            await gw.drain(settings.ack_timeout_s)
+        finally:
+            await gw.routes.stop()
 
     model_routes = [
         HttpRoute("/v1/chat/completions", gw.chat_completions, methods=["POST"]),

@@ -1,4 +1,8 @@
-"""``GET /v1/models``: the configured providers and the models they list, in OpenAI's shape.
+"""``GET /v1/models``: the routes file's public names, then the configured providers and the
+models they list, in OpenAI's shape.
+
+The public names (docs/gateway.md, "Routes") come first, ``owned_by: "tokenwire-routes"``,
+as the routes in force name them (a reload shows at once).
 
 A provider is configured when its credential or its base URL variable is set
 (``TOKENWIRE_SCRIPTED_BASE_URL`` for the scripted provider). Each configured provider's own
@@ -22,7 +26,7 @@ from typing import Any, assert_never
 import httpx
 
 from tokenwire.providers import Dialect, ProviderConfigError, get_provider, provider_names
-from tokenwire.services.gateway._routing.routing import SCRIPTED
+from tokenwire.services.gateway._routing.routes_file import SCRIPTED
 
 log = logging.getLogger("tokenwire.gateway")
 TTL_S = 300.0
@@ -100,8 +104,10 @@ class ModelCatalog:
         ttl_s: float = TTL_S,
         failure_ttl_s: float = FAILURE_TTL_S,
         timeout_s: float = TIMEOUT_S,
+        public: Callable[[], list[str]] = list,
     ) -> None:
         self._sources = configured_sources(env)
+        self._public = public
         self._clock = clock
         self._ttl_s, self._failure_ttl_s, self._timeout_s = ttl_s, failure_ttl_s, timeout_s
         self._cache: dict[str, _Listed] = {}  # by provider: at most one per source
@@ -110,7 +116,10 @@ class ModelCatalog:
     async def listing(self) -> dict[str, Any]:
         """The OpenAI ``list`` object of every model, plus the ``providers`` report."""
         listed = await asyncio.gather(*(self._listed(s) for s in self._sources))
-        data: list[dict[str, Any]] = []
+        data: list[dict[str, Any]] = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "tokenwire-routes"}
+            for name in self._public()
+        ]
         providers: list[dict[str, Any]] = []
         for source, entry in zip(self._sources, listed, strict=True):
             data += [

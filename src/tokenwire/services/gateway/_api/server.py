@@ -25,6 +25,7 @@ from tokenwire.broker import (
     BrokerError,
     ChunkPublisher,
     Connection,
+    Cooldowns,
     Restored,
     Restorer,
     SessionOwners,
@@ -32,6 +33,7 @@ from tokenwire.broker import (
     Topology,
     check_layout,
     connect,
+    ensure_cooldowns_bucket,
     ensure_topology,
     stream_info,
     stream_missing,
@@ -123,7 +125,8 @@ async def broker_deps(
     model calls' spans and metrics go (nothing by default); ``claim_idle_s``: the bound on a
     step's silence kept with every claim (``StepRecord.idle_s``, read by the assembler before
     it records a step abandoned); ``reprovision``: for a gateway that provisions, provision
-    again when the probe finds a chunk stream or registry bucket missing (issue 48);
+    again when the probe finds a chunk stream or registry bucket missing (issue 48), and make
+    the routed deployments' cooldowns bucket again when its watch finds it missing;
     ``store``: where a step gone from the broker's retention is read back from (``GET
     /v1/responses/{id}``; None: nowhere)."""
     publisher = await ChunkPublisher(nc, topology, window=publish_window).start()
@@ -148,6 +151,12 @@ async def broker_deps(
     def live() -> bool:
         return not nc.is_closed
 
+    async def make_bucket() -> None:
+        await ensure_cooldowns_bucket(nc, topology)
+
+    cooldowns = Cooldowns(
+        nc, topology.cooldowns_bucket, make=make_bucket if reprovision is not None else None
+    )
     deps = GatewayDeps(
         upstream=upstream,
         sink=publisher,
@@ -157,6 +166,7 @@ async def broker_deps(
         otel=otel or no_otel(),
         owners=SessionOwners(nc, topology),
         history=BrokerStepSource(nc, topology, store),
+        cooldowns=cooldowns,
     )
     return BrokerDeps(deps, publisher, steps, upstream)
 

@@ -18,6 +18,8 @@ from tokenwire.config import ConfigError, without_userinfo
 from tokenwire.providers import check_header, check_proxy, check_url, get_provider, provider_names
 from tokenwire.services.gateway._access.keys import KeyRing, NamedKey, key_ring, load_keys_file
 from tokenwire.services.gateway._api.edge import EdgeLimits
+from tokenwire.services.gateway._routing.plan import AttemptBounds
+from tokenwire.services.gateway._routing.routes_file import RoutesConfig, load_routes
 from tokenwire.services.gateway._steps.bounds import StepBounds
 from tokenwire.services.gateway._steps.framing import FramePolicy
 from tokenwire.variables import MAX_COALESCE_MS
@@ -80,8 +82,13 @@ class GatewaySettings:
       each one bounded broker read; past it 503 with ``retry-after``.
     - ``metrics_key``: when set, ``GET /metrics`` answers only a request carrying it as a
       bearer token (``TOKENWIRE_GATEWAY_METRICS_KEY``); None: ``/metrics`` is open.
+    - ``routes``: the routes file, checked (``TOKENWIRE_ROUTES_FILE``; None: only
+      ``provider/model``), reloaded every ``routes_reload_s`` when it changed, its credentials
+      read from ``routes_env``; ``attempts``: how far a routed step goes before its first byte
+      (``TOKENWIRE_ROUTES_MAX_ATTEMPTS``, ``_MAX_WAIT_S``; docs/gateway.md, "Routes").
 
-    Secrets (``keys``, ``provider_env``, ``metrics_key``) are left out of ``repr``.
+    Secrets (``keys``, ``provider_env``, ``metrics_key``, ``routes_env``) are left out of
+    ``repr``.
     """
 
     host: str = v.GATEWAY_ADDR.value[0]
@@ -115,6 +122,10 @@ class GatewaySettings:
     topology: Topology | None = None
     metrics_key: str | None = field(default=None, repr=False)
     keys_file: str | None = None
+    routes: RoutesConfig | None = None
+    routes_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    routes_reload_s: float = v.ROUTES_RELOAD_S.value
+    attempts: AttemptBounds = field(default_factory=AttemptBounds)
 
     def __post_init__(self) -> None:
         if not 0 <= self.coalesce_ms <= MAX_COALESCE_MS:
@@ -166,7 +177,8 @@ class GatewaySettings:
     def secrets(self) -> tuple[str, ...]:
         """Every credential value, to scrub from anything the gateway reports."""
         creds = [v for k, v in self.provider_env.items() if k.endswith("_API_KEY")]
-        own = (*self.keys, *creds, *([self.metrics_key] if self.metrics_key else []))
+        routed = self.routes.secrets() if self.routes is not None else ()
+        own = (*self.keys, *creds, *([self.metrics_key] if self.metrics_key else []), *routed)
         return tuple(s for s in own if len(s) >= 4)
 
     @classmethod
@@ -182,6 +194,7 @@ class GatewaySettings:
         check_proxy_env(env)
         shared = config.load(env)
         keys_file = v.GATEWAY_KEYS_FILE.read(env)
+        routes_file = v.ROUTES_FILE.read(env)
         settings = cls(
             host=shared.gateway_host,
             port=shared.gateway_port,
@@ -211,6 +224,13 @@ class GatewaySettings:
             threading=v.GATEWAY_THREADING.read(env),
             topology=topology_from(shared),
             metrics_key=v.GATEWAY_METRICS_KEY.read(env) or None,
+            routes=load_routes(routes_file, env) if routes_file else None,
+            routes_env=env,
+            routes_reload_s=v.ROUTES_RELOAD_S.read(env),
+            attempts=AttemptBounds(
+                max_attempts=v.ROUTES_MAX_ATTEMPTS.read(env),
+                max_wait_s=v.ROUTES_MAX_WAIT_S.read(env),
+            ),
         )
         settings.key_ring()  # a key or a name in both sources stops the start
         return settings

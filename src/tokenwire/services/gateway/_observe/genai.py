@@ -36,7 +36,7 @@ from tokenwire.observability import (
     error_type_labels,
     model_labels,
 )
-from tokenwire.schemas import Finish, TokenUsage
+from tokenwire.schemas import Finish, Routed, TokenUsage
 from tokenwire.services.gateway._errors import BrokerUnavailableError, GatewayError
 from tokenwire.services.gateway._observe.metrics import GatewayMetrics
 from tokenwire.services.gateway._routing.routing import Route
@@ -139,6 +139,7 @@ class CallObserver:
     usage: TokenUsage | None = None
     response_id: str | None = None  # the provider's own names for its answer, where it sent
     response_model: str | None = None  # them (read off its first events, _caller.HeadTap)
+    routed: Routed | None = None  # a routed step's deployment and failed attempts
     _ended: bool = field(default=False, repr=False)
 
     def first_chunk(self, time_ns: int, request_time_ns: int) -> None:
@@ -270,6 +271,8 @@ class CallObserver:
             span.set_attribute("gen_ai.response.id", self.response_id)
         if self.response_model is not None:
             span.set_attribute("gen_ai.response.model", self.response_model)
+        if self.routed is not None:
+            _route_attributes(span, self.routed)
         counts = _convention_counts(_token_counts(self.usage))
         for name, n in zip(_SPAN_USAGE, counts, strict=True):
             if n is not None:
@@ -346,6 +349,26 @@ def _convention_counts(counts: tuple[int | None, ...]) -> tuple[int | None, ...]
 def _sum(*values: int | None) -> int | None:
     present = [v for v in values if v is not None]
     return sum(present) if present else None
+
+
+def _route_attributes(span: trace.Span, routed: Routed) -> None:
+    """A routed step's public name, the deployment that served it, and each attempt that
+    failed before it as an event (deployment names come from the routes file: bounded)."""
+    span.set_attributes(
+        {
+            "tokenwire.route": routed.route,
+            "tokenwire.deployment": routed.deployment,
+            "tokenwire.attempts": len(routed.attempts) + 1,
+        }
+    )
+    for attempt in routed.attempts:
+        attributes: dict[str, AttributeValue] = {
+            "tokenwire.deployment": attempt.deployment,
+            "tokenwire.failure": attempt.failure,
+        }
+        if attempt.status is not None:
+            attributes["http.response.status_code"] = attempt.status
+        span.add_event("tokenwire.attempt_failed", attributes)
 
 
 def call_span_attributes(route: Route, session: str) -> dict[str, AttributeValue]:

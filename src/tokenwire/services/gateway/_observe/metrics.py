@@ -4,6 +4,7 @@ in tests never collide). Labels never carry content, session ids or credentials.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -94,6 +95,29 @@ class GatewayMetrics:
             ["provider", "model", "type"],
             registry=r,
         )
+        self.deployment_calls = Counter(
+            "tokenwire_gateway_deployment_calls",
+            "Calls to routed deployments before their first byte, by outcome (ok, or why it "
+            "failed: connect, timeout, rate-limited, server-error, overloaded, untranslatable).",
+            ["route", "deployment", "outcome"],
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "tokenwire_gateway_fallbacks",
+            "Routed steps that were served by another deployment than the one first tried.",
+            ["route"],
+            registry=r,
+        )
+        self.route_unavailable = Counter(
+            "tokenwire_gateway_route_unavailable",
+            "Requests answered 429 because every deployment of the name and its fallbacks "
+            "was cooling down or at capacity.",
+            ["route"],
+            registry=r,
+        )
+        self._deployment_calls: dict[tuple[str, str, str], Counter] = {}
+        self._deployments = _DeploymentCollector()
+        r.register(self._deployments)
         window = Gauge(
             "tokenwire_gateway_publisher_window_in_use",
             "Chunks published and not yet acknowledged.",
@@ -114,6 +138,19 @@ class GatewayMetrics:
         self._readers = _ReaderCollector(SseStats())  # zeros until watch_readers()
         r.register(self._readers)
 
+    def deployment_call(self, route: str, deployment: str, outcome: str) -> None:
+        """Count one call to a routed deployment (the labelled child kept: a lookup in
+        Prometheus' own table costs several microseconds on the step's path)."""
+        key = (route, deployment, outcome)
+        child = self._deployment_calls.get(key)
+        if child is None:
+            child = self._deployment_calls[key] = self.deployment_calls.labels(*key)
+        child.inc()
+
+    def watch_deployments(self, view: DeploymentView) -> None:
+        """Expose the routed deployments' state and load as this gateway sees them."""
+        self._deployments.view = view
+
     def watch_readers(self, stats: SseStats) -> None:
         """Expose these session event readers' counters (``GET /v1/sessions/{s}/events``)."""
         self._readers.stats = stats
@@ -127,6 +164,59 @@ class GatewayMetrics:
     def render(self) -> bytes:
         """The text exposition format."""
         return generate_latest(self.registry)
+
+
+class DeploymentView(Protocol):
+    """What the deployments' collector reads at each scrape (the app's routes and health)."""
+
+    def deployment_states(self) -> list[tuple[str, str, int]]:
+        """(deployment, state, requests in flight) for every deployment of the routes in
+        force; state is ``ok``, ``cooling``, ``probe``, ``probing`` or ``busy``."""
+        ...
+
+    def routes_reloads(self) -> tuple[int, int]:
+        """Reloads of the routes file that took effect, and that were refused."""
+        ...
+
+
+_STATES = ("ok", "cooling", "probe", "probing", "busy")
+
+
+class _DeploymentCollector(Collector):
+    """The routed deployments' state and load, read at each scrape (bounded labels: the
+    deployment names of the routes file in force)."""
+
+    def __init__(self) -> None:
+        self.view: DeploymentView | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        state = GaugeMetricFamily(
+            "tokenwire_gateway_deployment_state",
+            "1 for each routed deployment's state as this gateway sees it (ok, cooling, "
+            "probe: due for its one probe, probing: another gateway's probe, busy: at rpm/tpm).",
+            labels=["deployment", "state"],
+        )
+        in_flight = GaugeMetricFamily(
+            "tokenwire_gateway_deployment_in_flight",
+            "Requests this gateway has on their way to each routed deployment.",
+            labels=["deployment"],
+        )
+        reloads = CounterMetricFamily(
+            "tokenwire_gateway_routes_reloads",
+            "Routes file reloads: applied, or refused (the routes in force stay).",
+            labels=["outcome"],
+        )
+        if self.view is not None:
+            for name, current, flying in self.view.deployment_states():
+                for kind in _STATES:
+                    state.add_metric([name, kind], 1.0 if kind == current else 0.0)
+                in_flight.add_metric([name], flying)
+            applied, refused = self.view.routes_reloads()
+            reloads.add_metric(["applied"], applied)
+            reloads.add_metric(["refused"], refused)
+        yield state
+        yield in_flight
+        yield reloads
 
 
 class _ReaderCollector(Collector):

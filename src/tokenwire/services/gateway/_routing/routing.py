@@ -2,7 +2,8 @@
 
 The provider table is :func:`tokenwire.providers.get_provider`. ``scripted`` is the offline
 scripted provider at ``TOKENWIRE_SCRIPTED_BASE_URL``: it speaks the caller's own dialect, so
-both endpoints reach it without translation.
+both endpoints reach it without translation. A routes file's deployment becomes a Route the
+same way (:func:`deployment_route`), with its own base URL and credential.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from tokenwire.providers import (
 )
 from tokenwire.services.gateway._dialects.base import CallerDialect
 from tokenwire.services.gateway._errors import UnknownModelError
-
-SCRIPTED = "scripted"
+from tokenwire.services.gateway._routing.routes_file import SCRIPTED, DeploymentSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,13 +80,40 @@ def resolve(value: str, caller: CallerDialect, env: Mapping[str, str]) -> Route:
     )
 
 
+def deployment_route(d: DeploymentSpec, caller: CallerDialect) -> Route:
+    """The Route of a routes file's deployment for a caller of dialect ``caller`` (the
+    scripted provider's follows it; every other provider's is its own)."""
+    if d.provider == SCRIPTED:
+        assert d.base_url is not None  # the routes file requires it
+        return _scripted_at(d.base_url, d.model, caller)
+    spec = get_provider(d.provider)
+    base = (d.base_url or spec.default_base_url).rstrip("/")
+    url = (base + spec.stream_path).replace("{model}", urllib.parse.quote(d.model, safe=""))
+    headers = dict(spec.auth_headers(d.api_key)) | dict(spec.headers)
+    return Route(
+        provider=d.provider,
+        model=d.model,
+        dialect=spec.dialect,
+        url=url,
+        normaliser=spec.normaliser,
+        headers=headers,
+        caller_headers=spec.caller_headers,
+        legacy_max_tokens=spec.legacy_max_tokens,
+    )
+
+
 def _scripted(model: str, caller: CallerDialect, env: Mapping[str, str]) -> Route:
-    base = env.get("TOKENWIRE_SCRIPTED_BASE_URL", "").rstrip("/").removesuffix("/v1")
+    base = env.get("TOKENWIRE_SCRIPTED_BASE_URL", "")
     if not base:
         raise UnknownModelError(
             "provider 'scripted' is not configured (TOKENWIRE_SCRIPTED_BASE_URL)",
             model=f"{SCRIPTED}/{model}",
         )
+    return _scripted_at(base, model, caller)
+
+
+def _scripted_at(base_url: str, model: str, caller: CallerDialect) -> Route:
+    base = base_url.rstrip("/").removesuffix("/v1")
     dialect, path = _scripted_dialect(caller)
     every = _SCRIPTED_CALLER_HEADERS
     normaliser = _scripted_normaliser(dialect, model)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from starlette.routing import BaseRoute
 
-from tokenwire.broker import ChunkSink, SessionOwnership, StepAllocator
+from tokenwire.broker import ChunkSink, CooldownBoard, SessionOwnership, StepAllocator
 from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.services.gateway._observe.ready import READY, Readiness
 from tokenwire.services.gateway._resume.step_source import StepSource
@@ -74,3 +74,4 @@ class GatewayDeps:
     store: Callable[[], Store] | None = None
     history: StepSource | None = None
     broker_clock_ns: Callable[[], int] = time.time_ns
+    cooldowns: CooldownBoard | None = None

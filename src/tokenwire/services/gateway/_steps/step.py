@@ -17,8 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Awaitable
 from typing import NoReturn
 
 import msgspec
@@ -38,17 +37,15 @@ from tokenwire.schemas import (
     ChunkEnvelope,
     Finish,
     Message,
+    Routed,
     StepError,
-    StepLink,
     StreamChunk,
     Usage,
     frame_head,
     json_encoder,
 )
 from tokenwire.scrub import scrub as scrub_text
-from tokenwire.services.gateway._access.identity import StepClaim, StepIdentity
-from tokenwire.services.gateway._access.keys import ANONYMOUS, Caller
-from tokenwire.services.gateway._access.threads import StepThread
+from tokenwire.services.gateway._access.identity import StepIdentity
 from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     GatewayError,
@@ -66,13 +63,14 @@ from tokenwire.services.gateway._output.caller import (
     StepStream,
 )
 from tokenwire.services.gateway._resume.resume import response_alias
-from tokenwire.services.gateway._routing.routing import Route
 from tokenwire.services.gateway._routing.upstream import UpstreamCall
 from tokenwire.services.gateway._steps.bounds import StepBounds, StepMeter
 from tokenwire.services.gateway._steps.contract import ContractCheck
 from tokenwire.services.gateway._steps.deps import GatewayDeps
+from tokenwire.services.gateway._steps.fallback import Attempt, RoutedStep, first_chunks
 from tokenwire.services.gateway._steps.fit import ChunkTooLarge, DeltaLedger, fitted
 from tokenwire.services.gateway._steps.framing import ChunkTooLargeForFrame, FramePolicy, Framer
+from tokenwire.services.gateway._steps.step_plan import StepPlan
 from tokenwire.services.gateway._steps.watchdog import Watchdog
 
 log = logging.getLogger("tokenwire.gateway")
@@ -94,47 +92,9 @@ _COUNT_EVERY = 64
 when the step ends): taking the counter's lock per chunk cost ~1% of the gateway's CPU."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class StepPlan:
-    """Everything a step needs, decided once its request passed every check.
-
-    ``claim`` gives the step's identity: known for an explicit triple, sent to the registry
-    beside the provider call for an assigned one (the step waits for it before it publishes).
-    ``call`` is the provider call, already sent (the provider works while the step is set
-    up); the step reads it, or cancels it when it ends without reading.
-    """
-
-    session: str
-    claim: StepClaim
-    route: Route
-    call: UpstreamCall
-    request_time_ns: int
-    trace_headers: dict[str, str]
-    secrets: tuple[str, ...] = ()
-    continue_on_disconnect: bool = True
-    """Whether the step reads the provider to the end when its caller leaves."""
-    caller: Caller = ANONYMOUS
-    """Whose step it is: its key's name and tenant go on the first chunk (``_access/keys.py``)."""
-    naming: Callable[[HeadTap | None], StepNames] | None = None
-    """A resumable step's names (``_resume/resume.py``): how its caller saw the answer named, from
-    the provider's first events (read by a :class:`HeadTap`) or the gateway's reply; kept
-    with the claim once the first chunk is published. None: not resumable, nothing kept."""
-    aliased: bool = False
-    """A Responses answer: its id is mapped to the step too (``GET /v1/responses/{id}``)."""
-    names_before_bytes: bool = False
-    """The caller's first bytes carry the provider's id (a forwarded Responses stream): they
-    wait until the names and the id's mapping are kept, so that a retrieve right after them
-    finds the step (the one wait of one broker round trip it costs that stream)."""
-    coalesce_s: float = 0.0
-    """The wait before each provider read past the first (``_steps/coalesce.py``); 0: none."""
-    thread: StepThread | None = None
-    """The step's place in its session's graph (its parent goes on its first chunk) and the
-    keys its answer marks (``_access/threads.py``); None: neither."""
-
-    def parent(self, identity: StepIdentity) -> StepLink | msgspec.UnsetType:
-        """The first chunk's ``parent``: unset when the step has none."""
-        parent = self.thread.parent(identity) if self.thread is not None else None
-        return msgspec.UNSET if parent is None else parent
+def _not_tried(routing: RoutedStep | None) -> str:
+    """A failed routed step's fallbacks its request could not be translated for, and why."""
+    return "" if routing is None else routing.not_tried()
 
 
 def _or_unset(value: str | None) -> str | msgspec.UnsetType:
@@ -166,6 +126,11 @@ class StepRun:
     ) -> None:
         self.plan = plan
         self.output = output
+        self.route = plan.route  # the call's route: a routed step's may change before its start
+        self._upstream = plan.call
+        self.forwarded = plan.forwarded  # the serving call speaks the caller's dialect
+        self._tokens = 0  # what the usage reported (a routed deployment's tpm)
+        self._first_byte_s: float | None = None  # the current routed call's first-byte bound
         self.outbox = Outbox(caller_buffer_bytes)  # what the caller's response sends
         self.error: GatewayError | None = None
         self.finish: Finish | None = None
@@ -234,9 +199,7 @@ class StepRun:
         opening and their bytes in the outbox. Raises the :class:`GatewayError` that prevented
         the start, once it is recorded; the step is then over."""
         self._metrics.in_flight.inc()
-        route = self.plan.route
-        normaliser = self._head_read(self.output.normaliser(route.normaliser()))
-        self._chunks = self.plan.call.batches(normaliser, self.plan.coalesce_s)
+        self._chunks = self._read(self._upstream)
         try:
             await self._take(await self._bounded_first_batch(self._chunks))
         except asyncio.CancelledError:
@@ -294,7 +257,10 @@ class StepRun:
         assert task is not None  # called from a coroutine
         if self._watchdog is None:
             bounds = self._bounds
-            self._watchdog = Watchdog(task, bounds.max_seconds, bounds.max_idle_seconds)
+            self._first_byte_s = self._first_byte_bound()
+            self._watchdog = Watchdog(
+                task, bounds.max_seconds, bounds.max_idle_seconds, self._first_byte_s
+            )
         self._watchdog.watch(task)
         return self._watchdog
 
@@ -323,26 +289,77 @@ class StepRun:
     async def _first_batch(
         self, batches: AsyncGenerator[list[StreamChunk], None]
     ) -> list[StreamChunk]:
-        """The chunks of the first read that brought any."""
-        try:
-            async for batch in batches:
-                if batch:
-                    return batch
-        except ProviderHTTPError as exc:
-            if self._call is not None:
-                self._call.http_status = exc.status
-            if self._watchdog is not None:
-                self._watchdog.reading = False  # publishing from here: never cancelled midway
-            message = scrub(exc.message, self.plan.secrets)
-            error = StepError(message=message, retryable=exc.retryable, code=exc.code)
-            await self._record_before_start(Finish(reason="error", error=error))
-            text = f"provider returned HTTP {exc.status}: {message}"
-            raise UpstreamError(
-                text, upstream_status=exc.status, retryable=exc.retryable, relay_headers=exc.headers
-            ) from exc
+        """The chunks of the first read that brought any. A routed step whose call fails
+        before it is given the next deployment's call (``_steps/fallback.py``); the failure
+        no call follows is the step's answer, recorded."""
+        while True:
+            try:
+                batch = await first_chunks(batches, self._watchdog, self._first_byte_s)
+            except ProviderHTTPError as exc:
+                routing = self.plan.routing
+                attempt = await routing.after_http_error(exc) if routing else None
+                if attempt is None:
+                    await self._fail_with_status(exc)
+                batches = await self._switch(attempt)
+                continue
+            routing = self.plan.routing
+            attempt = await routing.after_first_read(batch) if routing else None
+            if attempt is not None:
+                batches = await self._switch(attempt)
+                continue
+            if not batch:
+                raise UpstreamError(
+                    "the provider stream ended without a chunk",
+                    upstream_status=None,
+                    retryable=True,
+                )
+            return batch
+
+    def _first_byte_bound(self) -> float | None:
+        """The current routed call's first-byte bound (None: none, nothing would follow)."""
+        routing = self.plan.routing
+        return None if routing is None else routing.first_byte_timeout_s()
+
+    async def _switch(self, attempt: Attempt) -> AsyncGenerator[list[StreamChunk], None]:
+        """Go on with the next call: its route, its caller output and its chunks."""
+        if self._chunks is not None:
+            await self._chunks.aclose()
+        self._upstream.cancel()
+        self.route, self.output, self._upstream = attempt.route, attempt.output, attempt.call
+        self.forwarded = attempt.forwarded
+        self._chunk_counter = self._metrics.chunks.labels(self.route.provider)
+        if self._watchdog is not None:
+            self._first_byte_s = self._first_byte_bound()
+            self._watchdog.first_byte_within(self._first_byte_s)
+        if self._call is not None:
+            self._call.route = self.route
+        self._chunks = self._read(attempt.call)
+        return self._chunks
+
+    def _read(self, call: UpstreamCall) -> AsyncGenerator[list[StreamChunk], None]:
+        """The call's chunks, read with the route's normaliser through the caller's output."""
+        normaliser = self._head_read(self.output.normaliser(self.route.normaliser()))
+        return call.batches(normaliser, self.plan.coalesce_s)
+
+    async def _fail_with_status(self, exc: ProviderHTTPError) -> NoReturn:
+        """The provider's HTTP error before any chunk is the step's answer: recorded."""
+        if self._call is not None:
+            self._call.http_status = exc.status
+        if self._watchdog is not None:
+            self._watchdog.reading = False  # publishing from here: never cancelled midway
+        message = scrub(exc.message, self.plan.secrets)
+        error = StepError(message=message, retryable=exc.retryable, code=exc.code)
+        await self._record_before_start(Finish(reason="error", error=error))
+        text = f"provider returned HTTP {exc.status}: {message}{_not_tried(self.plan.routing)}"
         raise UpstreamError(
-            "the provider stream ended without a chunk", upstream_status=None, retryable=True
-        )
+            text, upstream_status=exc.status, retryable=exc.retryable, relay_headers=exc.headers
+        ) from exc
+
+    @property
+    def routed(self) -> Routed | msgspec.UnsetType:
+        """What the step's first chunk says of its route (unset for ``provider/model``)."""
+        routing = self.plan.routing
+        return msgspec.UNSET if routing is None else routing.routed()
 
     def _head_read(self, normaliser: Normaliser) -> Normaliser:
         """``normaliser``, reading the provider's response id and model off its first events
@@ -358,7 +375,7 @@ class StepRun:
         waits for it; a resumer that finds no names yet reads them again)."""
         if self.plan.naming is None:
             return
-        names = self.plan.naming(self._head)
+        names = self.plan.naming(self._head, self.forwarded)
         task = asyncio.create_task(self._named(names))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
@@ -396,15 +413,19 @@ class StepRun:
                 self._call.response_id = self._head.response_id
                 self._call.response_model = self._head.model
             turn_step = self._key[1:] if self.identity is not None else None
+            if self.plan.routing is not None:
+                self._call.routed = self.plan.routing.routed()
             self._call.end(self.finish, self.error, self._ordinal, self._deps.clock_ns(), turn_step)
         self.plan.claim.drop()
+        if self.plan.routing is not None:
+            self.plan.routing.ended(self._tokens)
         if self._framer is not None:
             self._framer.close()
         if self._watchdog is not None:
             self._watchdog.stop()
         if self._chunks is not None:
             await self._chunks.aclose()
-        self.plan.call.cancel()  # a call never read is let go (nothing once read)
+        self._upstream.cancel()  # a call never read is let go (nothing once read)
 
     async def _claimed(self) -> StepIdentity:
         """The step's identity, waiting for its claim if it is still running."""
@@ -461,12 +482,16 @@ class StepRun:
         broke instead, if it did (nothing then goes to the caller for it)."""
         if isinstance(chunk, Finish):
             self.finish = chunk
-        elif isinstance(chunk, Usage) and self._call is not None:
-            self._call.usage = chunk.usage
+        elif isinstance(chunk, Usage):
+            self._tokens = chunk.usage.total()
+            if self._call is not None:
+                self._call.usage = chunk.usage
         if self._contract is not None and (broken := self._contract.feed(chunk)) is not None:
             return broken
         if first:
             self._observe_first_chunk()
+            if self.plan.routing is not None:
+                self.plan.routing.answered()
             self._name_step()
             out.append(self.output.opening())
         out.append(self.output.chunk(chunk))
@@ -486,7 +511,8 @@ class StepRun:
     async def _fail_before_start(self, finish: Finish, error: StepError) -> None:
         """An error as the very first chunk (e.g. connection refused): record it, answer 502."""
         await self._record_before_start(finish)
-        raise UpstreamError(error.message, upstream_status=None, retryable=error.retryable)
+        message = error.message + _not_tried(self.plan.routing)
+        raise UpstreamError(message, upstream_status=None, retryable=error.retryable)
 
     def _observe_first_chunk(self) -> None:
         """The first chunk (not an error: that raised before) is on its way to the broker: the
@@ -557,7 +583,7 @@ class StepRun:
             self._chunk_counter.inc(_COUNT_EVERY)
 
     def _new_framer(self, ident: StepIdentity) -> Framer:
-        route, plan = self.plan.route, self.plan
+        route, plan = self.route, self.plan
 
         def head(ordinal: int, time_ns: int) -> tuple[bytes, int]:
             first = ordinal == 0
@@ -576,6 +602,7 @@ class StepRun:
                 key_name=_or_unset(owner.name if owner else None),
                 tenant=_or_unset(owner.tenant if owner else None),
                 parent=plan.parent(ident) if first else msgspec.UNSET,
+                routed=self.routed if first else msgspec.UNSET,
             )
             return body, self._deps.sink.max_payload - header_size(headers)
 
@@ -595,7 +622,7 @@ class StepRun:
             raise BrokerUnavailableError(f"the broker did not accept the step: {exc}") from exc
 
     def _encode(self, ident: StepIdentity, chunk: StreamChunk) -> bytes:
-        route, ordinal = self.plan.route, self._ordinal
+        route, ordinal = self.route, self._ordinal
         self._last_ns = self._deps.clock_ns()
         if ordinal == 0:
             caller = self.plan.caller
@@ -612,6 +639,7 @@ class StepRun:
                 key_name=_or_unset(caller.name),
                 tenant=_or_unset(caller.tenant),
                 parent=self.plan.parent(ident),
+                routed=self.routed,
             )
         else:
             envelope = ChunkEnvelope(
@@ -691,7 +719,8 @@ class StepRun:
         thread, answer = self.plan.thread, self._answer()
         if thread is None or answer is None or self.identity is None:
             return
-        names = self.plan.naming(self._head) if self.plan.naming is not None else None
+        naming = self.plan.naming
+        names = naming(self._head, self.forwarded) if naming is not None else None
         response_id = names.response_id if names is not None and self.plan.aliased else None
         try:
             keys = thread.marks(answer, response_id)
