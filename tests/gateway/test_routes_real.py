@@ -1,8 +1,10 @@
 """Done-when of the routes (docs/gateway.md, "Routes"): two deployments behind one public name,
 one of them refusing connections, then answering 500s in turn, then 429 with ``retry-after:
 30``; 200 callers per phase see no error; every step's stored record names the deployment that
-served it; after the first 429 the second gateway sends that deployment nothing until the
-cooldown ends, counted where the stand-in deployment receives requests.
+served it; after the first 429 neither gateway sends that deployment anything until the
+cooldown ends (both kept sending callers through the whole 30 s), then one request probes it
+and no other reaches it until the probe is answered, counted where the stand-in deployment
+receives requests.
 
 Real parts: two ``tokenwire gateway`` processes on their own sockets (each its routes file),
 one nats-server (the shared cooldowns bucket), the scripted provider and a stand-in deployment
@@ -52,6 +54,9 @@ SCRIPTED = ScriptedSettings(seed=45, length=6)
 CALLERS = 200
 AT_ONCE = 20
 RETRY_AFTER_S = 30
+PROBE_ANSWER_S = 2.0
+"""How long the stand-in holds its answer to the probe (``slow``): the time in which a second
+request would be a stampede."""
 RECORDED = "openai/chat-text-include-usage.sse"
 MESSAGES: Any = [{"role": "user", "content": "hi"}]
 
@@ -59,7 +64,8 @@ MESSAGES: Any = [{"role": "user", "content": "hi"}]
 class StandIn:
     """The flaky deployment: one ASGI app on one socket per gateway (so what each gateway
     sent is counted apart), answering by ``mode``: ``alternate`` (500, then the recording, in
-    turn), ``429`` (always, ``retry-after: 30``) or ``500`` (always)."""
+    turn), ``429`` (always, ``retry-after: 30``), ``500`` (always) or ``slow`` (the recording,
+    after ``PROBE_ANSWER_S``)."""
 
     def __init__(self, body: bytes) -> None:
         self.body = body
@@ -76,6 +82,8 @@ class StandIn:
             pass
         status = self._status()
         self.answers.append((scope["server"][1], time.monotonic(), status))
+        if self.mode == "slow":
+            await asyncio.sleep(PROBE_ANSWER_S)
         if status == 200:
             headers = [(b"content-type", b"text/event-stream")]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -93,6 +101,8 @@ class StandIn:
     def _status(self) -> int:
         if self.mode in ("429", "500"):
             return int(self.mode)
+        if self.mode == "slow":
+            return 200
         self.served += 1
         return 500 if self.served % 2 else 200
 
@@ -223,6 +233,28 @@ async def callers(
     return got, errors
 
 
+async def steady(
+    urls: list[str], phase: str, until_s: float, switch: tuple[float, Any]
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Callers through every gateway, ``len(urls) * 2`` every 0.1 s, until ``until_s``
+    (monotonic); ``switch``: (when, what) is done once on the way."""
+    got: dict[str, dict[str, Any]] = {}
+    errors: list[str] = []
+    rounds: list[asyncio.Task[tuple[dict[str, dict[str, Any]], list[str]]]] = []
+    n = 0
+    when, what = switch
+    while time.monotonic() < until_s:
+        if what is not None and time.monotonic() >= when:
+            what()
+            what = None
+        rounds.append(asyncio.create_task(callers(urls, f"{phase}{n}", 2 * len(urls))))
+        n += 1
+        await asyncio.sleep(0.1)
+    for done in await asyncio.gather(*rounds):
+        got, errors = got | done[0], errors + done[1]
+    return got, errors
+
+
 async def deployment_state(client: httpx.AsyncClient, url: str, name: str) -> str | None:
     """The state the gateway at ``url`` reports for deployment ``name`` (its /metrics)."""
     text = (await client.get(f"{url}/metrics")).text
@@ -319,9 +351,23 @@ async def _phases(
         got, errors = await callers(urls, "limited")
         assert errors == []
         received |= got
-        window = [a for a in stand_in.answers if at_429 < a[1] < at_429 + RETRY_AFTER_S]
+        # callers go on through both gateways past the cooldown's end; the stand-in answers
+        # slowly from shortly before it (the probe holds the deployment that long)
+        ends = at_429 + RETRY_AFTER_S
+        slow = (ends - 2, lambda: setattr(stand_in, "mode", "slow"))
+        got, errors = await steady(urls, "steady", ends + 3 * PROBE_ANSWER_S, slow)
+        assert errors == []
+        received |= got
+        window = [a for a in stand_in.answers if at_429 < a[1] < ends]
         assert [a for a in window if a[0] == ports[1]] == []  # the second gateway: nothing
         assert [a for a in window if a[0] == ports[0]] == []  # nor the first, after its 429
+        after = [a for a in stand_in.answers if a[1] >= ends]
+        assert after, "nobody probed the deployment after its cooldown"
+        probe_at = after[0][1]
+        during_probe = [a for a in after if a[1] < probe_at + PROBE_ANSWER_S]
+        assert len(during_probe) == 1  # one probe, no stampede
+        probe_after_s = probe_at - ends
+        back = len(after) - 1  # requests after the probe was answered: back in service
     figures = {
         "callers": len(received),
         "stand_in_500": stand_in.count(500),
@@ -329,6 +375,8 @@ async def _phases(
         "stand_in_429": stand_in.count(429),
         "second_gateway_learned_s": round(learned_s, 3),
         "drive_requests": n,
+        "probe_after_cooldown_end_s": round(probe_after_s, 3),
+        "sent_to_it_after_the_probe": back,
     }
     return {"received": received, "figures": figures}
 
