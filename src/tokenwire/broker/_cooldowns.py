@@ -1,5 +1,5 @@
 """Shared deployment cooldowns: one KV bucket that every gateway of a deployment writes and
-watches (docs/broker.md, "Deployment cooldowns"; ADR 0038).
+watches (docs/broker.md, "Deployment cooldowns"; ADR 0040).
 
 The bucket (``Topology.cooldowns_bucket``, ``tokenwire-cooldowns``) holds one key per routed
 deployment (the routes file's deployment name); its last message is the deployment's state:

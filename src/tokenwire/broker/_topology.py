@@ -168,7 +168,7 @@ class Topology:
     @property
     def cooldowns_bucket(self) -> str:
         """The KV bucket of the routed deployments' shared cooldowns (``broker._cooldowns``,
-        ADR 0038): ``tokenwire-cooldowns``."""
+        ADR 0040): ``tokenwire-cooldowns``."""
         return f"{self.stream.lower()}-cooldowns"
 
     def partition_filter(self, partition: int) -> str:

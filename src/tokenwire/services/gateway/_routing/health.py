@@ -1,5 +1,5 @@
 """What this gateway knows of each routed deployment's health and load (docs/gateway.md,
-"Routes"; ADR 0038).
+"Routes"; ADR 0040).
 
 - **Shared cooldowns** come from the broker (``broker.CooldownBoard``): the book watches it and
   keeps each deployment's last state, so a pick reads a dict and never waits for the broker.

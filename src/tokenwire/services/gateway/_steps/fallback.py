@@ -1,5 +1,5 @@
 """A routed step's attempts: the provider calls it makes before its first byte, one step and
-one step identity whatever their number (docs/gateway.md, "Routes"; ADR 0038).
+one step identity whatever their number (docs/gateway.md, "Routes"; ADR 0040).
 
 The app sends the first call (:class:`Attempt`) and hands the step a :class:`RoutedStep`. When
 that call fails before anything reached the caller in a way another deployment may not
