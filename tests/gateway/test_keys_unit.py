@@ -297,3 +297,30 @@ async def test_reread_keys_reads_the_file_again_and_use_keys_swaps_them(tmp_path
     path.write_text("")
     with pytest.raises(ConfigError, match="must have keys"):
         replace(rig.settings, host="0.0.0.0").reread_keys()
+
+
+def test_a_keys_file_gives_each_caller_its_own_and_its_tenants_limits() -> None:
+    digest = hashlib.sha256(b"k1").hexdigest()
+    data = f"""
+[[keys]]
+name = "agent"
+sha256 = "{digest}"
+tenant = "acme"
+limits = {{ rpm = 60, budget = {{ usd = "0.05", period = "month" }} }}
+
+[[tenants]]
+name = "acme"
+limits = {{ tpm = 1000, concurrent = 3 }}
+""".encode()
+    (key,) = parse_keys(data)
+    assert (key.caller.limits.rpm, key.caller.limits.tpm) == (60, None)
+    assert key.caller.limits.budget is not None
+    assert (key.caller.limits.budget.usd, key.caller.limits.budget.period) == ("0.05", "month")
+    assert (key.caller.tenant_limits.tpm, key.caller.tenant_limits.concurrent) == (1000, 3)
+
+
+def test_a_limit_below_one_is_refused_with_its_place() -> None:
+    digest = hashlib.sha256(b"k1").hexdigest()
+    data = f'[[keys]]\nname = "a"\nsha256 = "{digest}"\nlimits = {{ rpm = 0 }}\n'.encode()
+    with pytest.raises(ConfigError, match=r"\$\.keys\[0\]\.limits\.rpm"):
+        parse_keys(data)

@@ -50,6 +50,7 @@ from tokenwire.schemas._frame import (
     frame_head,
     frame_item,
 )
+from tokenwire.schemas._keys import NO_LIMITS, Budget, KeyRecord, Limits, TenantRecord
 from tokenwire.schemas._message import Message, RecordedError, StepErrorKind
 from tokenwire.schemas._routed import AttemptFailure, DeploymentPrice, FailedAttempt, Routed
 from tokenwire.schemas._usage import TokenUsage
@@ -60,11 +61,13 @@ __all__ = [
     "FRAME_TAIL",
     "FRAME_VERSION",
     "LIMIT_ERROR_CODE",
+    "NO_LIMITS",
     "SCHEMA_VERSION",
     "AttemptFailure",
     "BlockEnd",
     "BlockStart",
     "BlockType",
+    "Budget",
     "ChunkEnvelope",
     "ChunkEvent",
     "ChunkFrame",
@@ -76,6 +79,8 @@ __all__ = [
     "FinishReason",
     "FramedChunk",
     "ImageBlock",
+    "KeyRecord",
+    "Limits",
     "Message",
     "MessageEvent",
     "ReasoningBlock",
@@ -89,6 +94,7 @@ __all__ = [
     "StepPersisted",
     "StreamChunk",
     "StreamStarted",
+    "TenantRecord",
     "TextBlock",
     "TextDelta",
     "TokenUsage",

@@ -22,6 +22,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from tokenwire.config import ConfigError
+from tokenwire.schemas import NO_LIMITS, KeyRecord, Limits, TenantRecord
 from tokenwire.variables import GATEWAY_KEYS, GATEWAY_KEYS_FILE
 
 KEYS_FILE_VAR = GATEWAY_KEYS_FILE.env
@@ -44,6 +45,10 @@ class Caller:
     name: str | None
     tenant: str | None
     operator: bool
+    limits: Limits = NO_LIMITS
+    """The key's own limits (:class:`~tokenwire.schemas.Limits`)."""
+    tenant_limits: Limits = NO_LIMITS
+    """The limits every key of ``tenant`` shares."""
 
 
 ANONYMOUS = Caller(name=None, tenant=None, operator=True)
@@ -132,15 +137,9 @@ def offered_key(headers: Mapping[str, str]) -> str | None:
 # -- the keys file ------------------------------------------------------------------------
 
 
-class _Entry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    name: Name
-    sha256: Digest
-    tenant: Name | None = None
-    scope: Scope = "tenant"
-
-
 class _KeysFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    keys: list[_Entry] = []
+    keys: list[KeyRecord] = []
+    tenants: list[TenantRecord] = []
 
 
 def load_keys_file(path: str) -> tuple[NamedKey, ...]:
@@ -164,7 +163,7 @@ def parse_keys(data: bytes, path: str = "<keys>") -> tuple[NamedKey, ...]:
         raise ConfigError(KEYS_FILE_VAR, path, _validation(exc)) from None
     except msgspec.DecodeError:
         raise ConfigError(KEYS_FILE_VAR, path, "not a TOML file") from None
-    return _named(parsed.keys, path)
+    return _named(parsed.keys, {t.name: t.limits for t in parsed.tenants}, path)
 
 
 def _validation(exc: msgspec.ValidationError) -> str:
@@ -177,7 +176,9 @@ def _validation(exc: msgspec.ValidationError) -> str:
     return text
 
 
-def _named(entries: list[_Entry], path: str) -> tuple[NamedKey, ...]:
+def _named(
+    entries: list[KeyRecord], tenants: Mapping[str, Limits], path: str
+) -> tuple[NamedKey, ...]:
     names: set[str] = set()
     digests: set[bytes] = set()
     keys = []
@@ -191,7 +192,9 @@ def _named(entries: list[_Entry], path: str) -> tuple[NamedKey, ...]:
         digests.add(digest)
         operator = entry.scope == "operator"
         tenant = entry.tenant if entry.tenant is not None or operator else entry.name
-        keys.append(NamedKey(digest, Caller(entry.name, tenant, operator)))
+        shared = tenants.get(tenant, NO_LIMITS) if tenant is not None else NO_LIMITS
+        caller = Caller(entry.name, tenant, operator, limits=entry.limits, tenant_limits=shared)
+        keys.append(NamedKey(digest, caller))
     return tuple(keys)
 
 
