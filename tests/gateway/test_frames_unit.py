@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -21,6 +22,7 @@ from tokenwire.config import ConfigError
 from tokenwire.providers import OpenAIChatNormaliser
 from tokenwire.schemas import Finish, TextDelta, chunk_envelopes, frame_head
 from tokenwire.services.gateway import FramePolicy, GatewayServer, GatewaySettings
+from tokenwire.services.gateway._steps import step as step_module
 from tokenwire.services.gateway._steps.framing import Framer
 from tokenwire.sse import SseParser
 
@@ -95,10 +97,16 @@ async def test_without_linger_each_provider_read_is_one_message():
     assert len(frames) >= 4
 
 
-async def test_a_lingering_frame_never_delays_the_callers_stream():
-    """Reads 30 ms apart, linger 1 s, over a real socket: the caller gets the fragments as
-    they are read while the broker has only the first chunk; the step's end sends the rest
-    before the terminator."""
+async def test_a_lingering_frame_never_delays_the_callers_stream(monkeypatch):
+    """Reads 30 ms apart, a linger longer than the test, over a real socket: the caller gets
+    the fragments as they are read while the broker has only the first chunk; the step's end
+    sends the rest before the terminator. (The linger is an hour, not the 1 s maximum a
+    setting allows, so that no timer can fire on a slow machine and the frames are exact.)"""
+
+    def hour_long(linger_s: float, head: Any, send: Any) -> Framer:
+        return Framer(3600.0 if linger_s else linger_s, head, send)
+
+    monkeypatch.setattr(step_module, "Framer", hour_long)
     rig = make_rig(BODY, framing=FramePolicy(linger_ms=1000))
     rig.upstream.split, rig.upstream.pause_s = 200, 0.03
     settings = dataclasses.replace(rig.settings, port=0)

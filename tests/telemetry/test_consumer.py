@@ -14,6 +14,7 @@ from nats.aio.msg import Msg
 from tests.fixtures.broker import provisioned
 from tokenwire.broker import (
     ChunkPublisher,
+    ConsumedMessage,
     Topology,
     chunk_subject,
     ensure_topology,
@@ -113,12 +114,23 @@ async def test_two_hundred_steps_give_two_hundred_deliveries_and_signals(
     lengths = [1, 2000] + [rng.randint(1, 2000) for _ in range(198)]
     steps = await _publish_steps(nc, topology, lengths)
     metrics = TelemetryMetrics()
-    consumer = TelemetryConsumer(nc=nc, topology=topology, metrics=metrics)
+    deliveries: list[int] = []  # each handled delivery's num_delivered
+
+    class Counting(TelemetryConsumer):
+        async def handle(self, msg: ConsumedMessage) -> None:
+            deliveries.append(msg.num_delivered)
+            await super().handle(msg)
+
+    consumer = Counting(nc=nc, topology=topology, metrics=metrics)
 
     await asyncio.wait_for(consumer.run(asyncio.Event(), burst=True), 60)
 
     info = await nc.jetstream().consumer_info(topology.stream, topology.telemetry_consumer)
-    assert _delivered(info) == 200
+    # 200 first deliveries: the consumer's filter takes each step's first chunk only. On a busy
+    # machine a publish can time out and come back (at least once), so the broker's count is
+    # checked against the deliveries handled, not against 200.
+    assert deliveries.count(1) == 200
+    assert _delivered(info) == len(deliveries)
     signals = await _signals(nc, topology)
     assert sorted((s.session, s.turn, s.step) for s in signals) == sorted(steps)
     assert all(s.time_to_first_chunk_s == pytest.approx(0.001) for s in signals)
