@@ -10,11 +10,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import msgspec
 from nats.aio.client import Client
 
 from tests.fixtures.frames import framed
 from tokenwire.broker import ChunkPublisher, Topology
 from tokenwire.fold import fold
+from tokenwire.replay import ReplayEvent
 from tokenwire.schemas import (
     BlockEnd,
     BlockStart,
@@ -228,3 +230,10 @@ def seen(events: Iterable[object]) -> Seen:
             elif isinstance(shown, ShownStepStart):
                 out.ttfc[key] = shown.time_to_first_chunk_s
     return out
+
+
+def queued_event(frame: bytes) -> ReplayEvent:
+    """The event an SSE frame of the client queue carries (``id: ...\\nevent: chunk\\ndata:
+    <json>\\n\\n``), decoded back into a ReplayEvent."""
+    data = frame.split(b"\ndata: ", 1)[1].rstrip(b"\n")
+    return msgspec.json.decode(data, type=ReplayEvent)

@@ -22,7 +22,7 @@ from httpx_sse import aconnect_sse
 from starlette.applications import Starlette
 
 from tests.replay.http import serve
-from tests.replay.sessions import by_step, envelopes, publish, split
+from tests.replay.sessions import by_step, envelopes, publish, queued_event, split
 from tokenwire.broker import Topology, partition_of
 from tokenwire.broker._ordered import READER_NAME_PREFIX
 from tokenwire.replay import (
@@ -436,8 +436,8 @@ async def test_a_paused_read_leaves_no_consumer_and_resumes_at_the_next_seq(nc, 
         assert await readers(nc, topology) == []  # nothing on the broker waits for the client
 
         events: list[ReplayEvent] = []
-        while isinstance(item := await queue.take(10.0), ReplayEvent):
-            events.append(item)
+        while isinstance(item := await queue.take(10.0), bytes):
+            events.append(queued_event(item))
         assert item.value == "end"
         await asyncio.wait_for(producer, 10)
     finally:

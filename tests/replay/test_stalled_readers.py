@@ -132,7 +132,8 @@ class Reader:
     """One SSE client on a raw socket: it reads only when told to."""
 
     port: int
-    last_id: int | None = None
+    last_id: int | str | None = None
+    """The resume id: a stream seq, or ``seq:index`` inside a frame (ADR 0024)."""
     events: list[dict[str, object]] = field(default_factory=list)
     reconnects: int = 0
     _reader: asyncio.StreamReader | None = None
@@ -170,7 +171,7 @@ class Reader:
             if kind == "chunk":
                 assert data is not None
                 self.events.append(data)
-                self.last_id = int(event_id or 0)
+                self.last_id = event_id or 0
                 got += 1
             elif kind == "error":
                 raise AssertionError(f"the read failed: {data}")

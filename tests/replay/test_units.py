@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from tests.replay.sessions import queued_event
 from tokenwire.replay import (
     ClientQueue,
     ReplayEvent,
@@ -127,12 +128,53 @@ async def test_the_client_queue_never_waits_and_reports_lag():
     queue.lag()
     first = await queue.take(0.01)
     second = await queue.take(0.01)
-    assert isinstance(first, ReplayEvent)
-    assert isinstance(second, ReplayEvent)
-    assert (first.seq, second.seq, second.coalesced) == (1, 3, 1)
+    assert isinstance(first, bytes)
+    assert isinstance(second, bytes)
+    a, b = queued_event(first), queued_event(second)
+    assert (a.seq, b.seq, b.coalesced) == (1, 3, 1)
+    assert b.shown == (ShownText(0, "xx"),)
     signal = await queue.take(0.01)
-    assert not isinstance(signal, ReplayEvent)
+    assert not isinstance(signal, bytes)
     assert signal.value == "lagged"
+
+
+def test_merged_text_is_bounded_in_bytes_whatever_its_characters():
+    """Non-ASCII text counts 4 bytes a character (its most in UTF-8 and in CPython), so
+    emoji merge 4 times fewer characters than ASCII under the same bound."""
+    ascii_a = event(5, TextDelta(0, "abcd"), shown=[ShownText(0, "abcd")])
+    ascii_b = event(6, TextDelta(0, "efgh"), shown=[ShownText(0, "efgh")])
+    assert coalesce(ascii_a, ascii_b, 8) is not None
+    emoji_a = event(5, TextDelta(0, "\U0001f600"), shown=[ShownText(0, "\U0001f600")])
+    emoji_b = event(6, TextDelta(0, "\U0001f680"), shown=[ShownText(0, "\U0001f680")])
+    assert coalesce(emoji_a, emoji_b, 8) is not None  # 2 characters, 8 bytes
+    assert coalesce(emoji_a, emoji_b, 7) is None
+    latin = event(6, TextDelta(0, "caf\u00e9"), shown=[ShownText(0, "caf\u00e9")])
+    assert coalesce(ascii_a, latin, 19) is None  # 4 + 4 x 4
+    assert coalesce(ascii_a, latin, 20) is not None
+
+
+async def test_the_client_queue_is_bounded_in_bytes_not_only_in_events():
+    """Events of long text fill the queue by its byte bound long before its event bound; past
+    it they merge into the last one (up to the merge bound), then the read must pause."""
+    stats = SseStats()
+    policy = SlowReaderPolicy(queue_bound=1000, queue_bytes=8 * 1024, max_coalesced_bytes=4096)
+    queue = ClientQueue(policy, start=(1, 0), stats=stats)
+    text = "\u6f22\u5b57" * 250  # 500 characters of CJK: counted 2,000 bytes
+    offered = 0
+    while queue.offer(event(offered + 1, TextDelta(0, text), shown=[ShownText(0, text)])):
+        offered += 1
+    assert stats.coalesced == 1  # 2,000 + 2,000 bytes fit the merge bound once
+    frames: list[bytes] = []
+    queue.end()
+    while isinstance(item := await queue.take(0.01), bytes):
+        frames.append(item)
+    assert sum(len(f) for f in frames[:-1]) < 8 * 1024 + len(frames[-2])
+    assert len(frames) < 10
+    shown = [queued_event(f) for f in frames]
+    assert sum(1 + e.coalesced for e in shown) == offered
+    assert "".join(s.text for e in shown for s in e.shown if isinstance(s, ShownText)) == (
+        text * offered
+    )
 
 
 async def test_a_drained_queue_lets_the_read_resume():
@@ -147,4 +189,6 @@ async def test_a_drained_queue_lets_the_read_resume():
 
     task = asyncio.create_task(reader())
     assert await queue.drained(5)
-    assert (await task).seq == 1
+    first = await task
+    assert isinstance(first, bytes)
+    assert queued_event(first).seq == 1

@@ -1,22 +1,23 @@
 """The session events as server-sent events, with a slow-reader policy that never blocks.
 
-Each client gets its own bounded read of the broker (its own ephemeral pull consumer, at most
-``read_window`` in flight) and a bounded queue between that read and the HTTP response. The
-read never waits on the client while it is open:
+Each client gets its own bounded read of the broker (``read_window`` in flight at most) and a
+bounded queue before its HTTP response. The read never waits on the client while it is open:
 
 1. while the queue has room, every event is queued as is;
-2. when it is full, an event that shows nothing (block-start, tool-call fragments, usage) is
-   folded into the last queued event, and a text or reasoning fragment of the same block is
-   appended to the last queued fragment (up to ``max_coalesced_chars``): the rendered view
-   stays exact, the event's ``id`` advances to the newest event's, ``coalesced`` counts the
-   events it stands for;
-3. when nothing can be merged, the read pauses: it closes its read (its consumer is deleted,
-   so nothing on the broker waits for this client) and waits up to ``max_pause_s`` for the
-   queue to drain to half, then reads again from the next position, with its rendering state kept;
-4. a client that did not drain in time is told: it gets what was queued, then
-   ``event: lagged`` with the id to resume from, and the response ends. A browser's
-   EventSource reconnects by itself with ``Last-Event-ID`` = that id and catches up from the
-   retained stream: nothing missed, nothing repeated.
+2. when it is full (``queue_bound`` events or ``queue_bytes`` of frames), an event that shows
+   nothing (block-start, tool-call fragments, usage) is folded into the last queued event,
+   and a text or reasoning fragment of the same block is appended to the last queued
+   fragment (up to ``max_coalesced_bytes``): the rendered view stays exact, the event's
+   ``id`` advances to the newest event's, ``coalesced`` counts the events it stands for;
+3. when nothing can be merged, the read pauses (its consumer deleted: nothing on the broker
+   waits for this client) up to ``max_pause_s`` for the queue to drain to half, then reads
+   on from the next position, with its rendering state kept;
+4. a client that did not drain in time gets what was queued, then ``event: lagged`` with the
+   id to resume from, and the response ends; an EventSource reconnects by itself with
+   ``Last-Event-ID`` = that id: nothing missed, nothing repeated.
+
+The queue holds encoded frames (counted in bytes) and only its last event as an object, the
+one a later event may merge into (merged text counted by :func:`text_bytes`).
 """
 
 from __future__ import annotations
@@ -53,15 +54,17 @@ EVENTS_READ_WINDOW = ReadWindow(messages=256, bytes=256 * 1024)
 
 @dataclass(frozen=True)
 class SlowReaderPolicy:
-    """Bounds of one SSE client. ``queue_bound`` events wait at most; merged text grows to
-    ``max_coalesced_chars`` at most; a paused broker read waits ``max_pause_s`` at most for
-    the client to drain half the queue before the client is lagged; a ``: keepalive``
-    comment goes out after ``keepalive_s`` idle; ``retry_ms`` is the reconnection delay the
-    client is told; ``read_window`` bounds the client's broker read (messages and bytes
-    requested from the server and not yet rendered)."""
+    """Bounds of one SSE client. ``queue_bound`` events and ``queue_bytes`` of encoded
+    frames wait at most; merged text grows to ``max_coalesced_bytes`` at most (see
+    :func:`text_bytes`); a paused broker read waits ``max_pause_s`` at most for the client to
+    drain half the queue before the client is lagged; a ``: keepalive`` comment goes out after
+    ``keepalive_s`` idle; ``retry_ms`` is the reconnection delay the client is told;
+    ``read_window`` bounds the client's broker read (messages and bytes requested from the
+    server and not yet rendered)."""
 
     queue_bound: int = 256
-    max_coalesced_chars: int = 64 * 1024
+    queue_bytes: int = 256 * 1024
+    max_coalesced_bytes: int = 16 * 1024
     max_pause_s: float = 10.0
     keepalive_s: float = 15.0
     retry_ms: int = 1000
@@ -97,13 +100,17 @@ class ClientQueue:
 
     :meth:`offer` never waits; it returns False once the client lagged (the read stops).
     ``resume`` is the position after the last event the client will have got when the queue
-    drains (where a reconnect continues).
+    drains (where a reconnect continues). Queued events are kept as their encoded frames,
+    except the last, which a later event may merge into (:func:`coalesce`).
     """
 
     def __init__(self, policy: SlowReaderPolicy, start: Position, stats: SseStats) -> None:
-        self._items: deque[ReplayEvent] = deque()
+        self._frames: deque[bytes] = deque()
+        self._frame_bytes = 0
+        self._tail: ReplayEvent | None = None
         self._bound = policy.queue_bound
-        self._cap = policy.max_coalesced_chars
+        self._byte_bound = policy.queue_bytes
+        self._cap = policy.max_coalesced_bytes
         self._ready = asyncio.Event()
         self._stats = stats
         self.resume = start
@@ -114,23 +121,34 @@ class ClientQueue:
 
     def offer(self, event: ReplayEvent) -> bool:
         """Queue or merge the event; False (nothing changed) when full and unmergeable."""
-        items = self._items
-        if len(items) < self._bound:
-            items.append(event)
-        else:
-            merged = coalesce(items[-1], event, self._cap)
+        tail = self._tail
+        if tail is not None and self._full():
+            merged = coalesce(tail, event, self._cap)
             if merged is None:
                 return False
-            items[-1] = merged
+            self._tail = merged
             self._stats.coalesced += 1
+        else:  # (no tail: nothing is queued, see take)
+            if tail is not None:
+                encoded = frame(tail)
+                self._frames.append(encoded)
+                self._frame_bytes += len(encoded)
+            self._tail = event
         self.resume = event.next_position
         self._ready.set()
         return True
 
+    def _full(self) -> bool:
+        return len(self._frames) + 1 >= self._bound or self._frame_bytes >= self._byte_bound
+
+    def _low_enough(self) -> bool:
+        queued = len(self._frames) + (self._tail is not None)
+        return queued <= self._bound // 2 and self._frame_bytes <= self._byte_bound // 2
+
     async def drained(self, timeout_s: float) -> bool:
-        """Wait (bounded) until at most half the bound is queued; whether it happened."""
+        """Wait (bounded) until at most half the bounds is queued; whether it happened."""
         self._low = asyncio.Event()
-        if len(self._items) <= self._bound // 2:
+        if self._low_enough():
             return True
         try:
             await asyncio.wait_for(self._low.wait(), timeout_s)
@@ -149,24 +167,36 @@ class ClientQueue:
         self.error = error
         self._ready.set()
 
-    async def take(self, timeout_s: float) -> ReplayEvent | _Signal:
-        """The next event, or END/LAGGED once drained, or IDLE after ``timeout_s``."""
-        if not self._items and not self.ended:
+    async def take(self, timeout_s: float) -> bytes | _Signal:
+        """The next event's frame, or END/LAGGED once drained, or IDLE after ``timeout_s``."""
+        if not self._frames and self._tail is None and not self.ended:
             self._ready.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._ready.wait(), timeout_s)
-        if self._items:
-            item = self._items.popleft()
-            if len(self._items) <= self._bound // 2:
-                self._low.set()
-            return item
-        if self.ended:
+        if self._frames:
+            item = self._frames.popleft()
+            self._frame_bytes -= len(item)
+        elif self._tail is not None:
+            item, self._tail = frame(self._tail), None
+        elif self.ended:
             return _Signal.LAGGED if self.lagged else _Signal.END
-        return _Signal.IDLE
+        else:
+            return _Signal.IDLE
+        if self._low_enough():
+            self._low.set()
+        return item
 
 
-def coalesce(last: ReplayEvent, new: ReplayEvent, max_chars: int) -> ReplayEvent | None:
-    """``last`` and ``new`` as one event showing the same, or None if they cannot merge."""
+def text_bytes(text: str) -> int:
+    """What ``text`` may cost, in bytes: its length if it is ASCII, else 4 bytes a character
+    (the most a character takes in UTF-8, and in CPython's memory, where one character
+    beyond the BMP makes the whole string 4 bytes a character). O(1)."""
+    return len(text) if text.isascii() else 4 * len(text)
+
+
+def coalesce(last: ReplayEvent, new: ReplayEvent, max_bytes: int) -> ReplayEvent | None:
+    """``last`` and ``new`` as one event showing the same, or None if they cannot merge (the
+    merged text would cost more than ``max_bytes``: :func:`text_bytes`)."""
     if not new.shown:
         return msgspec.structs.replace(
             last, seq=new.seq, index=new.index, last=new.last, coalesced=last.coalesced + 1
@@ -177,7 +207,7 @@ def coalesce(last: ReplayEvent, new: ReplayEvent, max_chars: int) -> ReplayEvent
     if type(a) is not type(b) or not isinstance(a, ShownText | ShownReasoning):
         return None
     assert isinstance(b, ShownText | ShownReasoning)
-    if a.index != b.index or len(a.text) + len(b.text) > max_chars:
+    if a.index != b.index or text_bytes(a.text) + text_bytes(b.text) > max_bytes:
         return None
     text = a.text + b.text
     delta = TextDelta(a.index, text) if type(a) is ShownText else ReasoningDelta(a.index, text)
@@ -344,9 +374,9 @@ async def stream(
         yield b"retry: %d\n\n" % policy.retry_ms
         while True:
             item = await queue.take(policy.keepalive_s)
-            if isinstance(item, ReplayEvent):
+            if isinstance(item, bytes):
                 stats.events += 1
-                yield frame(item)
+                yield item
             elif item is _Signal.IDLE:
                 yield b": keepalive\n\n"
             else:
