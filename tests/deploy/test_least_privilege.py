@@ -109,6 +109,8 @@ def catalogue() -> list[Pub | Sub]:
         entries.append(Pub(f"$JS.ACK.{T.stream}.{durable}.1.1.1.1.1", mine))
         if durable.startswith("assembler"):
             entries.append(Pub(f"$JS.API.CONSUMER.UNPIN.{T.stream}.{durable}", mine))
+        resetter = mine if durable.startswith("assembler") else _users()
+        entries.append(Pub(f"$JS.API.CONSUMER.RESET.{T.stream}.{durable}", resetter))
         entries.append(Pub(f"$JS.API.CONSUMER.DELETE.{SHARD}.{durable}"))
         entries.append(Pub(f"$JS.API.CONSUMER.MSG.NEXT.{SHARD}.{durable}", mine))
     readers = _users("gateway", "operator")

@@ -144,7 +144,7 @@ def test_assembler_permissions_list_every_partition_consumer() -> None:
     16 partitions (TOKENWIRE_PARTITIONS' default) needs its own entries, and no more."""
     allowed = _allowed("ASSEMBLER_PERMISSIONS")
     topology = Topology()
-    for verb in ("MSG.NEXT", "UNPIN", "INFO", "CREATE"):
+    for verb in ("MSG.NEXT", "UNPIN", "RESET", "INFO", "CREATE"):
         listed = {s for s in allowed if s.startswith(f"$JS.API.CONSUMER.{verb}.")}
         if verb == "CREATE":  # besides: its read-backs' ordered consumers (filtered form)
             listed.discard("$JS.API.CONSUMER.CREATE.*.*.tw.chunks.*.>")

@@ -34,6 +34,7 @@ from tokenwire.broker._consumer import (
     Retry,
     ack_many,
     nak_many,
+    reset,
     unpin,
 )
 from tokenwire.broker._cooldowns import (
@@ -262,6 +263,7 @@ __all__ = [
     "publish_event",
     "read_range",
     "reader_name",
+    "reset",
     "reshard",
     "retained_sessions",
     "retired_layouts",

@@ -67,6 +67,19 @@ async def unpin(nc: Client, stream: str, consumer: str, group: str, timeout_s: f
         await api_request(nc, subject, {"group": group}, timeout_s=timeout_s)
 
 
+async def reset(nc: Client, stream: str, consumer: str, timeout_s: float = 2.0) -> int:
+    """Deliver again, now, everything above ``consumer``'s ack floor
+    (``$JS.API.CONSUMER.RESET`` with no body, nats-server 2.14+, ADR-60 of nats.io): the
+    server forgets its pending deliveries, their delivery counts and the pin, keeps the ack
+    floor, and delivers from above it in stream order, messages acknowledged above the floor
+    included (consumer sequences restart at 1). Returns the stream sequence it delivers next.
+    A server before 2.14 does not answer: ``RequestFailed`` after ``timeout_s``."""
+    subject = f"$JS.API.CONSUMER.RESET.{stream}.{consumer}"
+    with translated(nc, subject):
+        reply = await api_request(nc, subject, timeout_s=timeout_s)
+    return int(reply.get("reset_seq", 0))
+
+
 async def ack_many(messages: Iterable[ConsumedMessage]) -> int:
     """Acknowledge every message not settled yet, without a round trip per message.
 

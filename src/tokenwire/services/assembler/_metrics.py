@@ -161,6 +161,13 @@ class AssemblerMetrics:
             ["cause", "outcome"],
             registry=r,
         )
+        self.resets = Counter(
+            f"{_NS}_consumer_resets",
+            "Partition consumers reset to deliver again what a holder gone held, by outcome "
+            "(ok, failed).",
+            ["outcome"],
+            registry=r,
+        )
         self.handovers = Counter(
             f"{_NS}_handovers", "Partitions this instance handed over (UNPIN).", registry=r
         )

@@ -61,6 +61,11 @@ class Rebalancer:
     read_ok_at: float | None = None
     """``clock()`` of the last membership read answered (None: never)."""
 
+    @property
+    def standby(self) -> frozenset[int]:
+        """The partitions the last round's allotment gave this member to stand by for."""
+        return self._standby
+
     async def beat(self) -> bool:
         """Write this instance's heartbeat, unless a partition's pull loop has died (then the
         broker expires it and the others take over). Runs on its own period, never behind a

@@ -63,6 +63,7 @@ from tokenwire.services.assembler._ready import NOT_STARTED, REASONS, Facts, Rea
 from tokenwire.services.assembler._rebalance import Rebalancer
 from tokenwire.services.assembler._restoring import Restoring
 from tokenwire.services.assembler._settings import AssemblerSettings
+from tokenwire.services.assembler._stranded import Stranded
 from tokenwire.services.assembler._takeover import ReadBackCause, partition_state, read_back
 from tokenwire.services.assembler._trace import StepTraces
 from tokenwire.store import CommittedStep, Store, StoreUnavailable
@@ -142,6 +143,7 @@ class Assembler:
             hand_over=self.hand_over,
             hold_s=settings.member_ttl_s,
         )
+        self.stranded = Stranded(nc, t, self.metrics)
         self._locks: dict[int, asyncio.Lock] = {}
         self._seen: dict[int, tuple[str, int]] = {}  # partition -> (pin, consumer seq) handled
         self._suspect: dict[int, int] = {}  # partition -> delivered count not arrived, last poll
@@ -326,7 +328,8 @@ class Assembler:
         # delivered for the first time can only belong to one through a duplicate publish
         # under a new Msg-Id, which the idempotent commit absorbs; so only redeliveries pay
         # for the lookup (it queues behind commits on SQLite's single connection).
-        await self._take(envelopes, token, lookup=cm.num_delivered > 1)
+        repeat = cm.num_delivered > 1 or self.stranded.repeats(partition, cm.stream_seq)
+        await self._take(envelopes, token, lookup=repeat)
         return len(envelopes)
 
     async def _take(self, envelopes: list[ChunkEnvelope], token: Delivery, *, lookup: bool) -> None:
@@ -539,6 +542,19 @@ class Assembler:
         if read:  # a failed one is tried again after two more polls
             self._read_to[partition] = sent
 
+    async def _check_stranded(self, partition: int, state: ConsumerState) -> None:
+        """A partition allotted here whose deliveries a holder gone held: delivered again now
+        (``_stranded.py``), not after ``ack_wait``."""
+        consumer = self.partitions.consumers.get(partition)
+        standing_by = (
+            consumer is not None
+            and consumer.offering
+            and not consumer.pinned
+            and partition in self.rebalancer.standby
+        )
+        if await self.stranded.check(partition, state, standing_by=standing_by):
+            self._read_to.pop(partition, None)  # consumer sequences restart at 1
+
     # -- handing a partition over (elastic shares, ADR 0016) --------------------------------
 
     def _in_flight(self, partition: int) -> int:
@@ -703,6 +719,7 @@ class Assembler:
         for p, state in enumerate(states):
             if state is not None:
                 await self._check_tail(p, state)
+                await self._check_stranded(p, state)
         if self.started:
             self.assess()
         if any(state is None for state in states):
