@@ -15,6 +15,8 @@ The second test is issue 48's: a 20 MB session of long steps, 50 readers stalled
 of a step (half of them resumed there with ``Last-Event-ID``, which renders the step's start
 silently). Each reader's renderer kept the text of its open step, ~4 MB a reader (+191 MB for
 50); the documented bound is 1 MB a reader (docs/replay.md, "Memory of the events endpoint").
+The third is the same bound for a session of emoji in chunk frames (ADR 0024): the client
+queue counted events and merged text in characters, and a reader cost ~1.1 MB.
 """
 
 from __future__ import annotations
@@ -350,5 +352,73 @@ async def test_50_stalled_readers_of_a_20_mb_session_stay_under_the_documented_b
     print(
         f"\n{retained / MB:.1f} MB session, {READERS} stalled readers: gateway RSS "
         f"+{growth / MB:.1f} MB ({growth / READERS / MB:.2f} MB a reader)"
+    )
+    assert growth < READERS * PER_READER_BOUND
+
+
+EMOJI = "\U0001f600\U0001f680\U0001f389\U0001f4a1\U0001f525\u2728\U0001f30d\U0001f3b5" * 2
+"""16 characters, 62 bytes of UTF-8, 4 bytes a character in CPython: each chunk's text."""
+EMOJI_STEP_CHUNKS, EMOJI_FRAME = 51_000, 1_000
+
+
+def _emoji_session() -> list[ChunkEnvelope]:
+    out: list[ChunkEnvelope] = []
+    for step in range(LONG_STEPS):
+        for k in range(EMOJI_STEP_CHUNKS):
+            last = k == EMOJI_STEP_CHUNKS - 1
+            chunk = Finish("stop") if last else TextDelta(0, EMOJI)
+            out.append(
+                ChunkEnvelope(
+                    SESSION,
+                    0,
+                    step,
+                    k,
+                    1_000 + len(out),
+                    "scripted",
+                    "m",
+                    chunk,
+                    request_time_ns=0 if k == 0 else None,
+                )
+            )
+    return out
+
+
+async def test_50_stalled_readers_of_a_20_mb_session_of_emoji_frames_stay_under_the_bound(
+    tmp_path: Path,
+) -> None:
+    """Multi-byte text in frames of 1,000 chunks: the bound holds in bytes whatever the text."""
+    sent = _emoji_session()
+    async with EmbeddedServer(tmp_path / "nats") as nats:
+        nc = await connect(nats.url)
+        try:
+            topology = Topology(partitions=2)
+            await ensure_topology(nc, topology)
+            messages = await publish(nc, topology, sent, frame_size=EMOJI_FRAME)
+            retained = int((await stream_info(nc, topology.stream))["state"]["bytes"])
+        finally:
+            await nc.close()
+        assert retained > 20 * MB
+        async with gateway_process(nats.url, tmp_path / "data") as (url, proc):
+            port = int(url.rsplit(":", 1)[1])
+            warm = Reader(port, last_id=messages - 2)  # imports and caches: not a reader's
+            await warm.connect()
+            await warm.read_to_the_end()
+            base = proc.memory_info().rss
+            # Half from the start, half resumed two thirds into the third step's frames.
+            middle = messages // 2 + messages // 6
+            readers = [Reader(port, last_id=middle if i % 2 else None) for i in range(READERS)]
+
+            async def read_a_little(reader: Reader) -> str:
+                await reader.connect()
+                return await reader.read_events(3)
+
+            assert await asyncio.gather(*map(read_a_little, readers)) == ["more"] * READERS
+            peak = await _settled_peak(proc)
+            for reader in readers:
+                await reader.close()
+    growth = peak - base
+    print(
+        f"\n{retained / MB:.1f} MB session of emoji in {messages} messages, {READERS} stalled "
+        f"readers: gateway RSS +{growth / MB:.1f} MB ({growth / READERS / MB:.2f} MB a reader)"
     )
     assert growth < READERS * PER_READER_BOUND
