@@ -535,7 +535,10 @@ ASSEMBLER_ACK_WAIT_S: Variable[float] = Variable(
     flag="ack-wait-s",
     parse=parse_seconds,
     default="300",
-    meaning=("Consumer `ack_wait`: when a dead owner's messages come back."),
+    meaning=(
+        "Consumer `ack_wait`: when an unacknowledged message comes back (a dead owner's, at "
+        "once by a consumer reset on nats-server 2.14+)."
+    ),
     commands=("assembler",),
 )
 ASSEMBLER_PRIORITY_TIMEOUT_S: Variable[float] = Variable(
