@@ -149,8 +149,8 @@ def test_merged_text_is_bounded_in_bytes_whatever_its_characters():
     assert coalesce(emoji_a, emoji_b, 8) is not None  # 2 characters, 8 bytes
     assert coalesce(emoji_a, emoji_b, 7) is None
     latin = event(6, TextDelta(0, "caf\u00e9"), shown=[ShownText(0, "caf\u00e9")])
-    assert coalesce(ascii_a, latin, 19) is None  # 4 + 4 x 4
-    assert coalesce(ascii_a, latin, 20) is not None
+    assert coalesce(ascii_a, latin, 31) is None  # the merged string is not ASCII: 8 x 4
+    assert coalesce(ascii_a, latin, 32) is not None
 
 
 async def test_the_client_queue_is_bounded_in_bytes_not_only_in_events():

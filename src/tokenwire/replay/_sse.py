@@ -187,11 +187,12 @@ class ClientQueue:
         return item
 
 
-def text_bytes(text: str) -> int:
-    """What ``text`` may cost, in bytes: its length if it is ASCII, else 4 bytes a character
-    (the most a character takes in UTF-8, and in CPython's memory, where one character
-    beyond the BMP makes the whole string 4 bytes a character). O(1)."""
-    return len(text) if text.isascii() else 4 * len(text)
+def text_bytes(*texts: str) -> int:
+    """What ``texts`` joined may cost, in bytes: their length if all are ASCII, else 4 bytes a
+    character (the most a character takes in UTF-8, and in CPython's memory, where one
+    character beyond the BMP makes the whole string 4 bytes a character). O(1) a text."""
+    chars = sum(len(text) for text in texts)
+    return chars if all(text.isascii() for text in texts) else 4 * chars
 
 
 def coalesce(last: ReplayEvent, new: ReplayEvent, max_bytes: int) -> ReplayEvent | None:
@@ -207,7 +208,7 @@ def coalesce(last: ReplayEvent, new: ReplayEvent, max_bytes: int) -> ReplayEvent
     if type(a) is not type(b) or not isinstance(a, ShownText | ShownReasoning):
         return None
     assert isinstance(b, ShownText | ShownReasoning)
-    if a.index != b.index or text_bytes(a.text) + text_bytes(b.text) > max_bytes:
+    if a.index != b.index or text_bytes(a.text, b.text) > max_bytes:
         return None
     text = a.text + b.text
     delta = TextDelta(a.index, text) if type(a) is ShownText else ReasoningDelta(a.index, text)
