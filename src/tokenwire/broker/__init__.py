@@ -78,6 +78,8 @@ from tokenwire.broker._inspect import (
     stream_info,
     stream_subjects,
 )
+from tokenwire.broker._keys import KINDS, EntryKind, KeyEntry, KeysBucket, KeysWatch
+from tokenwire.broker._keys_memory import MemoryKeys
 from tokenwire.broker._layout import (
     check_layout,
     check_registry_layout,
@@ -109,11 +111,17 @@ from tokenwire.broker._protocol import (
     BoardWatch,
     ChunkSink,
     CooldownBoard,
+    KeyBook,
     PendingAssignment,
     SessionOwnership,
     StepAllocator,
 )
-from tokenwire.broker._provision import ensure_cooldowns_bucket, ensure_topology, reshard
+from tokenwire.broker._provision import (
+    ensure_cooldowns_bucket,
+    ensure_keys_bucket,
+    ensure_topology,
+    reshard,
+)
 from tokenwire.broker._publisher import ChunkPublisher, PublisherStats
 from tokenwire.broker._reader import SessionReader, StoredChunk
 from tokenwire.broker._restore import Restored, Restorer, missing, stream_missing
@@ -154,6 +162,7 @@ PartitionConsumer = PullConsumer
 __all__ = [
     "AMBIGUOUS",
     "DEFAULT_CLAIM_IDLE_S",
+    "KINDS",
     "PIN_HEADER",
     "READ_IDLE_TIMEOUT_S",
     "READ_MAX_BATCH",
@@ -175,13 +184,19 @@ __all__ = [
     "DeploymentState",
     "EmbeddedCluster",
     "EmbeddedServer",
+    "EntryKind",
     "EventPublisher",
     "FlushTimeout",
     "Handler",
     "Healthy",
     "KeyBinding",
+    "KeyBook",
+    "KeyEntry",
+    "KeysBucket",
+    "KeysWatch",
     "LayoutConflict",
     "MemoryCooldowns",
+    "MemoryKeys",
     "MemoryPublisher",
     "MemorySessionOwners",
     "MemoryStepRegistry",
@@ -242,6 +257,7 @@ __all__ = [
     "dead_letter",
     "dead_letter_headers",
     "ensure_cooldowns_bucket",
+    "ensure_keys_bucket",
     "ensure_topology",
     "find_binary",
     "first_chunks",

@@ -10,9 +10,11 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from tokenwire.broker._cooldowns import DeploymentState, ProbeClaim
+from tokenwire.broker._keys import EntryKind, KeyEntry
 from tokenwire.broker._owners import Owner
 from tokenwire.broker._publisher import PublisherStats
 from tokenwire.broker._step_record import KeyBinding, StepNames, StepRecord, ThreadMark
+from tokenwire.schemas import KeyRecord, TenantRecord
 
 
 class ChunkSink(Protocol):
@@ -143,5 +145,35 @@ class CooldownBoard(Protocol):
     async def states(self) -> list[DeploymentState]: ...
 
     async def watch(self, on_state: Callable[[DeploymentState], None]) -> BoardWatch: ...
+
+    async def ensure(self) -> bool: ...
+
+
+class KeyBook(Protocol):
+    """The gateway keys and tenants (``broker._keys``; ``MemoryKeys`` is the twin): ``entry``
+    reads one (None: never written), ``entries`` all of them (deleted ones too); ``write``
+    stores a record (None: deletes it) when the entry is still at revision ``expected`` (0:
+    never written; None: whatever it is) and returns the new revision, None when it was not;
+    ``watch`` tells every entry now, then each change; ``last_revision`` is the bucket's last
+    (a watcher that saw less is behind); ``ensure`` makes the bucket again where the process
+    may (True: it answers). A broker that does not answer raises
+    :class:`~tokenwire.broker.BrokerError`."""
+
+    async def entry(self, kind: EntryKind, name: str) -> KeyEntry | None: ...
+
+    async def entries(self) -> list[KeyEntry]: ...
+
+    async def write(
+        self,
+        kind: EntryKind,
+        name: str,
+        record: KeyRecord | TenantRecord | None,
+        *,
+        expected: int | None,
+    ) -> int | None: ...
+
+    async def watch(self, on_entry: Callable[[KeyEntry], None]) -> BoardWatch: ...
+
+    async def last_revision(self) -> int: ...
 
     async def ensure(self) -> bool: ...

@@ -251,6 +251,35 @@ async def ensure_cooldowns_bucket(nc: Client, t: Topology) -> None:
     await ensure_stream(nc, cooldowns_bucket_config(t))
 
 
+def keys_bucket_config(t: Topology) -> dict[str, Any]:
+    """The gateway keys and tenants (``broker._keys``, ADR 0041): a KV bucket of one message
+    per entry, kept until replaced or deleted (no age: a key lives until revoked, and a
+    revoke's delete marker stays, so a keys file never seeds a revoked name again). File
+    storage, ``TOKENWIRE_REPLICAS`` replicas: a broker restart keeps every key."""
+    bucket = t.keys_bucket
+    return {
+        "name": f"KV_{bucket}",
+        "subjects": [f"$KV.{bucket}.>"],
+        "retention": "limits",
+        "storage": "file",
+        "discard": "new",
+        "max_msgs_per_subject": 1,
+        "max_age": 0,
+        "max_bytes": 64 * 1024 * 1024,
+        "max_msg_size": 64 * 1024,
+        "allow_direct": True,
+        "allow_rollup_hdrs": True,
+        "deny_delete": True,
+        "duplicate_window": int(120 * NS),
+        "num_replicas": t.replicas,
+    }
+
+
+async def ensure_keys_bucket(nc: Client, t: Topology) -> None:
+    """Create (or update) the keys bucket: at provisioning."""
+    await ensure_stream(nc, keys_bucket_config(t))
+
+
 async def ensure_topology(
     nc: Client,
     topology: Topology,
@@ -269,7 +298,7 @@ async def ensure_topology(
 
     Every shard's stream, its assembler consumers (``assembler-p<i>`` on the stream of
     partition i) and a ``telemetry`` consumer per shard stream; the R registry buckets and
-    events streams; the assemblers' membership and the deployments' cooldowns buckets;
+    events streams; the assemblers' membership, the deployments' cooldowns and the keys buckets;
     then, in a cluster, the shard leaders, the registry buckets' and the events streams'
     leaders are spread over the nodes (:func:`spread_leaders`, bounded).
 
@@ -290,6 +319,7 @@ async def ensure_topology(
     await ensure_steps_bucket(nc, t)
     await ensure_members_bucket(nc, t, member_ttl_s)
     await ensure_cooldowns_bucket(nc, t)
+    await ensure_keys_bucket(nc, t)
     for p in range(t.partitions):
         config = assembler_consumer_config(t, p, ack_wait_s, max_deliver, priority_timeout_s)
         await ensure_consumer(nc, t.stream_of_partition(p), config)

@@ -28,6 +28,7 @@ from tokenwire.broker._api import (
 from tokenwire.broker._errors import BrokerError, RequestFailed
 from tokenwire.broker._provision import (
     assembler_consumer_config,
+    keys_bucket_config,
     members_bucket_config,
     telemetry_ack_wait,
     telemetry_consumer_config,
@@ -78,6 +79,11 @@ class Restorer:
     async def members(self, member_ttl_s: float) -> Restored:
         """The assemblers' membership bucket."""
         return await self._stream(members_bucket_config(self.topology, member_ttl_s))
+
+    async def keys_bucket(self) -> Restored:
+        """The gateway keys bucket (empty when created again: the keys files seed it, and the
+        keys created since must be created again; ADR 0041)."""
+        return await self._stream(keys_bucket_config(self.topology))
 
     async def assembler_consumer(
         self, partition: int, *, ack_wait_s: float, max_deliver: int, priority_timeout_s: float

@@ -171,6 +171,12 @@ class Topology:
         ADR 0040): ``tokenwire-cooldowns``."""
         return f"{self.stream.lower()}-cooldowns"
 
+    @property
+    def keys_bucket(self) -> str:
+        """The KV bucket of the gateway keys and tenants (``broker._keys``, ADR 0041):
+        ``tokenwire-keys``."""
+        return f"{self.stream.lower()}-keys"
+
     def partition_filter(self, partition: int) -> str:
         """Every chunk of one partition: ``<prefix>.chunks.<p>.>``."""
         return f"{self.prefix}.chunks.{partition}.>"

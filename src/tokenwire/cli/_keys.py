@@ -1,7 +1,9 @@
-"""``tokenwire keys hash``: the SHA-256 a keys file holds for a gateway key.
+"""``tokenwire keys``: gateway keys in the broker's keys bucket, and their hashes.
 
-The key is read from stdin (its one trailing line break dropped), or asked for without echo
-on a terminal, never from the command line (``ps`` shows arguments to every local user). The
+``create``, ``list``, ``revoke``, ``set`` and ``set-tenant`` change the keys bucket every
+gateway watches (``_keys_bucket.py``; ADR 0041). ``hash`` prints the SHA-256 a keys file holds
+for a key read from stdin (its one trailing line break dropped), or asked for without echo on
+a terminal, never from the command line (``ps`` shows arguments to every local user): the
 hash is ``sha256(key as UTF-8)`` in hex, what ``printf %s "$KEY" | sha256sum`` prints; with
 ``--name`` the output is a whole ``[[keys]]`` entry, checked by the gateway's own parser.
 """
@@ -23,7 +25,14 @@ SHORT_KEY = 32
 
 @click.group()
 def keys() -> None:
-    """Gateway keys (TOKENWIRE_GATEWAY_KEYS_FILE): see docs/gateway.md."""
+    """Gateway keys: the broker's keys bucket, and the keys file's hashes (docs/gateway.md)."""
+
+
+def _register_bucket_commands() -> None:
+    from tokenwire.cli._keys_bucket import BUCKET_COMMANDS
+
+    for command in BUCKET_COMMANDS:
+        keys.add_command(command)
 
 
 @keys.command("hash")
@@ -76,3 +85,6 @@ def _entry(name: str, tenant: str | None, operator: bool, digest: str) -> str:
     except ConfigError as exc:
         raise UsageError(exc.why) from None
     return text
+
+
+_register_bucket_commands()

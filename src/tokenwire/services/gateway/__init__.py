@@ -9,8 +9,9 @@ streamed chunk published, in order and deduplicated, to the broker.
   ``broker.MemoryPublisher``, ``broker.MemoryStepRegistry`` and
   ``broker.MemorySessionOwners``, live beside the real ones);
 - :class:`Caller` is who made a request (``request.state.caller`` on every authenticated
-  route): :func:`may_read` and :func:`visible_tenant` scope what it reads (the keys file:
-  :func:`parse_keys`, :func:`key_digest`).
+  route): :func:`may_use`, :func:`may_read` and :func:`visible_tenant` scope what it calls
+  and reads (the keys file: :func:`parse_keys`, :func:`key_digest`; the keys bucket:
+  :func:`create_key`, :func:`change_key`, :func:`revoke_key`, :func:`set_tenant`, ...).
 
 The rooms, private packages, top to bottom; a room imports only those below it and the
 exception tree ``_errors.py``: ``_api`` (the app, its routes, the server, the settings),
@@ -28,11 +29,25 @@ rooms and the modules one model call passes through, in order: docs/architecture
 from __future__ import annotations
 
 from tokenwire.services.gateway._access.identity import StepIdentity
+from tokenwire.services.gateway._access.key_admin import (
+    KeyChanges,
+    LimitChanges,
+    NewKey,
+    change_key,
+    clear_tenant,
+    create_key,
+    key_view,
+    listing,
+    revoke_key,
+    set_tenant,
+)
 from tokenwire.services.gateway._access.keys import (
     ANONYMOUS,
     Caller,
+    expiry_ns,
     key_digest,
     may_read,
+    may_use,
     parse_keys,
     visible_tenant,
 )
@@ -53,6 +68,9 @@ from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     GatewayError,
     InvalidRequestError,
+    KeyEntryExistsError,
+    KeyEntryNotFoundError,
+    ModelNotAllowedError,
     RequestError,
     SessionNotFoundError,
     StepConflictError,
@@ -90,7 +108,13 @@ __all__ = [
     "GatewaySettings",
     "HttpUpstream",
     "InvalidRequestError",
+    "KeyChanges",
+    "KeyEntryExistsError",
+    "KeyEntryNotFoundError",
+    "LimitChanges",
     "MemoryStepSource",
+    "ModelNotAllowedError",
+    "NewKey",
     "RequestError",
     "Route",
     "SessionNotFoundError",
@@ -103,14 +127,23 @@ __all__ = [
     "Upstream",
     "UpstreamError",
     "broker_deps",
+    "change_key",
     "check_bind",
+    "clear_tenant",
     "create_app",
+    "create_key",
+    "expiry_ns",
     "key_digest",
+    "key_view",
+    "listing",
     "main",
     "may_read",
+    "may_use",
     "parse_keys",
     "resolve",
+    "revoke_key",
     "run",
+    "set_tenant",
     "split_model",
     "tune_gc",
     "visible_tenant",

@@ -6,9 +6,12 @@ GatewayError                        status, code, message, param
 │   ├── InvalidRequestError         400: malformed JSON, wrong types, bad header values
 │   ├── AuthenticationError         401: missing or wrong gateway key
 │   ├── ForbiddenError              403: a keyless gateway's request not addressed to loopback,
-│   │                               or from another site's page (``_access/browsers.py``)
+│   │   │                           or from another site's page (``_access/browsers.py``)
+│   │   └── ModelNotAllowedError    403: the caller's key may not call the request's model
 │   ├── UnknownModelError           404: unknown provider or malformed `provider/model`
 │   ├── SessionNotFoundError        404: the named session is another tenant's
+│   ├── KeyEntryNotFoundError       404: no such key (or tenant) in the keys bucket
+│   ├── KeyEntryExistsError         409: a key of that name exists, or it changed meanwhile
 │   ├── StepConflictError           409: a (session, turn, step) or idempotency key already
 │   │                               used by a different request
 │   ├── StepGoneError               410: a resumed step's chunks are no longer retained
@@ -70,6 +73,32 @@ class ForbiddenError(RequestError):
 
     status = 403
     code = "permission_error"
+
+
+class ModelNotAllowedError(ForbiddenError):
+    """The key's ``models`` allowlist does not hold the request's model (ADR 0041)."""
+
+    def __init__(self, *, key: str | None, model: str) -> None:
+        super().__init__(
+            f"the gateway key {key or ''!r} may not use the model {model!r} (its allowed "
+            "models are set by `tokenwire keys set --models`)",
+            param="model",
+        )
+        self.model = model
+
+
+class KeyEntryNotFoundError(RequestError):
+    """The keys bucket holds no key (or tenant) of that name (``tokenwire keys``)."""
+
+    status = 404
+    code = "not_found_error"
+
+
+class KeyEntryExistsError(RequestError):
+    """A key of that name exists already, or an entry kept changing under a change."""
+
+    status = 409
+    code = "conflict_error"
 
 
 class UnknownModelError(RequestError):

@@ -1,21 +1,22 @@
-"""Gateway keys: who a request's caller is, and which sessions it may read.
+"""Gateway keys: who a request's caller is, what it may call and which sessions it may read.
 
 Keys come from the named keys file (``TOKENWIRE_GATEWAY_KEYS_FILE``: TOML entries holding
-each key's SHA-256, never the key, with a name, an optional tenant and a scope) and the flat
-list (``TOKENWIRE_GATEWAY_KEYS``: operators without a tenant), merged at start. A request's
-key is hashed once and compared with every configured hash in constant time; neither the key
-nor its hash is ever logged or echoed. A :class:`Caller` is what the rest of the gateway sees
-(``request.state.caller``): its name and tenant go on each step's first chunk, and
-:func:`may_read` / :func:`visible_tenant` answer what it may read. Without any key every
-caller is :data:`ANONYMOUS`, an operator. docs/gateway.md, "Keys and tenants"; ADR 0027.
+each key's SHA-256, never the key, with a name, an optional tenant and a scope), the flat
+list (``TOKENWIRE_GATEWAY_KEYS``: operators without a tenant) and the broker's keys bucket
+(``live_keys.py``). A request's key is hashed once and looked up among the hashes; neither
+the key nor its hash is ever logged or echoed. A :class:`Caller` is what the rest of the
+gateway sees (``request.state.caller``): its name and tenant go on each step's first chunk,
+:func:`may_use` / :func:`may_read` / :func:`visible_tenant` answer what it may call and read.
+Without any key every caller is :data:`ANONYMOUS`, an operator. docs/gateway.md, "Keys and
+tenants"; ADR 0027, ADR 0041.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -49,6 +50,10 @@ class Caller:
     """The key's own limits (:class:`~tokenwire.schemas.Limits`)."""
     tenant_limits: Limits = NO_LIMITS
     """The limits every key of ``tenant`` shares."""
+    expires_at_ns: int | None = None
+    """When the key stops being accepted (Unix ns), None: never."""
+    models: tuple[str, ...] | None = None
+    """The models the key may call (a name, or a prefix ending in ``*``), None: every one."""
 
 
 ANONYMOUS = Caller(name=None, tenant=None, operator=True)
@@ -65,6 +70,24 @@ def visible_tenant(caller: Caller) -> str | None:
     """The one tenant whose records ``caller`` may read, or None when it reads all of them
     (an operator). Filters of rows by tenant use it: ``WHERE tenant = ?`` unless None."""
     return None if caller.operator else caller.tenant
+
+
+def may_use(caller: Caller, model: str) -> bool:
+    """Whether ``caller`` may call ``model`` (the ``model`` of its request as sent)."""
+    if caller.models is None:
+        return True
+    return any(
+        model == allowed or (allowed.endswith("*") and model.startswith(allowed[:-1]))
+        for allowed in caller.models
+    )
+
+
+def expiry_ns(text: str) -> int:
+    """An RFC 3339 time with its offset (``2026-12-31T00:00:00Z``) as Unix ns; ValueError."""
+    when = datetime.fromisoformat(text)
+    if when.tzinfo is None:
+        raise ValueError(f"{text!r} has no UTC offset (end it with Z or +00:00)")
+    return int(when.timestamp() * 1_000_000) * 1000
 
 
 def key_digest(key: str) -> bytes:
@@ -91,15 +114,22 @@ def flat_keys(keys: Iterable[str]) -> tuple[NamedKey, ...]:
 
 
 class KeyRing:
-    """The accepted keys; :meth:`match` finds a request's."""
+    """The accepted keys; :meth:`match` finds a request's. A ring is *keyed* (every request
+    needs a key) when it holds any key, or when ``keyed`` says so: a gateway that had keys
+    never falls back to keyless when the last one is revoked."""
 
-    def __init__(self, keys: Iterable[NamedKey]) -> None:
+    def __init__(self, keys: Iterable[NamedKey], *, keyed: bool = False) -> None:
         self._keys = tuple(keys)
+        self._keyed = keyed or bool(self._keys)
+        self._by_digest = {k.digest: k.caller for k in self._keys}
         self.tenants = any(k.caller.tenant is not None for k in self._keys)
         """Whether any key has a tenant (else every session is tenant-less: no ownership)."""
 
     def __bool__(self) -> bool:
-        return bool(self._keys)
+        return self._keyed
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
     def names(self) -> list[str]:
         """The keys' names, in configuration order (never a key or a hash: a flat key's name
@@ -109,6 +139,8 @@ class KeyRing:
     def summary(self) -> str:
         """One line for the log: how many keys, and their names."""
         if not self._keys:
+            if self._keyed:
+                return "no gateway keys: every request refused until one is created"
             return "no gateway keys: loopback only, every caller an operator"
         names = self.names()
         shown = ", ".join(names[:_SHOWN_NAMES]) + (" ..." if len(names) > _SHOWN_NAMES else "")
@@ -116,14 +148,10 @@ class KeyRing:
         return f"{len(names)} gateway key{'s' if len(names) != 1 else ''}{tenants}: {shown}"
 
     def match(self, offered: str) -> Caller | None:
-        """The caller of ``offered``, or None. Every configured digest is compared, in
-        constant time, whatever matched before."""
-        digest = key_digest(offered)
-        found: Caller | None = None
-        for key in self._keys:
-            if hmac.compare_digest(digest, key.digest):
-                found = key.caller
-        return found
+        """The caller of ``offered``, or None: one lookup by its SHA-256. A lookup's timing
+        can only tell about digests near the offered key's own, which a caller cannot steer
+        (a SHA-256 preimage): it reveals nothing of any configured key."""
+        return self._by_digest.get(key_digest(offered))
 
 
 def offered_key(headers: Mapping[str, str]) -> str | None:
@@ -137,7 +165,9 @@ def offered_key(headers: Mapping[str, str]) -> str | None:
 # -- the keys file ------------------------------------------------------------------------
 
 
-class _KeysFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class KeysFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A keys file's records: ``[[keys]]`` and ``[[tenants]]``."""
+
     keys: list[KeyRecord] = []
     tenants: list[TenantRecord] = []
 
@@ -145,6 +175,17 @@ class _KeysFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 def load_keys_file(path: str) -> tuple[NamedKey, ...]:
     """The named keys of a TOML keys file; :class:`ConfigError` naming the file and, for a
     bad entry, its position and field (never a hash)."""
+    return parse_keys(_read(path), path)
+
+
+def load_keys_records(path: str) -> KeysFile:
+    """A keys file's records, checked as :func:`load_keys_file` checks them."""
+    data = _read(path)
+    parse_keys(data, path)
+    return _records(data, path)
+
+
+def _read(path: str) -> bytes:
     try:
         with Path(path).open("rb") as handle:
             data = handle.read(_MAX_FILE_BYTES + 1)
@@ -152,18 +193,22 @@ def load_keys_file(path: str) -> tuple[NamedKey, ...]:
         raise ConfigError(KEYS_FILE_VAR, path, f"cannot read it: {exc.strerror}") from None
     if len(data) > _MAX_FILE_BYTES:
         raise ConfigError(KEYS_FILE_VAR, path, f"larger than {_MAX_FILE_BYTES} bytes")
-    return parse_keys(data, path)
+    return data
 
 
 def parse_keys(data: bytes, path: str = "<keys>") -> tuple[NamedKey, ...]:
     """The named keys of a keys file's bytes (see the module); :class:`ConfigError`."""
+    parsed = _records(data, path)
+    return _named(parsed.keys, {t.name: t.limits for t in parsed.tenants}, path)
+
+
+def _records(data: bytes, path: str) -> KeysFile:
     try:
-        parsed = msgspec.toml.decode(data, type=_KeysFile)
+        return msgspec.toml.decode(data, type=KeysFile)
     except msgspec.ValidationError as exc:
         raise ConfigError(KEYS_FILE_VAR, path, _validation(exc)) from None
     except msgspec.DecodeError:
         raise ConfigError(KEYS_FILE_VAR, path, "not a TOML file") from None
-    return _named(parsed.keys, {t.name: t.limits for t in parsed.tenants}, path)
 
 
 def _validation(exc: msgspec.ValidationError) -> str:
@@ -190,12 +235,29 @@ def _named(
             raise ConfigError(KEYS_FILE_VAR, path, f"$.keys[{index}].sha256: the same key twice")
         names.add(entry.name)
         digests.add(digest)
-        operator = entry.scope == "operator"
-        tenant = entry.tenant if entry.tenant is not None or operator else entry.name
-        shared = tenants.get(tenant, NO_LIMITS) if tenant is not None else NO_LIMITS
-        caller = Caller(entry.name, tenant, operator, limits=entry.limits, tenant_limits=shared)
-        keys.append(NamedKey(digest, caller))
+        try:
+            keys.append(named_key(entry, tenants))
+        except ValueError as exc:
+            raise ConfigError(KEYS_FILE_VAR, path, f"$.keys[{index}].expires_at: {exc}") from None
     return tuple(keys)
+
+
+def named_key(record: KeyRecord, tenants: Mapping[str, Limits]) -> NamedKey:
+    """The key ``record`` describes, with its tenant's limits from ``tenants``; ValueError
+    for an ``expires_at`` that is not an RFC 3339 time with its offset."""
+    operator = record.scope == "operator"
+    tenant = record.tenant if record.tenant is not None or operator else record.name
+    shared = tenants.get(tenant, NO_LIMITS) if tenant is not None else NO_LIMITS
+    caller = Caller(
+        record.name,
+        tenant,
+        operator,
+        limits=record.limits,
+        tenant_limits=shared,
+        expires_at_ns=None if record.expires_at is None else expiry_ns(record.expires_at),
+        models=None if record.models is None else tuple(record.models),
+    )
+    return NamedKey(bytes.fromhex(record.sha256), caller)
 
 
 def key_ring(flat: Iterable[str], named: Iterable[NamedKey]) -> KeyRing:

@@ -49,8 +49,10 @@ from tokenwire.services.gateway._access.keys import (
     KEYS_FILE_VAR,
     Caller,
     KeyRing,
+    may_use,
     offered_key,
 )
+from tokenwire.services.gateway._access.live_keys import LiveKeys
 from tokenwire.services.gateway._access.owners import SessionGuard
 from tokenwire.services.gateway._access.threads import (
     PARENT_HEADER,
@@ -62,6 +64,8 @@ from tokenwire.services.gateway._api.catalog import ModelCatalog
 from tokenwire.services.gateway._api.claiming import step_claim
 from tokenwire.services.gateway._api.count_tokens import CountTokens
 from tokenwire.services.gateway._api.edge import header_map
+from tokenwire.services.gateway._api.guards import dialect_error, require_key, unauthorized
+from tokenwire.services.gateway._api.keys_routes import keys_routes
 from tokenwire.services.gateway._api.openapi import openapi_document
 from tokenwire.services.gateway._api.planned import (
     CheckedCall,
@@ -94,6 +98,7 @@ from tokenwire.services.gateway._errors import (
     BrokerUnavailableError,
     GatewayError,
     InvalidRequestError,
+    ModelNotAllowedError,
     RouteUnavailableError,
     SessionNotFoundError,
     TooManyResumersError,
@@ -141,6 +146,10 @@ class Gateway:
         self.deps = deps
         self.keys = self._checked(settings.key_ring())
         self.guard = SessionGuard(deps.owners, active=self.keys.tenants, monotonic=deps.monotonic)
+        keyed = bool(self.keys) or not settings.loopback_only
+        self.live_keys = LiveKeys(
+            settings.key_bootstrap(), deps.keys, apply=self.use_keys, keyed=keyed
+        )
         self.metrics = GatewayMetrics(lambda: float(deps.sink.stats().in_flight))
         self._tasks: set[asyncio.Task[None]] = set()
         self.drain_deadline: float | None = None
@@ -171,10 +180,9 @@ class Gateway:
         return ring
 
     def use_keys(self, ring: KeyRing) -> None:
-        """Accept ``ring``'s keys from the next request on (the keys reloaded: ``SIGHUP``;
-        where keys may later come from the broker, the same hook). Requests already
-        authenticated keep their caller. ConfigError (nothing changed) for tenant keys on a
-        gateway without session owners."""
+        """Accept ``ring``'s keys from the next request on (the keys bucket changed, or the
+        keys file reloaded on ``SIGHUP``). Requests already authenticated keep their caller.
+        ConfigError (nothing changed) for tenant keys on a gateway without session owners."""
         self.keys = self._checked(ring)
         self.guard.check_tenants(ring.tenants)
 
@@ -228,6 +236,9 @@ class Gateway:
                 readiness = await self.deps.ready()
         except (TimeoutError, BrokerError) as exc:
             readiness = Readiness(("broker",), f"broker: no answer ({type(exc).__name__})")
+        stale = self.live_keys.stale()
+        if stale is not None:
+            readiness = readiness.adding("keys-stale", stale)
         self.metrics.readiness(readiness.reasons)
         return readiness
 
@@ -239,7 +250,7 @@ class Gateway:
         if wanted is not None:
             offered = offered_key(header_map(request.scope)) or ""
             if not hmac.compare_digest(offered.encode(), wanted.encode()):
-                return _unauthorized("missing or invalid metrics key")
+                return unauthorized("missing or invalid metrics key")
         await self._readiness()
         return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
 
@@ -261,6 +272,8 @@ class Gateway:
         body = decode_object(await self._read_body(request))
         raw = body.value
         req = codec.parse(raw)
+        if not may_use(caller, req.model):
+            raise ModelNotAllowedError(key=caller.name, model=req.model)
         wanted = read_identity(headers)
         coalesce = coalesce_ms(headers, settings.coalesce_ms)
         sent = CallerInput(raw, headers, settings.provider_env, settings.default_max_tokens)
@@ -436,6 +449,8 @@ class Gateway:
         caller = self.keys.match(offered) if offered is not None else None
         if caller is None:
             raise AuthenticationError("missing or invalid gateway API key")
+        if caller.expires_at_ns is not None and self.deps.clock_ns() >= caller.expires_at_ns:
+            raise AuthenticationError(f"the gateway API key {caller.name!r} has expired")
         return caller
 
     async def _read_body(self, request: Request) -> bytes:
@@ -646,48 +661,6 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def _dialect_error(path: str, exc: GatewayError) -> Response:
-    """``exc`` answered before routing, in the path's dialect (Anthropic's under
-    ``/v1/messages``, OpenAI's elsewhere)."""
-    codec = ANTHROPIC_MESSAGES if path.startswith("/v1/messages") else OPENAI_CHAT
-    headers = {"x-should-retry": "false"}
-    return Response(codec.error_body(exc), exc.status, headers, media_type="application/json")
-
-
-def _require_key(gw: Gateway, route: BaseRoute) -> BaseRoute:
-    """``route`` answering 401 (OpenAI-style error) without a valid gateway key, and with the
-    caller in ``request.state.caller`` otherwise."""
-    if not isinstance(route, HttpRoute) or route.path == "/viewer":
-        return route
-    endpoint = route.endpoint
-
-    async def guarded(request: Request) -> Response:
-        try:
-            request.state.caller = gw.authenticate(request.headers)
-        except AuthenticationError as exc:
-            return _unauthorized(str(exc))
-        response: Response = await endpoint(request)
-        return response
-
-    return HttpRoute(route.path, guarded, methods=route.methods, name=route.name)
-
-
-def _unauthorized(message: str) -> Response:
-    """A 401 in OpenAI's shape (the session, usage and metrics routes)."""
-    return JSONResponse(
-        {
-            "error": {
-                "message": message,
-                "type": "authentication_error",
-                "param": None,
-                "code": "invalid_api_key",
-            }
-        },
-        status_code=401,
-        headers={"www-authenticate": "Bearer"},
-    )
-
-
 class GatewayApp:
     """The gateway's ASGI app: ``POST`` to the two model endpoints goes straight to their
     handlers; every other request, and the lifespan, through the Starlette app.
@@ -711,7 +684,7 @@ class GatewayApp:
         if scope["type"] == "http" and not self._gw.keys:
             refused = keyless_refusal(scope["headers"])
             if refused is not None:
-                await _dialect_error(scope["path"], refused)(scope, receive, send)
+                await dialect_error(scope["path"], refused)(scope, receive, send)
                 return
         if scope["type"] == "http" and scope["method"] == "POST":
             handler = self._handlers.get(scope["path"])
@@ -735,7 +708,7 @@ def _catalog_routes(gw: Gateway) -> list[BaseRoute]:
 
     count = CountTokens(env, gw.authenticate, gw._read_body, gw._secrets)
     return [
-        _require_key(gw, HttpRoute("/v1/models", models, methods=["GET"])),
+        require_key(gw.authenticate, HttpRoute("/v1/models", models, methods=["GET"])),
         HttpRoute("/v1/messages/count_tokens", count.handle, methods=["POST"]),
         HttpRoute("/openapi.json", openapi, methods=["GET"]),
     ]
@@ -761,12 +734,14 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await gw.live_keys.start()
         await gw.routes.start()
         try:
             yield
             await gw.drain(settings.ack_timeout_s)
         finally:
             await gw.routes.stop()
+            await gw.live_keys.stop()
 
     model_routes = [
         HttpRoute("/v1/chat/completions", gw.chat_completions, methods=["POST"]),
@@ -774,12 +749,15 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
         HttpRoute("/v1/responses", gw.responses, methods=["POST"]),
     ]  # counted by their handlers (GatewayApp calls them without Starlette)
     routes = [
-        _require_key(gw, HttpRoute("/v1/responses/{response_id}", gw.retrieve, methods=["GET"])),
+        require_key(
+            gw.authenticate, HttpRoute("/v1/responses/{response_id}", gw.retrieve, methods=["GET"])
+        ),
         *_catalog_routes(gw),
         # The session routes read recorded content: behind the same gateway keys as the model
         # endpoints (the viewer page itself holds no data and sends the key it is given).
-        *(_require_key(gw, r) for r in deps.extra_routes),
-        _require_key(gw, usage_route(deps.store)),
+        *(require_key(gw.authenticate, r) for r in deps.extra_routes),
+        require_key(gw.authenticate, usage_route(deps.store)),
+        *(require_key(gw.authenticate, r) for r in keys_routes(deps.keys, gw._read_body)),
         HttpRoute("/healthz", gw.healthz, methods=["GET"]),
         HttpRoute("/readyz", gw.readyz, methods=["GET"]),
         HttpRoute("/metrics", gw.metrics_text, methods=["GET"]),

@@ -26,6 +26,7 @@ from tokenwire.broker import (
     ChunkPublisher,
     Connection,
     Cooldowns,
+    KeysBucket,
     Restored,
     Restorer,
     SessionOwners,
@@ -126,7 +127,8 @@ async def broker_deps(
     step's silence kept with every claim (``StepRecord.idle_s``, read by the assembler before
     it records a step abandoned); ``reprovision``: for a gateway that provisions, provision
     again when the probe finds a chunk stream or registry bucket missing (issue 48), and make
-    the routed deployments' cooldowns bucket again when its watch finds it missing;
+    the routed deployments' cooldowns bucket and the keys bucket again when their watches
+    find them missing;
     ``store``: where a step gone from the broker's retention is read back from (``GET
     /v1/responses/{id}``; None: nowhere)."""
     publisher = await ChunkPublisher(nc, topology, window=publish_window).start()
@@ -154,9 +156,12 @@ async def broker_deps(
     async def make_bucket() -> None:
         await ensure_cooldowns_bucket(nc, topology)
 
-    cooldowns = Cooldowns(
-        nc, topology.cooldowns_bucket, make=make_bucket if reprovision is not None else None
-    )
+    async def make_keys_bucket() -> None:
+        await restorer.keys_bucket()
+
+    provisions = reprovision is not None
+    cooldowns = Cooldowns(nc, topology.cooldowns_bucket, make=make_bucket if provisions else None)
+    keys = KeysBucket(nc, topology.keys_bucket, make=make_keys_bucket if provisions else None)
     deps = GatewayDeps(
         upstream=upstream,
         sink=publisher,
@@ -167,6 +172,7 @@ async def broker_deps(
         owners=SessionOwners(nc, topology),
         history=BrokerStepSource(nc, topology, store),
         cooldowns=cooldowns,
+        keys=keys,
     )
     return BrokerDeps(deps, publisher, steps, upstream)
 
@@ -341,14 +347,15 @@ async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> N
 
 
 def _reload_keys_on_hangup(gw: Gateway, settings: GatewaySettings) -> None:
-    """``SIGHUP`` reads the keys file again (:meth:`GatewaySettings.reread_keys`) and, when it
-    is valid, the gateway accepts its keys from the next request on; a bad file changes
-    nothing. Each outcome is one log line (names, never keys or hashes)."""
+    """``SIGHUP`` reads the keys file again (:meth:`GatewaySettings.reread_bootstrap`) and, when
+    it is valid, the gateway accepts its keys (under the keys bucket's) from the next request
+    on, and seeds the bucket with its new names; a bad file changes nothing. Each outcome is
+    one log line (names, never keys or hashes)."""
 
     def reload() -> None:
         try:
-            ring = settings.reread_keys()
-            gw.use_keys(ring)
+            gw.live_keys.reboot(settings.reread_bootstrap())
+            ring = gw.keys
         except ConfigError as exc:
             log.error(
                 "gateway keys not reloaded (the %d loaded before stay): %s",

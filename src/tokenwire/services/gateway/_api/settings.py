@@ -16,7 +16,15 @@ from tokenwire import variables as v
 from tokenwire.broker import Topology, topology_from
 from tokenwire.config import ConfigError, without_userinfo
 from tokenwire.providers import check_header, check_proxy, check_url, get_provider, provider_names
-from tokenwire.services.gateway._access.keys import KeyRing, NamedKey, key_ring, load_keys_file
+from tokenwire.services.gateway._access.keys import (
+    KeyRing,
+    NamedKey,
+    flat_keys,
+    key_ring,
+    load_keys_file,
+    load_keys_records,
+)
+from tokenwire.services.gateway._access.live_keys import Bootstrap
 from tokenwire.services.gateway._api.edge import EdgeLimits
 from tokenwire.services.gateway._routing.plan import AttemptBounds
 from tokenwire.services.gateway._routing.routes_file import RoutesConfig, load_routes
@@ -151,6 +159,31 @@ class GatewaySettings:
             why = "no keys left in it, and a gateway listening beyond loopback must have keys"
             raise ConfigError(v.GATEWAY_KEYS_FILE.env, self.keys_file or "", why)
         return ring
+
+    def key_bootstrap(self) -> Bootstrap:
+        """The keys this gateway has before the keys bucket: the flat list, the named keys, and
+        the keys file's records (its tenants, and the seeds of the bucket)."""
+        if self.keys_file is None:
+            return Bootstrap(flat=flat_keys(self.keys), filed=self.named_keys)
+        return self._file_bootstrap(self.named_keys)
+
+    def reread_bootstrap(self) -> Bootstrap:
+        """:meth:`key_bootstrap` with the keys file read again (``SIGHUP``); ConfigError as
+        :meth:`reread_keys`."""
+        self.reread_keys()
+        if self.keys_file is None:
+            return self.key_bootstrap()
+        return self._file_bootstrap(load_keys_file(self.keys_file))
+
+    def _file_bootstrap(self, named: tuple[NamedKey, ...]) -> Bootstrap:
+        assert self.keys_file is not None
+        records = load_keys_records(self.keys_file)
+        return Bootstrap(
+            flat=flat_keys(self.keys),
+            filed=named,
+            tenants={t.name: t.limits for t in records.tenants},
+            seeds=(*records.tenants, *records.keys),
+        )
 
     @property
     def broker_topology(self) -> Topology:

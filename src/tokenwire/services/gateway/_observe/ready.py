@@ -11,7 +11,9 @@ A gateway is not ready, for each of these reasons (a closed set: bounded labels)
 - ``registry-missing``: the broker says a step-registry bucket does not exist: steps of its
   sessions cannot be claimed (likewise);
 - ``publish-stalled``: a chunk has waited longer than :data:`PUBLISH_STALL_S` for its ack: the
-  broker takes no chunks (each step still ends acked or failed within the publisher's bounds).
+  broker takes no chunks (each step still ends acked or failed within the publisher's bounds);
+- ``keys-stale``: the keys bucket is not read, or its watch is behind: a key revoked now may
+  still be accepted here (the gateway keeps the keys it had and watches again; ADR 0041).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, get_args
 
 NotReady: TypeAlias = Literal[
-    "disconnected", "broker", "stream-missing", "registry-missing", "publish-stalled"
+    "disconnected", "broker", "stream-missing", "registry-missing", "publish-stalled", "keys-stale"
 ]
 REASONS: tuple[NotReady, ...] = get_args(NotReady)
 
@@ -41,6 +43,12 @@ class Readiness:
     @property
     def ready(self) -> bool:
         return not self.reasons
+
+    def adding(self, reason: NotReady, detail: str) -> Readiness:
+        """This verdict with one more reason (in :data:`REASONS` order)."""
+        reasons = tuple(r for r in REASONS if r in self.reasons or r == reason)
+        text = "; ".join(x for x in (self.detail, f"{reason}: {detail}") if x)
+        return Readiness(reasons, text)
 
     def body(self) -> dict[str, Any]:
         """The ``/readyz`` JSON body."""

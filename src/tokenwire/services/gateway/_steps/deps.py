@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from starlette.routing import BaseRoute
 
-from tokenwire.broker import ChunkSink, CooldownBoard, SessionOwnership, StepAllocator
+from tokenwire.broker import ChunkSink, CooldownBoard, KeyBook, SessionOwnership, StepAllocator
 from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.services.gateway._observe.ready import READY, Readiness
 from tokenwire.services.gateway._resume.step_source import StepSource
@@ -58,6 +58,8 @@ class GatewayDeps:
       (``_resume/step_source.py``); None: a retried step cannot be resumed (it answers 503);
       ``broker_clock_ns``: the clock a claim's age is read against (the broker's time of
       the claim's record; Unix ns, as the broker's servers keep it).
+    - ``cooldowns``: the routed deployments' shared cooldowns; ``keys``: the keys bucket every
+      gateway watches (``_access/live_keys.py``; None: the keys file and flat list only).
     """
 
     upstream: Upstream
@@ -75,3 +77,4 @@ class GatewayDeps:
     history: StepSource | None = None
     broker_clock_ns: Callable[[], int] = time.time_ns
     cooldowns: CooldownBoard | None = None
+    keys: KeyBook | None = None
