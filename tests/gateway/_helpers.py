@@ -18,7 +18,7 @@ import httpx2
 import openai
 
 from tests.fixtures.recordings import recordings_dir
-from tokenwire.broker import MemoryPublisher, MemoryStepRegistry
+from tokenwire.broker import KeyBook, MemoryPublisher, MemoryStepRegistry, SessionOwnership
 from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.services.gateway import (
     CannedUpstream,
@@ -92,6 +92,8 @@ def make_rig(
     *,
     sink: MemoryPublisher | None = None,
     otel: OtelProviders | None = None,
+    key_book: KeyBook | None = None,
+    owners: SessionOwnership | None = None,
     **settings: Any,
 ) -> Rig:
     """A gateway answering every provider call with ``answer``; settings override defaults."""
@@ -115,6 +117,8 @@ def make_rig(
         new_id=new_id,
         otel=otel or no_otel(),
         history=MemoryStepSource(sink),
+        keys=key_book,
+        owners=owners,
     )
     base = {"keys": frozenset({GATEWAY_KEY}), "provider_env": provider_env()}
     gw_settings = GatewaySettings(**{**base, **settings})

@@ -59,10 +59,11 @@ class MemoryKeys:
         return self._revision
 
     async def watch(self, on_entry: Callable[[KeyEntry], None]) -> MemoryKeysWatch:
-        """Every entry now, then each change."""
+        """Every entry now (in the order stored, as the broker delivers them), then each
+        change."""
         self._check()
-        for key in sorted(self._entries):
-            on_entry(self._entries[key])
+        for entry in sorted(self._entries.values(), key=lambda e: e.revision):
+            on_entry(entry)
         self._watchers.append(on_entry)
         return MemoryKeysWatch(self._watchers, on_entry)
 

@@ -78,6 +78,8 @@ class ForbiddenError(RequestError):
 class ModelNotAllowedError(ForbiddenError):
     """The key's ``models`` allowlist does not hold the request's model (ADR 0041)."""
 
+    code = "model_not_allowed"
+
     def __init__(self, *, key: str | None, model: str) -> None:
         super().__init__(
             f"the gateway key {key or ''!r} may not use the model {model!r} (its allowed "
