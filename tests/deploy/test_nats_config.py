@@ -34,6 +34,8 @@ from tokenwire.broker import (
     ConsumedMessage,
     Cooldowns,
     Cooling,
+    KeyEntry,
+    KeysBucket,
     PullConsumer,
     SessionReader,
     StepClaims,
@@ -53,6 +55,7 @@ from tokenwire.replay import read_session
 from tokenwire.schemas import (
     ChunkEnvelope,
     Finish,
+    KeyRecord,
     StreamChunk,
     TextDelta,
     TokenUsage,
@@ -264,6 +267,7 @@ async def _gateway_publishes(conn: Connection, topology: Topology) -> None:
         await conn.nc.jetstream().stream_info(stream)  # the readiness probe
     await check_layout(conn.nc, topology)  # at start
     await _gateway_cools_down(conn, topology)
+    await _gateway_watches_keys(conn, topology)
 
 
 async def _gateway_cools_down(conn: Connection, topology: Topology) -> None:
@@ -283,6 +287,25 @@ async def _gateway_cools_down(conn: Connection, topology: Topology) -> None:
             break
         await asyncio.sleep(0.05)
     assert [type(s).__name__ for s in seen] == ["Cooling", "Probing", "Healthy"]
+    await watch.stop()
+
+
+async def _gateway_watches_keys(conn: Connection, topology: Topology) -> None:
+    """A gateway's keys: watch the bucket, seed an entry (revision 0), read it back."""
+    book = KeysBucket(conn.nc, topology.keys_bucket)
+    seen: list[KeyEntry] = []
+    watch = await book.watch(seen.append)
+    record = KeyRecord(name="seeded", sha256="ab" * 32)
+    assert await book.write("key", "seeded", record, expected=0) is not None
+    held = await book.entry("key", "seeded")
+    assert held is not None
+    assert held.record == record
+    assert await book.last_revision() == held.revision
+    for _ in range(100):
+        if seen:
+            break
+        await asyncio.sleep(0.05)
+    assert [e.name for e in seen] == ["seeded"]
     await watch.stop()
 
 
@@ -390,6 +413,10 @@ async def test_each_user_may_do_its_job_and_nothing_else(
             # tokenwire status: the deployments held back
             board = Cooldowns(conns["operator"].nc, topology.cooldowns_bucket)
             assert [s.deployment for s in await board.states()] == ["east"]
+            # tokenwire keys list / revoke
+            book = KeysBucket(conns["operator"].nc, topology.keys_bucket)
+            [seeded] = await book.entries()
+            assert await book.write("key", "seeded", None, expected=seeded.revision)
             # Everything above ran without a single violation ...
             assert {u: c.violations() for u, c in conns.items()} == {u: [] for u in conns}
             # ... and what each must not do is refused.
