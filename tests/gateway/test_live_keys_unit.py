@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.gateway._helpers import GATEWAY_KEY, make_rig, recording
-from tokenwire.broker import KeyEntry, MemoryKeys, MemorySessionOwners
+from tokenwire.broker import BrokerUnavailable, KeyEntry, MemoryKeys, MemorySessionOwners
 from tokenwire.schemas import KeyRecord, Limits, TenantRecord
 from tokenwire.services.gateway import Caller, Gateway
 from tokenwire.services.gateway._access.keys import flat_keys, named_key
@@ -156,6 +156,31 @@ async def test_a_bucket_that_does_not_answer_keeps_the_last_ring_and_says_so() -
         await book.write("key", "a", record("a", KEY_A), expected=0)
         await until(lambda: live.stale() is None, "fresh again")
         await until(lambda: applied.last.match(KEY_A) is not None, "a accepted after")
+    finally:
+        await live.stop()
+
+
+class ReadOnlyKeys(MemoryKeys):
+    """A bucket this gateway may read but not write (an older deploy's permissions)."""
+
+    refused = 0
+
+    async def write(self, *args: Any, **kwargs: Any) -> int | None:
+        self.refused += 1
+        raise BrokerUnavailable("memory://keys (write refused)")
+
+
+async def test_a_bucket_that_refuses_the_seeds_is_not_stale_and_the_file_keys_hold() -> None:
+    book = ReadOnlyKeys()
+    a = record("a", KEY_A)
+    applied = Applied()
+    boot = Bootstrap(filed=(named_key(a, {}),), seeds=(a,))
+    live = LiveKeys(boot, book, apply=applied, keyed=True, check_s=0.01)
+    await live.start()
+    try:
+        await until(lambda: book.refused >= 3, "the seed tried at three checks")
+        assert live.stale() is None
+        assert applied.last.match(KEY_A) is not None
     finally:
         await live.stop()
 

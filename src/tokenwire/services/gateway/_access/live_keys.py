@@ -185,12 +185,24 @@ class LiveKeys:
             if self._watch is None or last < self._seen or self._stuck():
                 await self._rewatch(last)
             self._checked, self._seen_at_check = last, self._seen
+        except BrokerError as exc:
+            self._went_stale(f"the keys bucket did not answer ({exc})")
+            await self._unwatch()
+            return
+        await self._write_file_entries()
+
+    async def _write_file_entries(self) -> None:
+        """The keys file's seeds and edits, tried again at the next check when the bucket
+        refuses them (logged once per reason; the ring is not stale for it)."""
+        try:
             if not self._seeded:
                 await self._seed()
             await self._apply_edits()
         except BrokerError as exc:
-            self._went_stale(f"the keys bucket did not answer ({exc})")
-            await self._unwatch()
+            why = f"the keys file's entries could not be written to the keys bucket: {exc}"
+            if why not in self._warned:
+                self._warned.add(why)
+                log.warning("gateway keys: %s (tried again every check)", why)
 
     def _stuck(self) -> bool:
         """Whether the watch has not reached what the previous check saw, and made no
