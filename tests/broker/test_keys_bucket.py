@@ -140,3 +140,20 @@ async def test_provisioned_file_backed_replicated_and_restored(
     assert await restorer.keys_bucket() == "restored"
     assert await bucket.ensure()
     assert await restorer.keys_bucket() == "later"
+
+
+async def test_a_foreign_subject_is_told_as_invalid_so_a_watcher_counts_it(
+    nc: Client, topology: Topology
+) -> None:
+    bucket = KeysBucket(nc, topology.keys_bucket)
+    await nc.jetstream().publish(f"$KV.{topology.keys_bucket}.stray", b"x")
+    seen = Seen()
+    watch = await bucket.watch(seen)
+    try:
+        stray = await seen.until(lambda e: bool(e.invalid))
+    finally:
+        await watch.stop()
+    assert stray.name == ""
+    assert stray.record is None
+    assert stray.revision == await bucket.last_revision()
+    assert await bucket.entries() == []

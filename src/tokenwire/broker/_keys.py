@@ -48,7 +48,8 @@ _tenant_decoder = msgspec.json.Decoder(TenantRecord)
 @dataclass(frozen=True, slots=True)
 class KeyEntry:
     """One entry as stored: ``record`` None when deleted (a revoked key, a cleared tenant) or
-    unreadable (``invalid`` says why; such a key is refused, never guessed at)."""
+    unreadable (``invalid`` says why; such a key is refused, never guessed at). A watch tells
+    a message under no key or tenant subject as a key without a name, ``invalid``."""
 
     kind: EntryKind
     name: str
@@ -205,9 +206,11 @@ class KeysBucket:
 
         async def deliver(msg: Msg) -> None:
             split = _split(self.bucket, msg.subject)
-            if split is None:
-                return
             seq = msg.metadata.sequence.stream
+            if split is None:  # told all the same: a watcher counts the revisions it saw
+                why = f"{msg.subject}: not a key or tenant entry"
+                on_entry(KeyEntry("key", "", seq, None, invalid=why))
+                return
             on_entry(entry_of(*split, seq, msg.headers, msg.data))
 
         config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT)

@@ -68,7 +68,8 @@ def merged_ring(boot: Bootstrap, entries: Entries, *, keyed: bool) -> tuple[KeyR
         keys.pop(name, None)
         if entry.invalid:
             problems.append(f"key {name}: unreadable entry ({entry.invalid[:200]}): refused")
-        elif isinstance(entry.record, KeyRecord):
+            continue
+        if isinstance(entry.record, KeyRecord):
             try:
                 keys[name] = named_key(entry.record, tenants)
             except ValueError as exc:
