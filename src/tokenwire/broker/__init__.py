@@ -12,7 +12,7 @@ partition ownership uses JetStream priority groups.
 
 from __future__ import annotations
 
-from tokenwire.broker._api import Connection, connect
+from tokenwire.broker._api import Connection, cancel_task, connect
 from tokenwire.broker._batches import (
     READ_IDLE_TIMEOUT_S,
     READ_MAX_BATCH,
@@ -248,6 +248,7 @@ __all__ = [
     "TopologyError",
     "ack_fields",
     "ack_many",
+    "cancel_task",
     "check_layout",
     "check_registry_layout",
     "chunk_subject",

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from tokenwire.broker import BrokerError, Connection, ReadWindow, Topology
+from tokenwire.broker import BrokerError, Connection, ReadWindow, Topology, cancel_task
 from tokenwire.replay._errors import ReplayError, UndecodableChunk
 from tokenwire.replay._events import ReplayEvent, ShownReasoning, ShownText
 from tokenwire.replay._history import History
@@ -384,9 +384,7 @@ async def stream(
                 yield _closing(item, queue)
                 return
     finally:
-        producer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await producer
+        await cancel_task(producer)
 
 
 def _closing(signal: _Signal, queue: ClientQueue) -> bytes:

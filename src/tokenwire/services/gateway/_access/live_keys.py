@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tokenwire.broker import BoardWatch, BrokerError, EntryKind, KeyBook, KeyEntry
+from tokenwire.broker import BoardWatch, BrokerError, EntryKind, KeyBook, KeyEntry, cancel_task
 from tokenwire.config import ConfigError
 from tokenwire.schemas import KeyRecord, Limits, TenantRecord
 from tokenwire.services.gateway._access.keys import KeyRing, NamedKey, named_key
@@ -156,9 +156,7 @@ class LiveKeys:
     async def stop(self) -> None:
         """Stop watching."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_task(self._task)
             self._task = None
         await self._unwatch()
 

@@ -30,7 +30,7 @@ from starlette.routing import BaseRoute
 from starlette.routing import Route as HttpRoute
 from starlette.types import Receive, Scope, Send
 
-from tokenwire.broker import BrokerError, StepNames
+from tokenwire.broker import BrokerError, StepNames, cancel_task
 from tokenwire.config import ConfigError
 from tokenwire.providers import Dialect
 from tokenwire.schemas import RecordedError
@@ -579,9 +579,7 @@ class Gateway:
                 len(self._tasks),
             )
         for task in set(self._tasks):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_task(task)
         if self.resumer is not None:  # resumers only read: cut at once
             for task in set(self.resumer.tasks):
                 task.cancel()

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -37,6 +36,7 @@ from tokenwire.broker import (
     Healthy,
     ProbeDue,
     Probing,
+    cancel_task,
 )
 from tokenwire.schemas import FailedAttempt
 from tokenwire.services.gateway._routing.routes_file import DeploymentSpec, HealthPolicy
@@ -123,9 +123,7 @@ class HealthBook:
     async def stop(self) -> None:
         """Stop watching; wait (bounded) for the writes still on their way."""
         if self._rewatch is not None:
-            self._rewatch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._rewatch
+            await cancel_task(self._rewatch)
             self._rewatch = None
         if self._watch is not None:
             await self._watch.stop()
