@@ -20,7 +20,10 @@ import aiohttp
 from tokenwire.broker import ChunkPublisher, StepRegistry
 from tokenwire.providers import _http, _stream
 from tokenwire.services.gateway._access.identity import StepClaim
-from tokenwire.services.gateway._api.app import GatewayApp
+from tokenwire.services.gateway._access.owners import SessionGuard
+from tokenwire.services.gateway._api.app import Gateway, GatewayApp
+from tokenwire.services.gateway._output.caller import Outbox, StepStream
+from tokenwire.services.gateway._steps.step import StepRun
 
 
 class _AiohttpResponse:
@@ -120,6 +123,8 @@ def _install_marks(path: str) -> None:
             if message["type"] == "http.response.body" and message.get("body"):
                 _mark("first_body_send")
             await send(message)
+            if message["type"] == "http.response.body" and message.get("body"):
+                _mark("first_body_sent")
             if message["type"] == "http.response.body" and not message.get("more_body"):
                 with open(path, "a") as out:  # noqa: ASYNC230 - after the response, bench only
                     out.write(json.dumps(_marks) + "\n")
@@ -128,8 +133,15 @@ def _install_marks(path: str) -> None:
 
     # Bench-only instrumentation: a patched method is what the timing marks measure.
     GatewayApp.__call__ = call  # type: ignore[method-assign]  # the hook: timing marks around the app, bench only
+    _wrap_async(Gateway, "_read_body", "body_read_start", "body_read")
+    _wrap_async(Gateway, "_thread", "thread_start", "thread_done")
+    _wrap_async(SessionGuard, "admit", "admit_start", "admit_done")
     _wrap_async(StepRegistry, "begin_next_step", "claim_start", "claim_sent")
-    _wrap_async(ChunkPublisher, "publish", "first_publish")
+    _wrap_async(StepRun, "begin", "step_begin", "step_begun")
+    _wrap_async(StepRun, "_take", "first_take")
+    _wrap_async(ChunkPublisher, "publish", "first_publish", "first_published")
+    _wrap_async(Outbox, "put", "first_outbox_put")
+    _wrap_async(StepStream, "__call__", "response_call")
     _wrap_async(StepClaim, "identity", "claim_wait", "claim_known")
     client = _stream.HttpClient
     _wrap_sync(client, "send", "provider_post")

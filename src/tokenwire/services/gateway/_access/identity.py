@@ -9,8 +9,9 @@ step of the same turn when it returns tool results.
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from tokenwire.broker import (
@@ -94,8 +95,11 @@ def _count(headers: Mapping[str, str], name: str) -> int | None:
 class StepClaim:
     """A step's identity: known (an explicit triple, claimed) or being assigned.
 
-    The step awaits :meth:`identity` only when it publishes its first chunk, so the broker's
-    round trip runs beside the provider call; a step that ends before calls :meth:`drop`.
+    An assignment made by :func:`assign_after_call` is held until :meth:`send`, which the app
+    calls once the provider request is written: its writes, and then its answer (read by a
+    task of its own), run beside the provider. The step awaits :meth:`identity` only when it
+    publishes its first chunk, which by then is known unless the provider answered sooner
+    than the registry; a step that ends before calls :meth:`drop`.
     """
 
     def __init__(
@@ -104,32 +108,60 @@ class StepClaim:
         *,
         known: StepIdentity | None = None,
         pending: PendingAssignment | None = None,
+        unsent: Callable[[], Awaitable[PendingAssignment]] | None = None,
     ) -> None:
         self.session = session
         self._known = known
         self._pending = pending
+        self._unsent = unsent
+        self._answer: asyncio.Future[tuple[int, int]] | None = None
 
     @property
     def known(self) -> StepIdentity | None:
         """The identity once claimed."""
         return self._known
 
+    async def send(self) -> None:
+        """Send the assignment held back, if any, and read its answer in a task of its own;
+        :class:`BrokerUnavailableError` (503) when its writes cannot be sent."""
+        if self._unsent is not None:
+            unsent, self._unsent = self._unsent, None
+            try:
+                self._pending = await unsent()
+            except BrokerError as exc:
+                raise _unavailable(exc) from exc
+        if self._pending is not None and self._answer is None:
+            self._answer = asyncio.ensure_future(self._pending.result())
+
     async def identity(self) -> StepIdentity:
         """The claimed identity; :class:`BrokerUnavailableError` (503) when the registry
         does not answer."""
         if self._known is None:
-            if self._pending is None:  # an earlier wait for it was cancelled: never answered
-                raise BrokerUnavailableError("the step registry did not answer the step's claim")
-            pending, self._pending = self._pending, None
-            try:
-                turn, step = await pending.result()
-            except BrokerError as exc:
-                raise _unavailable(exc) from exc
+            if self._unsent is not None:
+                await self.send()
+            turn, step = await self._answered()
             self._known = StepIdentity(self.session, turn, step)
         return self._known
 
+    async def _answered(self) -> tuple[int, int]:
+        """The assignment's (turn, step): from the task reading it, else read now."""
+        answer, pending = self._answer, self._pending
+        self._answer, self._pending = None, None
+        if pending is None:  # an earlier wait for it was cancelled: never answered
+            raise BrokerUnavailableError("the step registry did not answer the step's claim")
+        try:
+            return await (answer if answer is not None else pending.result())
+        except BrokerError as exc:
+            raise _unavailable(exc) from exc
+
     def drop(self) -> None:
-        """The step ended before it needed its identity: forget a running assignment."""
+        """The step ended before it needed its identity: forget a running assignment (an
+        answer already in leaves its triple unused, as a dropped one may)."""
+        self._unsent = None
+        if self._answer is not None:
+            answer, self._answer = self._answer, None
+            if not answer.cancel() and not answer.cancelled():
+                answer.exception()  # done: its failure, if any, is retrieved
         if self._pending is not None:
             self._pending.drop()
             self._pending = None
@@ -194,6 +226,19 @@ async def assign_next(
     except BrokerError as exc:
         raise _unavailable(exc) from exc
     return StepClaim(session, pending=pending)
+
+
+def assign_after_call(
+    session: str, steps: StepAllocator, *, new_turn: bool, fresh: bool = False
+) -> StepClaim:
+    """:func:`assign_next`, held until the provider request is written
+    (:meth:`StepClaim.send`): an assigned step never conflicts, so nothing about it can
+    refuse the request, and its writes are left off the way to the provider."""
+
+    def unsent() -> Awaitable[PendingAssignment]:
+        return steps.begin_next_step(session, new_turn, fresh=fresh)
+
+    return StepClaim(session, unsent=unsent)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

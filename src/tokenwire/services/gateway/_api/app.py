@@ -284,13 +284,12 @@ class Gateway:
             threaded, thread = await self._thread(caller, codec, req, raw, wanted, headers)
             session = wanted.session or threaded or self.deps.new_id()
             await self.guard.admit(caller, session, named=wanted.session is not None)
-            fp = fingerprint(request.scope["path"], body.canonical)
             claim = await step_claim(
                 self.deps.steps,
                 wanted=wanted,
                 session=session,
                 req=req,
-                fp=fp,
+                fp=lambda: fingerprint(request.scope["path"], body.canonical),
                 headers=headers,
                 fresh=threaded is None,
                 idempotency_ttl_s=settings.idempotency_ttl_s,
@@ -326,6 +325,7 @@ class Gateway:
         routed = with_identity(call.route, {SESSION_HEADER: r.session})
         upstream = self.deps.upstream.send(routed, call.body)
         try:
+            await claim.send()  # an assigned step's claim: beside the provider, from here
             reply, known = await reply_for(r, claim, self.deps.new_id)
             output = self._output(r.codec, r.req, routed, reply)
             forwarded = routed.dialect == r.codec.dialect

@@ -3,7 +3,7 @@ step, or the session's next step (docs/gateway.md, "Sessions, turns and steps").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from tokenwire.broker import StepAllocator
 from tokenwire.services.gateway._access.identity import (
@@ -12,8 +12,8 @@ from tokenwire.services.gateway._access.identity import (
     RequestedIdentity,
     ResumeTarget,
     StepClaim,
+    assign_after_call,
     assign_keyed,
-    assign_next,
     claim_explicit,
 )
 from tokenwire.services.gateway._dialects import CallerRequest
@@ -29,7 +29,7 @@ async def step_claim(
     wanted: RequestedIdentity,
     session: str,
     req: CallerRequest,
-    fp: str,
+    fp: Callable[[], str],
     headers: Mapping[str, str],
     fresh: bool,
     idempotency_ttl_s: float,
@@ -37,21 +37,22 @@ async def step_claim(
     """The step's claim: an explicit triple is claimed now, so that a 409 never costs a
     provider call (the same request again resumes it); an unnamed request with an
     ``Idempotency-Key`` gets the key's step (resumed) or a new one mapped to the key
-    before the provider is called; any other assigned one (never a conflict) is sent now
-    and answered while the provider is called, off the time to first chunk (the step
-    waits for it before it publishes); a conversation's first call sends it without
-    reading the session's pointer first (``fresh``)."""
+    before the provider is called; any other assigned one (never a conflict) is held until
+    the provider request is written (:meth:`StepClaim.send`), then sent and answered while
+    the provider works (the step waits for it before it publishes); a conversation's first
+    call sends it without reading the session's pointer first (``fresh``). ``fp`` makes the
+    request's fingerprint, which only the first two keep."""
     if wanted.turn is not None and wanted.step is not None:
-        return await claim_explicit(session, wanted.turn, wanted.step, steps, fp)
+        return await claim_explicit(session, wanted.turn, wanted.step, steps, fp())
     key = headers.get(IDEMPOTENCY_HEADER)
     if key is not None:
         keyed = KeyedRequest(
             key_hash=key_hash(_credential(headers), _checked_key(key)),
-            fingerprint=fp,
+            fingerprint=fp(),
             ttl_s=idempotency_ttl_s,
         )
         return await assign_keyed(session, steps, keyed, new_turn=not req.ends_with_tool_result)
-    return await assign_next(
+    return assign_after_call(
         session,
         steps,
         new_turn=not req.ends_with_tool_result,

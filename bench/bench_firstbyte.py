@@ -1,0 +1,287 @@
+"""The first byte as a user would compare it (issue 47): ``make bench BENCH=firstbyte``.
+
+The whole stack as ``tokenwire up`` runs it (nats-server, scripted provider, gateway,
+assembler to SQLite, telemetry: every chunk durable), LiteLLM's proxy (one worker, its own
+venv: ``bench/_peer.py``) and the direct call, all in front of the stack's one scripted
+provider, which sends its first token :data:`FIRST_TOKEN_S` after the request and then
+:data:`FRAGMENTS` chunks at full speed. Each side is a lone caller on one keep-alive
+connection sending :data:`REQUESTS` requests back to back, a new session per request
+(``X-Tokenwire-Session``); the three sides take turns within a round, the order rotated from
+round to round, and :data:`ROUNDS` rounds run. Time to first body byte per request.
+
+*Added* first byte, the issue's method: a side's percentile minus the direct call's
+percentile in the same round (p50 and p99), and tokenwire's over LiteLLM's; the figures
+reported are the medians of the rounds. The same run also measures the method of
+``bench_stack``'s 50 ms row once (docs/benchmarks.md, "Two methods"): per-pair differences of
+alternating direct and through requests, one session, 8 fragments paced at 50/s, a random
+pause between pairs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import uvloop
+
+from bench import _peer
+from bench import bench_gateway as gw
+from bench._procs import full_stack
+from bench._suite import pct
+
+ROUNDS = 3
+REQUESTS = 120
+"""Requests per side and round (after :data:`WARM` of each side's first round's requests)."""
+WARM = 5
+FIRST_TOKEN_S = 0.05
+FRAGMENTS = 200
+OPTIONS = f"fragments={FRAGMENTS}&first={FIRST_TOKEN_S}"
+PAIRED_OPTIONS = f"fragments=8&rate={gw.RATE_D}&first={FIRST_TOKEN_S}"
+"""``bench_stack``'s 50 ms row: what ``bench_ttfc`` asks for."""
+PAIRS = 100
+TARGET = 0.10
+SIDES = ("direct", "tokenwire", "litellm")
+FIGURES: dict[str, float] = {}
+_PATH = "/v1/chat/completions"
+
+
+@dataclass
+class Round:
+    """One round's first bytes, ms, by side."""
+
+    firsts: dict[str, list[float]] = field(default_factory=dict)
+
+    def added(self, side: str, q: float) -> float:
+        """``side``'s quantile ``q`` over the direct call's, ms."""
+        return pct(self.firsts[side], q) - pct(self.firsts["direct"], q)
+
+
+def _progress(what: str) -> None:
+    print(f"  {time.strftime('%H:%M:%S')} {what}", file=sys.stderr, flush=True)
+
+
+async def _lone(port: int, n: int, tag: str) -> list[float]:
+    """``n`` requests back to back on one keep-alive connection, a new session each: ms to
+    the first body bytes."""
+    caller = await gw.Caller.open(port)
+    firsts = []
+    try:
+        for _ in range(n):
+            session = f"fb-{tag}-{uuid.uuid4().hex}"
+            first, _ = await caller.stream(gw.streaming_request(port, _PATH, session, OPTIONS))
+            firsts.append(first * 1000)
+    finally:
+        caller.close()
+    return firsts
+
+
+async def _rounds(ports: dict[str, int], rounds: int, n: int) -> list[Round]:
+    for side, port in ports.items():  # each side's connections and caches warm
+        await _lone(port, WARM, f"warm-{side}")
+    done = []
+    for r in range(rounds):
+        order = list(ports)[r % len(ports) :] + list(ports)[: r % len(ports)]
+        _progress(f"round {r + 1}: {', '.join(order)}")
+        one = Round()
+        for side in order:
+            one.firsts[side] = await _lone(ports[side], n, f"{r}-{side}")
+        done.append(one)
+    return done
+
+
+async def _paired(sp_port: int, port: int, n: int) -> tuple[float, float]:
+    """``bench_stack``'s method: p50 and p99 of the per-pair differences, ms."""
+    pairs = await gw.bench_ttfc(sp_port, port, 1, n, FIRST_TOKEN_S)
+    added = [(g - d) * 1000 for d, g in pairs]
+    return pct(added, 0.5), pct(added, 0.99)
+
+
+def _record(rounds: list[Round], sides: tuple[str, ...]) -> None:
+    for i, one in enumerate(rounds, 1):
+        for side in sides:
+            for q in (50, 99):
+                FIGURES[f"r{i}_{side}_p{q}_ms"] = pct(one.firsts[side], q / 100)
+    for side in sides[1:]:
+        for q in (50, 99):
+            FIGURES[f"{side}_added_p{q}_ms"] = statistics.median(
+                one.added(side, q / 100) for one in rounds
+            )
+    if "litellm" in sides:
+        for q in (50, 99):
+            ratios = [
+                one.added("tokenwire", q / 100) / one.added("litellm", q / 100) for one in rounds
+            ]
+            FIGURES[f"ratio_p{q}"] = statistics.median(ratios)
+            FIGURES[f"ratio_p{q}_min"] = min(ratios)
+            FIGURES[f"ratio_p{q}_max"] = max(ratios)
+    FIGURES["rounds"] = len(rounds)
+    FIGURES["requests_per_side_and_round"] = min(len(one.firsts["direct"]) for one in rounds)
+
+
+async def _run(rounds: int, n: int, pairs: int, peer: bool) -> None:
+    exe = await asyncio.to_thread(_peer.ensure_installed) if peer else "--no-peer"
+    async with full_stack() as s:
+        ports = {"direct": s.scripted_port, "tokenwire": s.gateway_port}
+        if isinstance(exe, str):
+            _progress(f"peer skipped: {exe}")
+            _record(await _rounds(ports, rounds, n), ("direct", "tokenwire"))
+            return
+        options = [OPTIONS, PAIRED_OPTIONS]
+        async with _peer.litellm_proxy(exe, s.scripted_port, options) as (peer_port, _):
+            ports["litellm"] = peer_port
+            _record(await _rounds(ports, rounds, n), SIDES)
+            _progress("bench_stack's method (paired), tokenwire then LiteLLM")
+            for side in ("tokenwire", "litellm"):
+                p50, p99 = await _paired(s.scripted_port, ports[side], pairs)
+                FIGURES[f"paired_{side}_added_p50_ms"] = p50
+                FIGURES[f"paired_{side}_added_p99_ms"] = p99
+
+
+TIMELINE = (
+    ("app_entry", "caller's request -> gateway app (loopback hop, HTTP parse, ASGI)"),
+    ("body_read", "request body read"),
+    ("thread_start", "JSON decode, dialect parse, identity headers, routing, provider body"),
+    ("thread_done", "session threading (no read: a named session)"),
+    ("admit_done", "owner check (inactive without tenants)"),
+    ("claim_start", "request fingerprint"),
+    ("claim_sent", "step claim's writes handed to the broker connection"),
+    ("provider_post", "-> provider request written"),
+    ("step_begin", "step set-up (span, output, run), beside the provider"),
+    ("first_read_done", "provider: headers, first token, first body bytes read"),
+    ("first_take", "first bytes parsed and normalised into chunks"),
+    ("claim_wait", "-> the step's identity asked for"),
+    ("claim_known", "claim's answer (already in: the provider took longer)"),
+    ("first_publish", "first chunk framed"),
+    ("first_published", "first chunk handed to the publisher (no ack awaited)"),
+    ("first_outbox_put", "caller's opening and first event encoded"),
+    ("step_begun", "first bytes in the outbox"),
+    ("response_call", "step task started, response built and called"),
+    ("first_body_send", "response head sent, first body write asked"),
+    ("first_body_sent", "uvicorn's body write"),
+    ("caller", "-> caller's first byte (loopback hop, wake-up)"),
+)
+"""The timeline's marks, in the order a request reaches them (bench/_hooked_gateway.py), and
+what happens between the previous mark and each."""
+
+
+async def _timeline(n: int) -> None:
+    """The issue's method against a stack whose gateway records timing marks: p50 of each
+    phase (``timeline_<mark>_p50_ms``), and the direct call's first byte beside it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        marks = Path(tmp) / "marks.jsonl"
+        async with full_stack(hooks={"TW_BENCH_MARKS": str(marks)}) as s:
+            await _lone(s.gateway_port, WARM, "warm-marks")
+            await asyncio.to_thread(marks.write_text, "")
+            caller = await gw.Caller.open(s.gateway_port)
+            sent: list[tuple[float, float]] = []
+            for i in range(n):
+                request = gw.streaming_request(s.gateway_port, _PATH, f"fb-marks-{i}", OPTIONS)
+                at = time.perf_counter()
+                first, _ = await caller.stream(request)
+                sent.append((at, at + first))
+            caller.close()
+            direct = await _lone(s.scripted_port, n, "marks-direct")
+            text = await asyncio.to_thread(marks.read_text)
+    phases: dict[str, list[float]] = {name: [] for name, _ in TIMELINE}
+    provider: list[float] = []
+    for (at, first), line in zip(sent, text.splitlines(), strict=False):
+        m = {**json.loads(line), "caller": first}
+        previous = at
+        for name, _ in TIMELINE:
+            phases[name].append((m[name] - previous) * 1000)
+            previous = m[name]
+        provider.append((m["first_read_done"] - m["provider_post"]) * 1000)
+    for name, values in phases.items():
+        FIGURES[f"timeline_{name}_p50_ms"] = pct(values, 0.5)
+    FIGURES["timeline_total_p50_ms"] = pct([(b - a) * 1000 for a, b in sent], 0.5)
+    FIGURES["timeline_provider_p50_ms"] = pct(provider, 0.5)
+    FIGURES["timeline_direct_p50_ms"] = pct(direct, 0.5)
+    FIGURES["timeline_requests"] = len(provider)
+
+
+def timeline_table() -> str:
+    """The per-phase timeline of one request (p50 of each phase over the run's requests)."""
+    f = FIGURES
+    rows = [
+        f"One request's phases, p50 of {int(f['timeline_requests'])} lone requests (the "
+        "issue's method, gateway timing marks; phases between the provider request and its "
+        "first bytes run beside the provider):",
+        "",
+        "| phase (ends at mark) | ms, p50 |",
+        "| --- | ---: |",
+    ]
+    rows += [
+        f"| {what} (`{name}`) | {f[f'timeline_{name}_p50_ms']:.3f} |" for name, what in TIMELINE
+    ]
+    rows += [
+        f"| whole first byte, p50 | {f['timeline_total_p50_ms']:.2f} |",
+        f"| of which the provider (request written -> first bytes read), p50 | "
+        f"{f['timeline_provider_p50_ms']:.2f} |",
+        f"| direct call's first byte, p50 (same stack, after) | {f['timeline_direct_p50_ms']:.2f} |",
+    ]
+    return "\n".join(rows)
+
+
+def table() -> str:
+    """The run's table from :data:`FIGURES`."""
+    f = FIGURES
+    rounds = int(f["rounds"])
+    head = [
+        f"Issue 47's method: a lone caller, a new session per request, {FRAGMENTS} chunks after "
+        f"a {FIRST_TOKEN_S * 1000:.0f} ms first token, {int(f['requests_per_side_and_round'])} "
+        f"requests per side and round, {rounds} rounds; added = the side's percentile minus "
+        "the direct call's, same round.",
+        "",
+        "| round | direct p50 / p99 ms | tokenwire p50 / p99 ms | LiteLLM p50 / p99 ms |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for i in range(1, rounds + 1):
+        cells = [
+            f"{f.get(f'r{i}_{side}_p50_ms', float('nan')):.2f} / "
+            f"{f.get(f'r{i}_{side}_p99_ms', float('nan')):.2f}"
+            for side in SIDES
+        ]
+        head.append(f"| {i} | {' | '.join(cells)} |")
+    head += [
+        "",
+        "| added first byte (median of the rounds) | tokenwire | LiteLLM | ratio (rounds) | met (<= 0.10x) |",
+    ]
+    head.append("| --- | ---: | ---: | ---: | --- |")
+    for q in (50, 99):
+        tw = f.get(f"tokenwire_added_p{q}_ms", float("nan"))
+        peer = f.get(f"litellm_added_p{q}_ms", float("nan"))
+        ratio = f.get(f"ratio_p{q}", float("nan"))
+        spread = f"{f.get(f'ratio_p{q}_min', float('nan')):.3f}-{f.get(f'ratio_p{q}_max', float('nan')):.3f}"
+        met = "yes" if ratio <= TARGET else "no"
+        head.append(f"| p{q} | +{tw:.2f} ms | +{peer:.2f} ms | {ratio:.3f}x ({spread}) | {met} |")
+    if "paired_tokenwire_added_p50_ms" in f:
+        head += [
+            "",
+            "bench_stack's method in the same run (per-pair differences, one session, 8 "
+            "fragments paced at 50/s, a random pause between pairs):",
+            "",
+            "| added first byte | tokenwire | LiteLLM | ratio |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        for q in (50, 99):
+            tw, peer = f[f"paired_tokenwire_added_p{q}_ms"], f[f"paired_litellm_added_p{q}_ms"]
+            head.append(f"| p{q} | +{tw:.2f} ms | +{peer:.2f} ms | {tw / peer:.3f}x |")
+    return "\n".join(head)
+
+
+def main(rounds: int = ROUNDS, n: int = REQUESTS, pairs: int = PAIRS, peer: bool = True) -> str:
+    """Run the rounds (and the paired method, with the peer); the table."""
+    FIGURES.clear()
+    uvloop.run(_run(rounds, n, pairs, peer))
+    return table()
+
+
+if __name__ == "__main__":
+    print(main())
