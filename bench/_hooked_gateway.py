@@ -139,6 +139,13 @@ def _install_marks(path: str) -> None:
     _wrap_async(StepRegistry, "begin_next_step", "claim_start", "claim_sent")
     _wrap_async(StepRun, "begin", "step_begin", "step_begun")
     _wrap_async(StepRun, "_take", "first_take")
+    take = StepRun._take
+
+    async def counted_take(self: Any, batch: Any) -> None:
+        _marks.setdefault("first_read_chunks", len(batch))
+        await take(self, batch)
+
+    StepRun._take = counted_take  # type: ignore[method-assign]  # bench only: the first read's size
     _wrap_async(ChunkPublisher, "publish", "first_publish", "first_published")
     _wrap_async(Outbox, "put", "first_outbox_put")
     _wrap_async(StepStream, "__call__", "response_call")

@@ -5,9 +5,10 @@ assembler to SQLite, telemetry: every chunk durable), LiteLLM's proxy (one worke
 venv: ``bench/_peer.py``) and the direct call, all in front of the stack's one scripted
 provider, which sends its first token :data:`FIRST_TOKEN_S` after the request and then
 :data:`FRAGMENTS` chunks at full speed. Each side is a lone caller on one keep-alive
-connection sending :data:`REQUESTS` requests back to back, a new session per request
-(``X-Tokenwire-Session``); the three sides take turns within a round, the order rotated from
-round to round, and :data:`ROUNDS` rounds run. Time to first body byte per request.
+connection, one request at a time and a new session per request (``X-Tokenwire-Session``):
+the three sides take turns request by request, the order rotated each time (on a shared
+machine, sides measured minutes apart meet different loads), :data:`REQUESTS` requests per
+side in each of :data:`ROUNDS` rounds. Time to first body byte per request.
 
 *Added* first byte, the issue's method: a side's percentile minus the direct call's
 percentile in the same round (p50 and p99), and tokenwire's over LiteLLM's; the figures
@@ -83,15 +84,25 @@ async def _lone(port: int, n: int, tag: str) -> list[float]:
 
 
 async def _rounds(ports: dict[str, int], rounds: int, n: int) -> list[Round]:
+    """``rounds`` rounds of ``n`` requests per side: one request at a time, the sides
+    taking turns request by request (the order rotated each time), so that every side
+    meets the machine's load alike."""
     for side, port in ports.items():  # each side's connections and caches warm
         await _lone(port, WARM, f"warm-{side}")
-    done = []
+    sides, done = list(ports), []
     for r in range(rounds):
-        order = list(ports)[r % len(ports) :] + list(ports)[: r % len(ports)]
-        _progress(f"round {r + 1}: {', '.join(order)}")
-        one = Round()
-        for side in order:
-            one.firsts[side] = await _lone(ports[side], n, f"{r}-{side}")
+        _progress(f"round {r + 1} of {rounds}: {n} requests per side, turns rotated")
+        callers = {side: await gw.Caller.open(port) for side, port in ports.items()}
+        one = Round({side: [] for side in sides})
+        for i in range(n):
+            k = (i + r) % len(sides)
+            for side in sides[k:] + sides[:k]:
+                session = f"fb-{r}-{side}-{uuid.uuid4().hex}"
+                request = gw.streaming_request(ports[side], _PATH, session, OPTIONS)
+                first, _ = await callers[side].stream(request)
+                one.firsts[side].append(first * 1000)
+        for caller in callers.values():
+            caller.close()
         done.append(one)
     return done
 
@@ -125,6 +136,11 @@ def _record(rounds: list[Round], sides: tuple[str, ...]) -> None:
     FIGURES["requests_per_side_and_round"] = min(len(one.firsts["direct"]) for one in rounds)
 
 
+def _ratio(one: Round, q: float) -> float:
+    """tokenwire's added first byte over LiteLLM's at quantile ``q``, in one round."""
+    return one.added("tokenwire", q) / one.added("litellm", q)
+
+
 async def _run(rounds: int, n: int, pairs: int, peer: bool) -> None:
     exe = await asyncio.to_thread(_peer.ensure_installed) if peer else "--no-peer"
     async with full_stack() as s:
@@ -150,9 +166,9 @@ TIMELINE = (
     ("thread_start", "JSON decode, dialect parse, identity headers, routing, provider body"),
     ("thread_done", "session threading (no read: a named session)"),
     ("admit_done", "owner check (inactive without tenants)"),
-    ("claim_start", "request fingerprint"),
-    ("claim_sent", "step claim's writes handed to the broker connection"),
     ("provider_post", "-> provider request written"),
+    ("claim_start", "-> the step's claim"),
+    ("claim_sent", "step claim's writes handed to the broker connection"),
     ("step_begin", "step set-up (span, output, run), beside the provider"),
     ("first_read_done", "provider: headers, first token, first body bytes read"),
     ("first_take", "first bytes parsed and normalised into chunks"),
@@ -191,6 +207,7 @@ async def _timeline(n: int) -> None:
             text = await asyncio.to_thread(marks.read_text)
     phases: dict[str, list[float]] = {name: [] for name, _ in TIMELINE}
     provider: list[float] = []
+    chunks: list[float] = []
     for (at, first), line in zip(sent, text.splitlines(), strict=False):
         m = {**json.loads(line), "caller": first}
         previous = at
@@ -198,12 +215,14 @@ async def _timeline(n: int) -> None:
             phases[name].append((m[name] - previous) * 1000)
             previous = m[name]
         provider.append((m["first_read_done"] - m["provider_post"]) * 1000)
+        chunks.append(m["first_read_chunks"])
     for name, values in phases.items():
         FIGURES[f"timeline_{name}_p50_ms"] = pct(values, 0.5)
     FIGURES["timeline_total_p50_ms"] = pct([(b - a) * 1000 for a, b in sent], 0.5)
     FIGURES["timeline_provider_p50_ms"] = pct(provider, 0.5)
     FIGURES["timeline_direct_p50_ms"] = pct(direct, 0.5)
     FIGURES["timeline_requests"] = len(provider)
+    FIGURES["timeline_first_read_chunks_p50"] = pct(chunks, 0.5)
 
 
 def timeline_table() -> str:
@@ -224,7 +243,8 @@ def timeline_table() -> str:
         f"| whole first byte, p50 | {f['timeline_total_p50_ms']:.2f} |",
         f"| of which the provider (request written -> first bytes read), p50 | "
         f"{f['timeline_provider_p50_ms']:.2f} |",
-        f"| direct call's first byte, p50 (same stack, after) | {f['timeline_direct_p50_ms']:.2f} |",
+        f"| the direct call's first byte, p50 (same stack, after) | "
+        f"{f['timeline_direct_p50_ms']:.2f} |",
     ]
     return "\n".join(rows)
 
@@ -251,14 +271,16 @@ def table() -> str:
         head.append(f"| {i} | {' | '.join(cells)} |")
     head += [
         "",
-        "| added first byte (median of the rounds) | tokenwire | LiteLLM | ratio (rounds) | met (<= 0.10x) |",
+        "| added first byte (median of the rounds) | tokenwire | LiteLLM "
+        + "| ratio (rounds) | met (<= 0.10x) |",
     ]
     head.append("| --- | ---: | ---: | ---: | --- |")
     for q in (50, 99):
         tw = f.get(f"tokenwire_added_p{q}_ms", float("nan"))
         peer = f.get(f"litellm_added_p{q}_ms", float("nan"))
         ratio = f.get(f"ratio_p{q}", float("nan"))
-        spread = f"{f.get(f'ratio_p{q}_min', float('nan')):.3f}-{f.get(f'ratio_p{q}_max', float('nan')):.3f}"
+        low, high = f.get(f"ratio_p{q}_min", float("nan")), f.get(f"ratio_p{q}_max", float("nan"))
+        spread = f"{low:.3f}-{high:.3f}"
         met = "yes" if ratio <= TARGET else "no"
         head.append(f"| p{q} | +{tw:.2f} ms | +{peer:.2f} ms | {ratio:.3f}x ({spread}) | {met} |")
     if "paired_tokenwire_added_p50_ms" in f:
