@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,8 +36,9 @@ import uvloop
 
 from bench import _peer
 from bench import bench_gateway as gw
-from bench._procs import full_stack
+from bench._procs import RunningStack, full_stack
 from bench._suite import pct
+from tokenwire.broker import free_port
 
 ROUNDS = 3
 REQUESTS = 120
@@ -50,6 +53,9 @@ PAIRS = 100
 TARGET = 0.10
 SIDES = ("direct", "tokenwire", "litellm")
 FIGURES: dict[str, float] = {}
+BEFORE = os.environ.get("BENCH_FIRSTBYTE_BEFORE", "")
+"""A ``src`` directory of other code (``git archive <rev> src``): its gateway joins the same
+stack as the side ``before`` (same broker, same provider), for a same-run A/B."""
 _PATH = "/v1/chat/completions"
 
 
@@ -114,7 +120,8 @@ async def _paired(sp_port: int, port: int, n: int) -> tuple[float, float]:
     return pct(added, 0.5), pct(added, 0.99)
 
 
-def _record(rounds: list[Round], sides: tuple[str, ...]) -> None:
+def _record(rounds: list[Round]) -> None:
+    sides = list(rounds[0].firsts)
     for i, one in enumerate(rounds, 1):
         for side in sides:
             for q in (50, 99):
@@ -124,40 +131,68 @@ def _record(rounds: list[Round], sides: tuple[str, ...]) -> None:
             FIGURES[f"{side}_added_p{q}_ms"] = statistics.median(
                 one.added(side, q / 100) for one in rounds
             )
-    if "litellm" in sides:
-        for q in (50, 99):
-            ratios = [
-                one.added("tokenwire", q / 100) / one.added("litellm", q / 100) for one in rounds
-            ]
-            FIGURES[f"ratio_p{q}"] = statistics.median(ratios)
-            FIGURES[f"ratio_p{q}_min"] = min(ratios)
-            FIGURES[f"ratio_p{q}_max"] = max(ratios)
+            if "litellm" in sides and side != "litellm":
+                ratios = [_ratio(one, side, q / 100) for one in rounds]
+                FIGURES[f"{side}_ratio_p{q}"] = statistics.median(ratios)
+                FIGURES[f"{side}_ratio_p{q}_min"] = min(ratios)
+                FIGURES[f"{side}_ratio_p{q}_max"] = max(ratios)
     FIGURES["rounds"] = len(rounds)
     FIGURES["requests_per_side_and_round"] = min(len(one.firsts["direct"]) for one in rounds)
 
 
-def _ratio(one: Round, q: float) -> float:
-    """tokenwire's added first byte over LiteLLM's at quantile ``q``, in one round."""
-    return one.added("tokenwire", q) / one.added("litellm", q)
+def _ratio(one: Round, side: str, q: float) -> float:
+    """``side``'s added first byte over LiteLLM's at quantile ``q``, in one round."""
+    return one.added(side, q) / one.added("litellm", q)
+
+
+async def _before(s: RunningStack) -> tuple[int, subprocess.Popen[bytes]]:
+    """A second gateway on the stack's broker, run from :data:`BEFORE`'s code."""
+    child = next(c for c in s.stack.children if c.name == "gateway")
+    port = free_port()
+    env = {**os.environ, **child.env, "PYTHONPATH": BEFORE}
+    env["TOKENWIRE_GATEWAY_ADDR"] = f"127.0.0.1:{port}"
+    proc = subprocess.Popen(  # noqa: ASYNC220 - bench start-up, not a hot path
+        [sys.executable, "-m", "tokenwire", *child.argv],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    await gw._wait_up(port, 60.0)
+    return port, proc
 
 
 async def _run(rounds: int, n: int, pairs: int, peer: bool) -> None:
     exe = await asyncio.to_thread(_peer.ensure_installed) if peer else "--no-peer"
     async with full_stack() as s:
         ports = {"direct": s.scripted_port, "tokenwire": s.gateway_port}
-        if isinstance(exe, str):
-            _progress(f"peer skipped: {exe}")
-            _record(await _rounds(ports, rounds, n), ("direct", "tokenwire"))
-            return
-        options = [OPTIONS, PAIRED_OPTIONS]
-        async with _peer.litellm_proxy(exe, s.scripted_port, options) as (peer_port, _):
-            ports["litellm"] = peer_port
-            _record(await _rounds(ports, rounds, n), SIDES)
-            _progress("bench_stack's method (paired), tokenwire then LiteLLM")
-            for side in ("tokenwire", "litellm"):
-                p50, p99 = await _paired(s.scripted_port, ports[side], pairs)
-                FIGURES[f"paired_{side}_added_p50_ms"] = p50
-                FIGURES[f"paired_{side}_added_p99_ms"] = p99
+        if BEFORE:
+            ports["before"], proc = await _before(s)
+        try:
+            await _sides(s, ports, exe, rounds, n, pairs)
+        finally:
+            if BEFORE:
+                proc.terminate()
+                proc.wait(20)
+
+
+async def _sides(
+    s: RunningStack, ports: dict[str, int], exe: Path | str, rounds: int, n: int, pairs: int
+) -> None:
+    """The rounds over ``ports`` and, with the peer installed (``exe``), LiteLLM too, then
+    ``bench_stack``'s method for each side but the direct call."""
+    if isinstance(exe, str):
+        _progress(f"peer skipped: {exe}")
+        _record(await _rounds(ports, rounds, n))
+        return
+    options = [OPTIONS, PAIRED_OPTIONS]
+    async with _peer.litellm_proxy(exe, s.scripted_port, options) as (peer_port, _):
+        ports["litellm"] = peer_port
+        _record(await _rounds(ports, rounds, n))
+        _progress("bench_stack's method (paired), side by side")
+        for side in list(ports)[1:]:
+            p50, p99 = await _paired(s.scripted_port, ports[side], pairs)
+            FIGURES[f"paired_{side}_added_p50_ms"] = p50
+            FIGURES[f"paired_{side}_added_p99_ms"] = p99
 
 
 TIMELINE = (
@@ -249,59 +284,99 @@ def timeline_table() -> str:
     return "\n".join(rows)
 
 
-def table() -> str:
-    """The run's table from :data:`FIGURES`."""
-    f = FIGURES
+_NAMES = {
+    "direct": "direct",
+    "tokenwire": "tokenwire",
+    "before": "before (BENCH_FIRSTBYTE_BEFORE)",
+    "litellm": "LiteLLM",
+}
+
+
+def _sides_run() -> list[str]:
+    return [
+        side
+        for side in ("direct", "tokenwire", "before", "litellm")
+        if f"r1_{side}_p50_ms" in FIGURES
+    ]
+
+
+def rounds_table() -> str:
+    """The rounds: each side's first byte, the added figures and their ratio to LiteLLM's."""
+    f, sides = FIGURES, _sides_run()
     rounds = int(f["rounds"])
-    head = [
+    rows = [
         f"Issue 47's method: a lone caller, a new session per request, {FRAGMENTS} chunks after "
         f"a {FIRST_TOKEN_S * 1000:.0f} ms first token, {int(f['requests_per_side_and_round'])} "
         f"requests per side and round, {rounds} rounds; added = the side's percentile minus "
         "the direct call's, same round.",
         "",
-        "| round | direct p50 / p99 ms | tokenwire p50 / p99 ms | LiteLLM p50 / p99 ms |",
-        "| --- | ---: | ---: | ---: |",
+        "| round | " + " | ".join(f"{_NAMES[side]} p50 / p99 ms" for side in sides) + " |",
+        "| --- |" + " ---: |" * len(sides),
     ]
     for i in range(1, rounds + 1):
         cells = [
-            f"{f.get(f'r{i}_{side}_p50_ms', float('nan')):.2f} / "
-            f"{f.get(f'r{i}_{side}_p99_ms', float('nan')):.2f}"
-            for side in SIDES
+            f"{f[f'r{i}_{side}_p50_ms']:.2f} / {f[f'r{i}_{side}_p99_ms']:.2f}" for side in sides
         ]
-        head.append(f"| {i} | {' | '.join(cells)} |")
-    head += [
-        "",
-        "| added first byte (median of the rounds) | tokenwire | LiteLLM "
-        + "| ratio (rounds) | met (<= 0.10x) |",
+        rows.append(f"| {i} | {' | '.join(cells)} |")
+    rows += ["", "| added first byte, median of the rounds | p50 | p99 |", "| --- | ---: | ---: |"]
+    for side in sides[1:]:
+        cells = [f"+{f[f'{side}_added_p{q}_ms']:.2f} ms" for q in (50, 99)]
+        rows.append(f"| {_NAMES[side]} | {' | '.join(cells)} |")
+    if "litellm" in sides:
+        rows += ["", "| ratio to LiteLLM's added first byte, median (rounds' range) | p50 | p99 |"]
+        rows.append("| --- | ---: | ---: |")
+        for side in sides[1:-1]:
+            cells = [
+                f"**{f[f'{side}_ratio_p{q}']:.3f}x** ({f[f'{side}_ratio_p{q}_min']:.3f}-"
+                f"{f[f'{side}_ratio_p{q}_max']:.3f})"
+                for q in (50, 99)
+            ]
+            rows.append(f"| {_NAMES[side]} (target <= {TARGET:.2f}x) | {' | '.join(cells)} |")
+    return "\n".join(rows)
+
+
+def paired_table() -> str:
+    """``bench_stack``'s method in the same run, when it ran."""
+    f = FIGURES
+    sides = [
+        side for side in ("tokenwire", "before", "litellm") if f"paired_{side}_added_p50_ms" in f
     ]
-    head.append("| --- | ---: | ---: | ---: | --- |")
-    for q in (50, 99):
-        tw = f.get(f"tokenwire_added_p{q}_ms", float("nan"))
-        peer = f.get(f"litellm_added_p{q}_ms", float("nan"))
-        ratio = f.get(f"ratio_p{q}", float("nan"))
-        low, high = f.get(f"ratio_p{q}_min", float("nan")), f.get(f"ratio_p{q}_max", float("nan"))
-        spread = f"{low:.3f}-{high:.3f}"
-        met = "yes" if ratio <= TARGET else "no"
-        head.append(f"| p{q} | +{tw:.2f} ms | +{peer:.2f} ms | {ratio:.3f}x ({spread}) | {met} |")
-    if "paired_tokenwire_added_p50_ms" in f:
-        head += [
-            "",
-            "bench_stack's method in the same run (per-pair differences, one session, 8 "
-            "fragments paced at 50/s, a random pause between pairs):",
-            "",
-            "| added first byte | tokenwire | LiteLLM | ratio |",
-            "| --- | ---: | ---: | ---: |",
-        ]
-        for q in (50, 99):
-            tw, peer = f[f"paired_tokenwire_added_p{q}_ms"], f[f"paired_litellm_added_p{q}_ms"]
-            head.append(f"| p{q} | +{tw:.2f} ms | +{peer:.2f} ms | {tw / peer:.3f}x |")
-    return "\n".join(head)
+    if "litellm" not in sides:
+        return ""
+    rows = [
+        "bench_stack's method in the same run (p50 and p99 of per-pair differences, one "
+        f"session, 8 fragments paced at 50/s, a random pause between pairs; {PAIRS} pairs):",
+        "",
+        "| added first byte | p50 | p99 | ratio to LiteLLM's, p50 / p99 |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    peer = [f[f"paired_litellm_added_p{q}_ms"] for q in (50, 99)]
+    for side in sides:
+        mine = [f[f"paired_{side}_added_p{q}_ms"] for q in (50, 99)]
+        rows.append(
+            f"| {_NAMES[side]} | +{mine[0]:.2f} ms | +{mine[1]:.2f} ms | "
+            f"{mine[0] / peer[0]:.3f}x / {mine[1] / peer[1]:.3f}x |"
+        )
+    return "\n".join(rows)
 
 
-def main(rounds: int = ROUNDS, n: int = REQUESTS, pairs: int = PAIRS, peer: bool = True) -> str:
-    """Run the rounds (and the paired method, with the peer); the table."""
+def table() -> str:
+    """The run's tables from :data:`FIGURES`."""
+    parts = [rounds_table(), paired_table()]
+    if "timeline_requests" in FIGURES:
+        parts.append(timeline_table())
+    return "\n\n".join(part for part in parts if part)
+
+
+def main(
+    rounds: int = ROUNDS, n: int = REQUESTS, pairs: int = PAIRS, peer: bool = True, marks: int = 100
+) -> str:
+    """Run the rounds (and, with the peer, the paired method), then the timeline; the tables."""
     FIGURES.clear()
     uvloop.run(_run(rounds, n, pairs, peer))
+    if marks:
+        _progress("the timeline: a stack whose gateway records timing marks")
+        uvloop.run(_timeline(marks))
     return table()
 
 
