@@ -172,15 +172,20 @@ def _record(py_spy: str, pid: int, out: Path) -> subprocess.Popen[bytes]:
     )
 
 
-async def _profile(sides: list[Side], py_spy: str, out: Path) -> None:
-    for fragments in (gw.FRAGMENTS_B, gw.FRAGMENTS_LONG):
+async def _profile(sides: list[Side], py_spy: str, out: Path, args: argparse.Namespace) -> None:
+    for size in _sizes(args):
         for side in sides:
             assert side.proc is not None
-            target = out / f"{side.name}-x{fragments}.txt"
+            target = out / f"{side.name}-{size if size == PACED else f'x{size}'}.txt"
             recorder = _record(py_spy, side.proc.pid, target)
             await asyncio.sleep(1.0)  # py-spy attaches
             for r in range(2):
-                await _round(side, f"prof-{side.name}-{fragments}-{r}", fragments)
+                tag = f"prof-{side.name}-{size}-{r}"
+                await (
+                    _paced_round(side, tag, args.paced)
+                    if size == PACED
+                    else _round(side, tag, int(size))
+                )
             recorder.send_signal(2)  # SIGINT: py-spy writes the file and exits
             recorder.wait(30)
 
@@ -216,7 +221,7 @@ async def _run(args: argparse.Namespace) -> tuple[list[Side], list[float]]:
                         )
                         side.us.setdefault(size, []).append(us)
             if args.py_spy:
-                await _profile(sides, args.py_spy, Path(args.out))
+                await _profile(sides, args.py_spy, Path(args.out), args)
         finally:
             for side in sides:
                 side.stop(Path(args.out) if args.cprofile else None)

@@ -6,7 +6,9 @@ uvicorn's ``HttpToolsProtocol`` that adds, per connection: header bytes and coun
 header and body read timeouts (408), open connections and running requests (503 with
 ``retry-after``), each answered in the dialect of the path, then the connection closed. It
 also writes a response's head with its first body bytes (:class:`HeadWithBody`: one socket
-write, one wake-up fewer) and reads a request's headers once (:func:`header_map`).
+write, one wake-up fewer), offers the app a plain function that writes a piece of a chunked
+body at once (:class:`BodyNow`, the ``BODY_NOW`` scope extension: no coroutine and no
+message per piece) and reads a request's headers once (:func:`header_map`).
 docs/gateway.md, "Publishing semantics" and "Performance".
 """
 
@@ -18,11 +20,12 @@ from typing import Any
 
 import httptools
 from starlette.types import Scope
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from tokenwire import variables as v
 from tokenwire.services.gateway._dialects.anthropic_messages import anthropic_error_body
 from tokenwire.services.gateway._dialects.openai_chat import openai_error_body
+from tokenwire.services.gateway._output.caller import BODY_NOW
 
 KEEP_ALIVE_S = 75
 """How long an idle keep-alive connection stays open (uvicorn's default is 5 s). Longer than
@@ -128,6 +131,37 @@ class HeadWithBody(asyncio.Transport):
         return self._transport.get_extra_info(name, default)
 
 
+class BodyNow:
+    """Writes one piece of a started chunked response body at once, as uvicorn's ``send`` of
+    ``{"type": "http.response.body", "body": data, "more_body": True}`` writes it, without the
+    coroutine and the message: the streaming caller's hot path (one write per provider read).
+
+    :meth:`write` returns False and writes nothing whenever ``send`` would do anything else
+    or wait: the response not started, not chunked or complete, the caller gone, the socket's
+    buffer full (uvicorn's flow control); the caller then uses ``send``.
+    """
+
+    __slots__ = ("_cycle",)
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self._cycle = cycle
+
+    def write(self, data: bytes) -> bool:
+        cycle = self._cycle
+        if (
+            not data
+            or not cycle.response_started
+            or cycle.response_complete
+            or cycle.disconnected
+            or cycle.flow.write_paused
+            or not cycle.chunked_encoding
+            or cycle.scope["method"] == "HEAD"
+        ):
+            return False
+        cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        return True
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """See the module docstring; ``edge`` is set by :func:`bounded_protocol`."""
 
@@ -207,6 +241,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         if self.cycle is not None and self.cycle.transport is self.transport:
             self.cycle.transport = HeadWithBody(self.transport, self.loop)
+            now: dict[object, object] = {"write": BodyNow(self.cycle).write}
+            self.scope["extensions"] = {**(self.scope.get("extensions") or {}), BODY_NOW: now}
         if not self.parser.should_upgrade():
             self._arm(self.edge.body_timeout_s, "body")
 

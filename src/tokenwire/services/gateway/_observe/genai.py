@@ -172,20 +172,20 @@ class CallObserver:
         provider = self.route.provider
         duration_s = max(end_ns - self.start_ns, 0) / 1e9
         p = self.calls.prometheus
-        p.calls.labels(provider, model, outcome).inc()
-        p.call_duration.labels(provider, model, outcome).observe(duration_s)
+        p.child(p.calls, provider, model, outcome).inc()
+        p.child(p.call_duration, provider, model, outcome).observe(duration_s)
         if error_type is not None:
-            p.call_errors.labels(provider, model, error_type).inc()
+            p.child(p.call_errors, provider, model, error_type).inc()
         ttfc_s = self.ttfc_s if outcome == "ok" else None
         if ttfc_s is not None:
-            p.ttfc.labels(provider, model).observe(ttfc_s)
+            p.child(p.ttfc, provider, model).observe(ttfc_s)
         gap_s = self._chunk_gap_s(chunks, end_ns) if outcome == "ok" else None
         if gap_s is not None:
-            p.chunk_gap.labels(provider, model).observe(gap_s)
+            p.child(p.chunk_gap, provider, model).observe(gap_s)
         counts = _token_counts(self.usage)
         for kind, n in zip(_TOKEN_TYPES, counts, strict=True):
             if n:
-                p.tokens.labels(provider, model, kind).inc(n)
+                p.child(p.tokens, provider, model, kind).inc(n)
         if self.calls.recording:
             self._export(model, error_type, duration_s, (ttfc_s, gap_s), counts)
             self._end_span(finish, error_type, identity, end_ns)

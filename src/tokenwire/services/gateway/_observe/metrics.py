@@ -4,7 +4,7 @@ in tests never collide). Labels never carry content, session ids or credentials.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -15,6 +15,7 @@ from tokenwire.observability.conventions import CHUNK_GAP_BUCKETS_S, LATENCY_BUC
 from tokenwire.replay import SseStats
 from tokenwire.services.gateway._observe.ready import REASONS
 
+_M = TypeVar("_M", Counter, Histogram)
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -116,6 +117,7 @@ class GatewayMetrics:
             registry=r,
         )
         self._deployment_calls: dict[tuple[str, str, str], Counter] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._deployments = _DeploymentCollector()
         r.register(self._deployments)
         window = Gauge(
@@ -137,6 +139,16 @@ class GatewayMetrics:
         )
         self._readers = _ReaderCollector(SseStats())  # zeros until watch_readers()
         r.register(self._readers)
+
+    def child(self, metric: _M, *values: str) -> _M:
+        """``metric.labels(*values)``, kept: the same child prometheus_client returns, without
+        its checks and lock on every call (a step makes several). The values are bounded sets
+        (providers, bounded model and error labels, outcomes), and no child is ever removed."""
+        key = (id(metric), values)
+        found: _M | None = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
 
     def deployment_call(self, route: str, deployment: str, outcome: str) -> None:
         """Count one call to a routed deployment (the labelled child kept: a lookup in

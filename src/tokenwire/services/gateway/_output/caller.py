@@ -177,7 +177,10 @@ class ForwardingOutput:
         if self._tap is None or not self._tap.events:
             return b""
         forwarded = self._forwarder.forwarded
-        return b"".join([frame(e) for e in self._tap.take(self._published) if forwarded(e)])
+        events = self._tap.take(self._published)
+        if len(events) == 1:  # a paced stream's usual read: no list to build and join
+            return frame(events[0]) if forwarded(events[0]) else b""
+        return b"".join([frame(e) for e in events if forwarded(e)])
 
 
 def _reason(finish: Finish) -> str:
@@ -336,6 +339,13 @@ class FoldingOutput:
 
 Writer = Callable[[bytes, bool], Awaitable[None]]
 """Writes bytes to the caller; the flag says they end the response's body (nothing follows)."""
+BODY_NOW = "tokenwire.body_now"
+"""The scope extension (``scope["extensions"][BODY_NOW]["write"]``) holding the server's
+:data:`WriteNow` for the request: the gateway's own uvicorn protocol offers it
+(``_api/edge.py``); under any other server it is absent and the body goes as ASGI messages."""
+WriteNow = Callable[[bytes], bool]
+"""Writes a piece of the body at once when the server can take it without waiting (True), or
+nothing (False): the server's ``BODY_NOW`` extension (``_api/edge.py``)."""
 
 
 class Outbox:
@@ -345,7 +355,8 @@ class Outbox:
     while the caller is busy. Once the response has started it attaches its writer, and data
     that finds nothing buffered and no write in progress is written by the step itself: one
     task step per provider read fewer (most reads bring one event, and each task step waits
-    behind every other ready callback; docs/gateway.md, "Performance").
+    behind every other ready callback; docs/gateway.md, "Performance"); with the server's
+    :data:`WriteNow` attached too, :meth:`put_now` writes it without a coroutine at all.
 
     Bounds: when more than ``limit`` bytes wait, the step waits too (a slow caller slows the
     provider read, as if it had called the provider directly); a write the step makes itself
@@ -368,6 +379,7 @@ class Outbox:
         self._closed = False
         self._detached = False
         self._writer: Writer | None = None
+        self._now: WriteNow | None = None
         self._on_error: Callable[[], None] = lambda: None
         self._writing = False
 
@@ -376,11 +388,31 @@ class Outbox:
         """Whether the caller is gone."""
         return self._detached
 
-    def attach(self, writer: Writer, on_error: Callable[[], None]) -> None:
-        """The response has started: ``put`` may write through ``writer`` itself;
-        ``on_error`` runs (after the outbox is detached) if ``writer`` raises."""
+    def attach(
+        self, writer: Writer, on_error: Callable[[], None], now: WriteNow | None = None
+    ) -> None:
+        """The response has started: ``put`` may write through ``writer`` itself (through
+        ``now`` first, when the server offers it); ``on_error`` runs (after the outbox is
+        detached) if either raises."""
         self._writer = writer
+        self._now = now
         self._on_error = on_error
+
+    def put_now(self, data: bytes) -> bool:
+        """:meth:`put` when it need not wait: True once ``data`` is written (or dropped: the
+        caller left, or nothing to write); False, nothing done, when it must go through
+        :meth:`put` (something buffered or being written, no :data:`WriteNow`, or the server
+        cannot take it at once)."""
+        if self._detached or not data:
+            return True
+        if self._now is None or self._writing or self._buffer:
+            return False
+        try:
+            return self._now(data)
+        except Exception:
+            self.detach()
+            self._on_error()
+            return True
 
     async def put(self, data: bytes) -> None:
         """Append ``data`` (or write it, see the module docstring); waits while more than
@@ -487,7 +519,8 @@ class StepStream(Response):
             def write(data: bytes, last: bool) -> Awaitable[None]:  # no coroutine of its own
                 return send({"type": "http.response.body", "body": data, "more_body": not last})
 
-            self._outbox.attach(write, self._leave)
+            now = scope.get("extensions", {}).get(BODY_NOW, {}).get("write")  # our server's
+            self._outbox.attach(write, self._leave, now)
             watcher = asyncio.ensure_future(self._watch(receive))
             last = False
             while not last and (data := await self._outbox.get()) is not None:

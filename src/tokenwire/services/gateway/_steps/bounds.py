@@ -87,11 +87,11 @@ class StepMeter:
         Never raises; a finish is always let through (it ends the step anyway).
         """
         bounds = self._bounds
-        if isinstance(chunk, Finish):
+        if type(chunk) is Finish:
             return None
         if ordinal >= bounds.max_chunks - 1:  # room for the finish that ends it
             return f"the step exceeded max_step_chunks ({bounds.max_chunks})"
-        if isinstance(chunk, TextDelta | ReasoningDelta):  # most chunks: no match statement
+        if type(chunk) is TextDelta or type(chunk) is ReasoningDelta:  # no match, no union
             text = chunk.text
             self._bytes += self._stream(chunk.index, len(text) if text.isascii() else _utf8(text))
         else:

@@ -31,9 +31,10 @@ class ContractCheck:
     def feed(self, chunk: StreamChunk) -> str | None:
         """The fold's message when this chunk made the step fail (before or at its finish),
         once; None while the step is well formed."""
-        self._fold.feed(chunk)
-        if self._reported:
-            return None
+        fold = self._fold
+        fold.feed(chunk)
+        if self._reported or (fold.failure is None and type(chunk) is not Finish):
+            return None  # the usual chunk: a delta of a well-formed step
         broken = self._broken(chunk)
         self._reported = broken is not None
         return broken

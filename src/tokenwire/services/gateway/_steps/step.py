@@ -28,21 +28,15 @@ from tokenwire.broker import (
     PayloadTooLarge,
     StepNames,
     ThreadMark,
-    header_size,
-    msg_id,
 )
 from tokenwire.providers import Normaliser, ProviderHTTPError
 from tokenwire.schemas import (
     LIMIT_ERROR_CODE,
-    ChunkEnvelope,
     Finish,
     Message,
-    Routed,
     StepError,
     StreamChunk,
     Usage,
-    frame_head,
-    json_encoder,
 )
 from tokenwire.scrub import scrub as scrub_text
 from tokenwire.services.gateway._access.identity import StepIdentity
@@ -67,6 +61,7 @@ from tokenwire.services.gateway._routing.upstream import UpstreamCall
 from tokenwire.services.gateway._steps.bounds import StepBounds, StepMeter
 from tokenwire.services.gateway._steps.contract import ContractCheck
 from tokenwire.services.gateway._steps.deps import GatewayDeps
+from tokenwire.services.gateway._steps.envelopes import envelope, frame_heads
 from tokenwire.services.gateway._steps.fallback import Attempt, RoutedStep, first_chunks
 from tokenwire.services.gateway._steps.fit import ChunkTooLarge, DeltaLedger, fitted
 from tokenwire.services.gateway._steps.framing import ChunkTooLargeForFrame, FramePolicy, Framer
@@ -95,11 +90,6 @@ when the step ends): taking the counter's lock per chunk cost ~1% of the gateway
 def _not_tried(routing: RoutedStep | None) -> str:
     """A failed routed step's fallbacks its request could not be translated for, and why."""
     return "" if routing is None else routing.not_tried()
-
-
-def _or_unset(value: str | None) -> str | msgspec.UnsetType:
-    """A caller's name or tenant as an envelope field: left off the wire when None."""
-    return msgspec.UNSET if value is None else value
 
 
 def scrub(text: str, secrets: tuple[str, ...]) -> str:
@@ -142,7 +132,7 @@ class StepRun:
         self._ordinal = 0
         self.identity: StepIdentity | None = None
         self._key = (plan.session, 0, 0)  # the claimed (session, turn, step), once claimed
-        self._chunk_counter = metrics.chunks.labels(plan.route.provider)
+        self._chunk_counter = metrics.child(metrics.chunks, plan.route.provider)
         self._chunks: AsyncGenerator[list[StreamChunk], None] | None = None
         self._call = call  # the model call's span and figures (_observe/genai.py)
         self._last_ns = 0  # the time on the last envelope published
@@ -238,7 +228,8 @@ class StepRun:
         try:
             async for batch in self._chunks:  # the watchdog may cancel only this wait
                 watchdog.reading = False
-                await self._take(batch)
+                if (rest := self._take_now(batch)) is not None:
+                    await rest
                 if self.finish is not None:
                     return  # nothing after finish: the rest is not read
                 if batch:
@@ -327,7 +318,7 @@ class StepRun:
         self._upstream.cancel()
         self.route, self.output, self._upstream = attempt.route, attempt.output, attempt.call
         self.forwarded = attempt.forwarded
-        self._chunk_counter = self._metrics.chunks.labels(self.route.provider)
+        self._chunk_counter = self._metrics.child(self._metrics.chunks, self.route.provider)
         if self._watchdog is not None:
             self._first_byte_s = self._first_byte_bound()
             self._watchdog.first_byte_within(self._first_byte_s)
@@ -354,12 +345,6 @@ class StepRun:
         raise UpstreamError(
             text, upstream_status=exc.status, retryable=exc.retryable, relay_headers=exc.headers
         ) from exc
-
-    @property
-    def routed(self) -> Routed | msgspec.UnsetType:
-        """What the step's first chunk says of its route (unset for ``provider/model``)."""
-        routing = self.plan.routing
-        return msgspec.UNSET if routing is None else routing.routed()
 
     def _head_read(self, normaliser: Normaliser) -> Normaliser:
         """``normaliser``, reading the provider's response id and model off its first events
@@ -407,7 +392,7 @@ class StepRun:
         self._metrics.in_flight.dec()
         self.outbox.close()
         if self.finish is not None:
-            self._metrics.steps.labels(self.finish.reason).inc()
+            self._metrics.child(self._metrics.steps, self.finish.reason).inc()
         if self._call is not None:
             if self._head is not None:
                 self._call.response_id = self._head.response_id
@@ -437,17 +422,57 @@ class StepRun:
 
     async def _take(self, batch: list[StreamChunk]) -> None:
         """Publish the chunks of one read in order and hand the caller their bytes at once."""
+        if (rest := self._take_now(batch)) is not None:
+            await rest
+
+    def _take_now(self, batch: list[StreamChunk]) -> Awaitable[None] | None:
+        """:meth:`_take` as far as it goes without waiting; None once the read is taken (the
+        usual read: its chunks join the open frame, the frame lingers, the caller's socket
+        takes the bytes), else what is left of it, to await. No coroutine for the usual read:
+        paced streams bring one token a read, and a coroutine per read is a frame to create
+        and run (bench/bench_step_path.py)."""
         out: list[bytes] = []
         opened = self._ordinal == 0  # this read brings the first chunk (the caller's opening)
+        for i, read in enumerate(batch):
+            if self.finish is not None:
+                break  # the adapter contract: nothing after finish
+            crossed = self._meter.over(read, self._ordinal)
+            # Most chunks join the open frame without a wait: no coroutine per chunk.
+            if crossed is not None or not self._framed_now(read):
+                return self._take_rest(batch, i, out, opened, crossed)
+            if (broken := self._taken(read, False, out)) is not None:
+                return self._take_rest(batch, i + 1, out, opened, None, broken)
+        if opened or (self._framer is not None and self._framer.read_done()):
+            return self._take_rest(batch, len(batch), out, opened, None)
+        out.append(self.output.flush())
+        data = b"".join(out)
+        return None if self.outbox.put_now(data) else self.outbox.put(data)
+
+    async def _take_rest(
+        self,
+        batch: list[StreamChunk],
+        start: int,
+        out: list[bytes],
+        opened: bool,
+        crossed: str | None,
+        broken: str | None = None,
+    ) -> None:
+        """The rest of :meth:`_take_now`'s read from ``batch[start]``, which is metered (the
+        bound it ``crossed``) and not framed; or, with ``broken`` (the contract the chunk
+        before it broke), not metered yet."""
+        metered = start if broken is None else -1  # the chunk counted against the bounds
         try:
-            for read in batch:
+            if broken is not None:
+                await self._stop_broken(broken)
+            for i in range(start, len(batch)):
+                read = batch[i]
                 if self.finish is not None:
                     break  # the adapter contract: nothing after finish
                 first = self._ordinal == 0
-                crossed = self._meter.over(read, self._ordinal)
-                # Most chunks join the open frame without a wait: no coroutine per chunk.
+                if i != metered:
+                    crossed = self._meter.over(read, self._ordinal)
                 chunk = read
-                if crossed is not None or not self._framed_now(read):
+                if i == metered or crossed is not None or not self._framed_now(read):
                     chunk = await self._publish_one(read, crossed, first)
                 if (broken := self._taken(chunk, first, out)) is not None:
                     await self._stop_broken(broken)
@@ -583,29 +608,7 @@ class StepRun:
             self._chunk_counter.inc(_COUNT_EVERY)
 
     def _new_framer(self, ident: StepIdentity) -> Framer:
-        route, plan = self.route, self.plan
-
-        def head(ordinal: int, time_ns: int) -> tuple[bytes, int]:
-            first = ordinal == 0
-            headers = {**plan.trace_headers} if first else {}
-            headers["Nats-Msg-Id"] = msg_id(ident.session, ident.turn, ident.step, ordinal)
-            owner = plan.caller if first else None
-            body = frame_head(
-                session=ident.session,
-                turn=ident.turn,
-                step=ident.step,
-                ordinal=ordinal,
-                time_ns=time_ns,
-                provider=route.provider,
-                model=route.model,
-                request_time_ns=plan.request_time_ns if first else None,
-                key_name=_or_unset(owner.name if owner else None),
-                tenant=_or_unset(owner.tenant if owner else None),
-                parent=plan.parent(ident) if first else msgspec.UNSET,
-                routed=self.routed if first else msgspec.UNSET,
-            )
-            return body, self._deps.sink.max_payload - header_size(headers)
-
+        head = frame_heads(self.plan, self.route, ident, self._deps.sink)
         self._framer = Framer(self._framing.linger_ms / 1000, head, self._send_frame)
         return self._framer
 
@@ -622,37 +625,10 @@ class StepRun:
             raise BrokerUnavailableError(f"the broker did not accept the step: {exc}") from exc
 
     def _encode(self, ident: StepIdentity, chunk: StreamChunk) -> bytes:
-        route, ordinal = self.route, self._ordinal
         self._last_ns = self._deps.clock_ns()
-        if ordinal == 0:
-            caller = self.plan.caller
-            envelope = ChunkEnvelope(
-                session=ident.session,
-                turn=ident.turn,
-                step=ident.step,
-                ordinal=0,
-                time_ns=self._last_ns,
-                provider=route.provider,
-                model=route.model,
-                chunk=chunk,
-                request_time_ns=self.plan.request_time_ns,
-                key_name=_or_unset(caller.name),
-                tenant=_or_unset(caller.tenant),
-                parent=self.plan.parent(ident),
-                routed=self.routed,
-            )
-        else:
-            envelope = ChunkEnvelope(
-                session=ident.session,
-                turn=ident.turn,
-                step=ident.step,
-                ordinal=ordinal,
-                time_ns=self._last_ns,
-                provider=route.provider,
-                model=route.model,
-                chunk=chunk,
-            )
-        return json_encoder.encode(envelope)
+        return envelope(
+            self.plan, self.route, ident, chunk, ordinal=self._ordinal, time_ns=self._last_ns
+        )
 
     async def _publish_encoded(self, envelope_bytes: bytes) -> None:
         ordinal = self._ordinal
