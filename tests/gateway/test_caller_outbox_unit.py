@@ -155,3 +155,45 @@ async def test_end_after_detach_keeps_nothing() -> None:
     outbox.detach()
     outbox.end(b"[DONE]")
     assert await outbox.get() is None
+
+
+async def test_put_now_writes_through_the_servers_write_when_nothing_waits() -> None:
+    outbox, sent, now_written = Outbox(limit=1024), [], []
+
+    async def writer(data: bytes, last: bool) -> None:
+        sent.append(data)
+
+    def now(data: bytes) -> bool:
+        now_written.append(data)
+        return data != b"full"  # the server's socket is full for this one
+
+    assert not outbox.put_now(b"a")  # not attached: the reader takes it from put
+    outbox.attach(writer, lambda: None, now)
+    assert outbox.put_now(b"b") and now_written == [b"b"]
+    assert not outbox.put_now(b"full")  # refused: nothing buffered, put writes it
+    await outbox.put(b"full")
+    assert sent == [b"full"] and not outbox.ended
+
+
+async def test_put_now_never_overtakes_buffered_bytes() -> None:
+    outbox, now_written = Outbox(limit=1024), []
+    outbox.attach(lambda data, last: asyncio.sleep(0), lambda: None, now_written.append)
+    await outbox.put(b"a")  # written by the producer (through the writer)
+    outbox._buffer += b"held"  # as a put during a slow write leaves it
+    assert not outbox.put_now(b"b")  # behind what is held: through put, in order
+    assert now_written == []
+
+
+async def test_put_now_after_the_caller_left_or_a_raising_write_drops_the_bytes() -> None:
+    outbox, gone = Outbox(limit=1024), []
+
+    def broken(data: bytes) -> bool:
+        raise ConnectionResetError
+
+    async def writer(data: bytes, last: bool) -> None:
+        raise AssertionError("not reached")
+
+    outbox.attach(writer, lambda: gone.append(True), broken)
+    assert outbox.put_now(b"a")  # the write raised: the caller is gone, nothing to retry
+    assert outbox.detached and gone == [True]
+    assert outbox.put_now(b"b")  # dropped

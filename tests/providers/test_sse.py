@@ -188,3 +188,26 @@ def test_every_recording_matches_httpx_sse_under_random_splits(recordings: Path)
         for _ in range(5):
             cuts = [rnd.randrange(len(body) + 1) for _ in range(rnd.randint(1, 40))]
             assert parse_split(body, cuts) == expected, (path.name, cuts)
+
+
+def test_reads_of_one_event_each_parse_as_the_whole_body() -> None:
+    """The one-event read (paced streams' usual read) takes a fast path: it must give what the
+    general parse of the same bytes gives, whatever comes before and after it."""
+    reads = [
+        b"\xef\xbb\xbfdata: first\n\n",  # the BOM: the general path
+        b"id: 7\n\n",  # no data: nothing dispatched, the id kept
+        b"data: {\"a\": 1}\n\n",
+        b"data: \xc3\xa9\xff\n\n",  # UTF-8 and an invalid byte
+        b"data: x\r",  # a pending CR: the next read's LF is its pair
+        b"\n\r\n",
+        b"data: two\n\ndata: three\n\n",  # two events in one read
+        b"data: split",
+        b"\n\n",
+        b"data: last\n\n",
+    ]
+    one_by_one, parser = [], SseParser()
+    for data in reads:
+        one_by_one += parser.feed(data)
+    assert one_by_one == SseParser().feed(b"".join(reads))
+    assert one_by_one[1] == SseEvent('{"a": 1}', "message", "7")
+    assert [e.data for e in one_by_one][-5:] == ["x", "two", "three", "split", "last"]
