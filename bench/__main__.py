@@ -52,7 +52,7 @@ def _scale(profile: Profile) -> None:
     t.STEPS, t.CHUNKS_BIG = sizes(profile, (20, 50), (1_000, 200), (1_000, 1_000))
     from bench import bench_floor, bench_paced, bench_shards
 
-    bench_floor.scale(*sizes(profile, (5, 1, 1), (150, 3, 4), (150, 3, 8)))
+    bench_floor.scale(*sizes(profile, (5, 1, 1, 1), (150, 3, 4, 3), (150, 3, 8, 3)))
 
     from bench import bench_routes
 
@@ -115,6 +115,17 @@ def _module(name: str) -> Callable[[Figures, Profile, argparse.Namespace], str]:
     return run
 
 
+def _floor(fig: Figures, profile: Profile, args: argparse.Namespace) -> str:
+    """The floor part's table, closed by the capacity model's total with its figures (the
+    paced phase's inputs: this run's, else the last full run's)."""
+    table = _module("floor")(fig, profile, args)
+    merged = copy.deepcopy(fig)
+    previous = load(args.out / "results.json")
+    if previous is not None:
+        merged.merge(previous)
+    return table + "\n\n" + capacity.floor_line(merged)
+
+
 def _paced(fig: Figures, profile: Profile, _: argparse.Namespace) -> str:
     from bench import bench_paced
 
@@ -142,7 +153,7 @@ PARTS: dict[str, Callable[[Figures, Profile, argparse.Namespace], str]] = {
     "scaling": _scaling,
     "paced": _paced,
     "shards": _module("shards"),
-    "floor": _module("floor"),
+    "floor": _floor,
     "routes": _module("routes"),
 }
 EXTRA = ("publish", "fold", "parse", "frames", "compression", "request_body", "firstbyte")

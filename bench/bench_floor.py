@@ -24,9 +24,12 @@ A round is :data:`SESSIONS` callers, each streaming :data:`STEPS` steps of :data
 tokens at :data:`RATE` tokens/s one after another, with the starts spread over a second (the
 capacity model's load, as ``bench_gateway_cpu --paced``). A side's figure is its process's
 own CPU (user + system, from ``/proc``) over the tokens streamed; the gateway's broker is not
-counted (the model counts the broker on its own). The medians of the rounds, and each side's
-ratio to the gateway, feed docs/capacity.md: the model's total with the gateway's cores scaled
-by each floor's same-run ratio. Run: ``python -m bench floor`` (~3 min).
+counted (the model counts the broker on its own). A run is a fresh set of processes and
+:data:`ROUNDS` rounds; the part makes :data:`RUNS` runs. Each side's figure is the median over
+the runs of its median over a run's rounds, each ratio the median of the runs' same-run
+ratios; the gateway over the bare proxy is issue 47's target (at most 1.0x). They feed
+docs/capacity.md: the model's total with the gateway's cores scaled by each floor's ratio.
+Run: ``python -m bench floor`` (~9 min).
 """
 
 from __future__ import annotations
@@ -46,11 +49,12 @@ from bench import bench_gateway as gw
 from bench._procs import cpu_s
 from tokenwire.broker import EmbeddedServer, free_port
 
-SESSIONS, STEPS, TOKENS, RATE, ROUNDS = 150, 3, 100, 50, 4
+SESSIONS, STEPS, TOKENS, RATE, ROUNDS, RUNS = 150, 3, 100, 50, 4, 3
 COALESCE_MS = 100
 SIDES = ("gateway", "coalesced", "proxy", "relay")
 FIGURES: dict[str, float] = {}
-"""``<side>_us_per_token`` (median of the rounds) and ``<side>_over_gateway``."""
+"""``<side>_us_per_token`` and ``<side>_over_gateway`` (medians, see the module docstring),
+``gateway_over_proxy`` and each run's as ``gateway_over_proxy_<run>``."""
 
 _RELAY = """
 import asyncio, sys, uvloop
@@ -102,10 +106,10 @@ class Side:
     us: list[float] = field(default_factory=list)
 
 
-def scale(sessions: int, steps: int, rounds: int) -> None:
+def scale(sessions: int, steps: int, rounds: int, runs: int = RUNS) -> None:
     """Sizes for a profile (``make bench-smoke`` runs a handful of sessions once)."""
-    global SESSIONS, STEPS, ROUNDS
-    SESSIONS, STEPS, ROUNDS = sessions, steps, rounds
+    global SESSIONS, STEPS, ROUNDS, RUNS
+    SESSIONS, STEPS, ROUNDS, RUNS = sessions, steps, rounds, runs
 
 
 async def _round(side: Side, tag: str) -> float:
@@ -170,20 +174,28 @@ async def _run() -> list[Side]:
             server.stop()
 
 
-def _put(sides: list[Side]) -> None:
-    gateway = statistics.median(next(s.us for s in sides if s.name == "gateway"))
-    for side in sides:
-        median = statistics.median(side.us)
-        FIGURES[f"{side.name}_us_per_token"] = median
-        FIGURES[f"{side.name}_us_min"], FIGURES[f"{side.name}_us_max"] = min(side.us), max(side.us)
-        FIGURES[f"{side.name}_over_gateway"] = median / gateway
-    FIGURES["rounds"], FIGURES["sessions"] = ROUNDS, SESSIONS
+def _put(runs: list[list[Side]]) -> None:
+    """The figures of every run (each run's sides in :data:`SIDES` order)."""
+    per_run = [{side.name: statistics.median(side.us) for side in sides} for sides in runs]
+    for name in SIDES:
+        FIGURES[f"{name}_us_per_token"] = statistics.median(run[name] for run in per_run)
+        rounds = [us for sides in runs for side in sides if side.name == name for us in side.us]
+        FIGURES[f"{name}_us_min"], FIGURES[f"{name}_us_max"] = min(rounds), max(rounds)
+        FIGURES[f"{name}_over_gateway"] = statistics.median(
+            run[name] / run["gateway"] for run in per_run
+        )
+    for i, run in enumerate(per_run):
+        FIGURES[f"gateway_over_proxy_{i}"] = run["gateway"] / run["proxy"]
+    FIGURES["gateway_over_proxy"] = statistics.median(r["gateway"] / r["proxy"] for r in per_run)
+    FIGURES["rounds"], FIGURES["sessions"], FIGURES["runs"] = ROUNDS, SESSIONS, len(runs)
 
 
 def table(figures: dict[str, float]) -> str:
-    """Each side's CPU per token (median, min-max of the rounds) and its ratio to the gateway."""
+    """Each side's CPU per token (median, min-max of all rounds) and its ratio to the gateway;
+    then the gateway over the bare proxy, each run's and their median (target <= 1.0x)."""
+    runs = int(figures.get("runs", 1))
     rows = [
-        f"| side ({figures['sessions']:.0f} sessions at {RATE} tokens/s, "
+        f"| side ({figures['sessions']:.0f} sessions at {RATE} tokens/s, {runs} runs of "
         f"{figures['rounds']:.0f} rounds) | CPU us per token, median (min-max) | "
         "ratio to the gateway |",
         "| --- | ---: | ---: |",
@@ -194,9 +206,23 @@ def table(figures: dict[str, float]) -> str:
             f"| {name} | {figures[f'{name}_us_per_token']:.1f} ({low:.1f}-{high:.1f}) "
             f"| {figures[f'{name}_over_gateway']:.2f}x |"
         )
+    if "gateway_over_proxy" in figures:
+        each = ", ".join(
+            f"{figures[f'gateway_over_proxy_{i}']:.2f}x"
+            for i in range(runs)
+            if f"gateway_over_proxy_{i}" in figures
+        )
+        rows.append(
+            f"| **gateway over the bare proxy** (median of {runs} runs: {each}; target <= 1.0x) "
+            f"| **{figures['gateway_over_proxy']:.2f}x** | |"
+        )
     return "\n".join(rows)
 
 
 def main() -> str:
-    _put(uvloop.run(_run()))
+    runs = []
+    for run in range(RUNS):
+        _progress(f"run {run + 1}/{RUNS}")
+        runs.append(uvloop.run(_run()))
+    _put(runs)
     return table(FIGURES)

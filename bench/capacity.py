@@ -396,6 +396,22 @@ _FLOOR_SIDES = (
 )
 
 
+def floor_line(fig: Figures) -> str:
+    """The model's total with these figures, and with the gateway's cores scaled by its ratio
+    to the bare proxy (phase ``floor``): what ``make bench BENCH=floor`` closes with."""
+    floor = fig.values.get("floor", {})
+    if "paced" not in fig.values or "gateway_over_proxy" not in floor:
+        return "capacity model: no paced inputs in these figures (run `make bench`)."
+    p = plan(paced_inputs(fig))
+    rest = p.total - p.cores["gateway"]
+    at_proxy = rest + math.ceil(p.cores["gateway"] / floor["gateway_over_proxy"])
+    return (
+        f"capacity model (docs/capacity.md, the paced phase's inputs): **{p.total:,} cores** "
+        f"for {SESSIONS:,} sessions at {TOKENS_PER_S:g} tokens/s ({p.cores['gateway']:,} "
+        f"gateway); with the gateway at the bare proxy's CPU per token: {at_proxy:,}."
+    )
+
+
 def _floor_section(fig: Figures, p: Plan) -> list[str]:
     """The model's total with the gateway's cores scaled by each floor's same-run ratio."""
     head = ["## The gateway against relaying floors", ""]

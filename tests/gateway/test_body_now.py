@@ -8,11 +8,10 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator, Callable
+from types import SimpleNamespace
 from typing import Any
 
 import uvicorn
-
-from types import SimpleNamespace
 
 from tokenwire.services.gateway._api.edge import BodyNow, EdgeLimits, bounded_protocol
 from tokenwire.services.gateway._output.caller import BODY_NOW
@@ -102,7 +101,8 @@ async def test_nothing_is_written_now_before_the_start_or_for_a_head_request():
     async with serving(app) as port:
         response = await raw_get(port, "HEAD")
     assert answers == [False, False, False]
-    assert b"early" not in response and b"late" not in response
+    assert b"early" not in response
+    assert b"late" not in response
 
 
 async def test_nothing_is_written_now_for_a_sized_body():
@@ -138,4 +138,5 @@ def test_nothing_is_written_now_while_the_socket_is_full_or_the_caller_gone():
     cycle.disconnected = True
     assert not now(b"b")
     cycle.disconnected = False
-    assert now(b"c") and writes == [b"1\r\nc\r\n"]
+    assert now(b"c")
+    assert writes == [b"1\r\nc\r\n"]

@@ -169,15 +169,25 @@ async def test_put_now_writes_through_the_servers_write_when_nothing_waits() -> 
 
     assert not outbox.put_now(b"a")  # not attached: the reader takes it from put
     outbox.attach(writer, lambda: None, now)
-    assert outbox.put_now(b"b") and now_written == [b"b"]
+    assert outbox.put_now(b"b")
+    assert now_written == [b"b"]
     assert not outbox.put_now(b"full")  # refused: nothing buffered, put writes it
     await outbox.put(b"full")
-    assert sent == [b"full"] and not outbox.ended
+    assert sent == [b"full"]
+    assert not outbox.ended
 
 
 async def test_put_now_never_overtakes_buffered_bytes() -> None:
     outbox, now_written = Outbox(limit=1024), []
-    outbox.attach(lambda data, last: asyncio.sleep(0), lambda: None, now_written.append)
+
+    async def writer(data: bytes, last: bool) -> None:
+        pass
+
+    def now(data: bytes) -> bool:
+        now_written.append(data)
+        return True
+
+    outbox.attach(writer, lambda: None, now)
     await outbox.put(b"a")  # written by the producer (through the writer)
     outbox._buffer += b"held"  # as a put during a slow write leaves it
     assert not outbox.put_now(b"b")  # behind what is held: through put, in order
@@ -195,5 +205,6 @@ async def test_put_now_after_the_caller_left_or_a_raising_write_drops_the_bytes(
 
     outbox.attach(writer, lambda: gone.append(True), broken)
     assert outbox.put_now(b"a")  # the write raised: the caller is gone, nothing to retry
-    assert outbox.detached and gone == [True]
+    assert outbox.detached
+    assert gone == [True]
     assert outbox.put_now(b"b")  # dropped

@@ -196,7 +196,7 @@ def test_reads_of_one_event_each_parse_as_the_whole_body() -> None:
     reads = [
         b"\xef\xbb\xbfdata: first\n\n",  # the BOM: the general path
         b"id: 7\n\n",  # no data: nothing dispatched, the id kept
-        b"data: {\"a\": 1}\n\n",
+        b'data: {"a": 1}\n\n',
         b"data: \xc3\xa9\xff\n\n",  # UTF-8 and an invalid byte
         b"data: x\r",  # a pending CR: the next read's LF is its pair
         b"\n\r\n",
