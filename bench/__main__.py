@@ -156,14 +156,24 @@ PARTS: dict[str, Callable[[Figures, Profile, argparse.Namespace], str]] = {
     "floor": _floor,
     "routes": _module("routes"),
 }
-EXTRA = ("publish", "fold", "parse", "frames", "compression", "request_body", "firstbyte")
+EXTRA = (
+    "publish",
+    "fold",
+    "parse",
+    "frames",
+    "compression",
+    "request_body",
+    "firstbyte",
+    "step_path",
+)
 """Only when named, their own tables; ``frames`` (messages, bytes and CPU per chunk against
 lingers, ADR 0024), ``compression`` (bytes per chunk on disk with and without S2, ADR 0023)
 and ``firstbyte`` (issue 47's method: the added first byte against LiteLLM's, ADR 0043) record
-their figures. ``paced`` (the stack at 50 tokens/s per session, shipped defaults) and
-``shards`` (one stream's ceiling on a loopback R3 cluster) and ``floor`` (the gateway's CPU
-per token at that pace against two relaying floors) run by default: docs/capacity.md is
-computed from them; ``routes`` (what a routes file adds to the first byte, issue 45) too."""
+their figures; ``step_path`` measures the gateway's per-read work in process (ADR 0044).
+``paced`` (the stack at 50 tokens/s per session, shipped defaults) and ``shards`` (one
+stream's ceiling on a loopback R3 cluster) and ``floor`` (the gateway's CPU per token at that
+pace against two relaying floors) run by default: docs/capacity.md is computed from them;
+``routes`` (what a routes file adds to the first byte, issue 45) too."""
 
 
 def _args(argv: list[str]) -> argparse.Namespace:

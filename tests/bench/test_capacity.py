@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bench._suite import Figures
 
-from bench import _capacity_inputs, capacity
+from bench import _capacity_inputs, bench_floor, capacity
 
 
 def _figures(loads: dict[int, float]) -> Figures:
@@ -183,3 +183,26 @@ def test_the_floors_scale_the_gateways_cores_by_their_same_run_ratio() -> None:
 def test_without_the_floor_phase_the_document_says_so() -> None:
     text = capacity.render(_figures({100: 1.0}))
     assert "Not in these figures: run `make bench BENCH=floor`." in text
+
+
+def test_the_floor_part_closes_with_the_models_total_and_the_gateway_at_the_proxys_cost() -> None:
+    fig = _figures({100: 1.0})
+    assert "no paced inputs" in capacity.floor_line(Figures("default"))
+    fig.put("floor", "gateway_over_proxy", 1.25)
+    # the model: 785 cores, 500 of them the gateway (test_the_plan_from_round_inputs); the
+    # gateway at the proxy's CPU per token: 500 / 1.25 = 400 + 285 = 685
+    line = capacity.floor_line(fig)
+    assert "**785 cores** for 100,000 sessions at 50 tokens/s (500 gateway)" in line
+    assert "with the gateway at the bare proxy's CPU per token: 685." in line
+
+
+def test_the_floor_table_gives_each_runs_ratio_to_the_proxy_and_their_median() -> None:
+    figures = {"sessions": 150.0, "rounds": 4.0, "runs": 3.0, "gateway_over_proxy": 1.1}
+    for i, ratio in enumerate((1.2, 1.1, 0.9)):
+        figures[f"gateway_over_proxy_{i}"] = ratio
+    for name in bench_floor.SIDES:
+        figures |= {f"{name}_us_per_token": 40.0, f"{name}_over_gateway": 1.0}
+        figures |= {f"{name}_us_min": 30.0, f"{name}_us_max": 50.0}
+    text = bench_floor.table(figures)
+    assert "| side (150 sessions at 50 tokens/s, 3 runs of 4 rounds) |" in text
+    assert "median of 3 runs: 1.20x, 1.10x, 0.90x; target <= 1.0x) | **1.10x** |" in text
