@@ -57,6 +57,9 @@ def _scale(profile: Profile) -> None:
     from bench import bench_routes
 
     bench_routes.PAIRS = sizes(profile, 50, 2_000, 5_000)
+    from bench import bench_admission
+
+    bench_admission.PAIRS = sizes(profile, 50, 2_000, 5_000)
     bench_shards.CHUNKS = sizes(profile, 5_000, 100_000, 200_000)
     bench_shards.STEPS = sizes(profile, 1_000, 10_000, 20_000)
     bench_paced.scale(
@@ -155,6 +158,7 @@ PARTS: dict[str, Callable[[Figures, Profile, argparse.Namespace], str]] = {
     "shards": _module("shards"),
     "floor": _floor,
     "routes": _module("routes"),
+    "admission": _module("admission"),
 }
 EXTRA = (
     "publish",
@@ -173,7 +177,8 @@ their figures; ``step_path`` measures the gateway's per-read work in process (AD
 ``paced`` (the stack at 50 tokens/s per session, shipped defaults) and ``shards`` (one
 stream's ceiling on a loopback R3 cluster) and ``floor`` (the gateway's CPU per token at that
 pace against two relaying floors) run by default: docs/capacity.md is computed from them;
-``routes`` (what a routes file adds to the first byte, issue 45) too."""
+``routes`` (what a routes file adds to the first byte, issue 45) and ``admission`` (what a
+key's limits and budget add to it, issue 46) too."""
 
 
 def _args(argv: list[str]) -> argparse.Namespace:

@@ -129,6 +129,7 @@ GATEWAY = "tokenwire.services.gateway"
 GATEWAY_ROOMS = (
     "_api",
     "_steps",
+    "_limits",
     "_resume",
     "_access",
     "_observe",

@@ -30,12 +30,14 @@ from tests.deploy._nats import (
 )
 from tests.fixtures.partitions import AssemblerConsumers
 from tokenwire.broker import (
+    Allowances,
     ChunkPublisher,
     ConsumedMessage,
     Cooldowns,
     Cooling,
     KeyEntry,
     KeysBucket,
+    Pool,
     PullConsumer,
     SessionReader,
     StepClaims,
@@ -268,6 +270,7 @@ async def _gateway_publishes(conn: Connection, topology: Topology) -> None:
     await check_layout(conn.nc, topology)  # at start
     await _gateway_cools_down(conn, topology)
     await _gateway_watches_keys(conn, topology)
+    await _gateway_counts_limits(conn, topology)
 
 
 async def _gateway_cools_down(conn: Connection, topology: Topology) -> None:
@@ -307,6 +310,14 @@ async def _gateway_watches_keys(conn: Connection, topology: Topology) -> None:
         await asyncio.sleep(0.05)
     assert [e.name for e in seen] == ["seeded"]
     await watch.stop()
+
+
+async def _gateway_counts_limits(conn: Connection, topology: Topology) -> None:
+    """A gateway's limits: compare-and-set a counter, read it back, list the counters."""
+    board = Allowances(conn.nc, topology.limits_bucket)
+    pool = await board.update("rpm.key.agent.1", lambda p: Pool(p.used + 5, p.holds), ttl_s=60)
+    assert pool.used == (await board.read("rpm.key.agent.1")).used == 5
+    assert list(await board.pools()) == ["rpm.key.agent.1"]
 
 
 async def _assembler_consumes(conn: Connection, topology: Topology) -> int:

@@ -94,6 +94,7 @@ def make_rig(
     otel: OtelProviders | None = None,
     key_book: KeyBook | None = None,
     owners: SessionOwnership | None = None,
+    limits_clock_ns: Callable[[], int] = lambda: CLOCK_START_NS + 30 * 10**9,
     **settings: Any,
 ) -> Rig:
     """A gateway answering every provider call with ``answer``; settings override defaults."""
@@ -119,6 +120,7 @@ def make_rig(
         history=MemoryStepSource(sink),
         keys=key_book,
         owners=owners,
+        limits_clock_ns=limits_clock_ns,  # one minute (30 s in): no window boundary in a test
     )
     base = {"keys": frozenset({GATEWAY_KEY}), "provider_env": provider_env()}
     gw_settings = GatewaySettings(**{**base, **settings})

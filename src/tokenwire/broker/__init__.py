@@ -12,6 +12,7 @@ partition ownership uses JetStream priority groups.
 
 from __future__ import annotations
 
+from tokenwire.broker._allowances import Allowances, Hold, MemoryAllowances, Pool
 from tokenwire.broker._api import Connection, cancel_task, connect
 from tokenwire.broker._batches import (
     READ_IDLE_TIMEOUT_S,
@@ -108,6 +109,7 @@ from tokenwire.broker._ordered import ordered_subscribe, read_range, reader_name
 from tokenwire.broker._owners import Owner, SessionOwners, session_owner
 from tokenwire.broker._partitions import partition_consumer
 from tokenwire.broker._protocol import (
+    AllowanceBoard,
     BoardWatch,
     ChunkSink,
     CooldownBoard,
@@ -119,6 +121,7 @@ from tokenwire.broker._protocol import (
 from tokenwire.broker._provision import (
     ensure_cooldowns_bucket,
     ensure_keys_bucket,
+    ensure_limits_bucket,
     ensure_topology,
     reshard,
 )
@@ -167,6 +170,8 @@ __all__ = [
     "READ_IDLE_TIMEOUT_S",
     "READ_MAX_BATCH",
     "URL_FILE",
+    "AllowanceBoard",
+    "Allowances",
     "BatchHandler",
     "BoardWatch",
     "BrokerError",
@@ -189,12 +194,14 @@ __all__ = [
     "FlushTimeout",
     "Handler",
     "Healthy",
+    "Hold",
     "KeyBinding",
     "KeyBook",
     "KeyEntry",
     "KeysBucket",
     "KeysWatch",
     "LayoutConflict",
+    "MemoryAllowances",
     "MemoryCooldowns",
     "MemoryKeys",
     "MemoryPublisher",
@@ -206,6 +213,7 @@ __all__ = [
     "PayloadTooLarge",
     "PendingAssignment",
     "PendingStep",
+    "Pool",
     "ProbeClaim",
     "ProbeDue",
     "Probing",
@@ -259,6 +267,7 @@ __all__ = [
     "dead_letter_headers",
     "ensure_cooldowns_bucket",
     "ensure_keys_bucket",
+    "ensure_limits_bucket",
     "ensure_topology",
     "find_binary",
     "first_chunks",

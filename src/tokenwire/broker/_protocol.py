@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from tokenwire.broker._allowances import Change, Pool
 from tokenwire.broker._cooldowns import DeploymentState, ProbeClaim
 from tokenwire.broker._keys import EntryKind, KeyEntry
 from tokenwire.broker._owners import Owner
@@ -177,3 +178,16 @@ class KeyBook(Protocol):
     async def last_revision(self) -> int: ...
 
     async def ensure(self) -> bool: ...
+
+
+class AllowanceBoard(Protocol):
+    """The keys' and tenants' shared allowances (``broker._allowances``;
+    ``MemoryAllowances`` is the twin): ``update`` applies a change to one counter by
+    compare-and-set (retried on conflict), ``read`` and ``pools`` read them back. A broker
+    that does not answer raises :class:`~tokenwire.broker.BrokerError`."""
+
+    async def update(self, key: str, change: Change, *, ttl_s: float) -> Pool: ...
+
+    async def read(self, key: str) -> Pool: ...
+
+    async def pools(self) -> dict[str, Pool]: ...

@@ -280,6 +280,34 @@ async def ensure_keys_bucket(nc: Client, t: Topology) -> None:
     await ensure_stream(nc, keys_bucket_config(t))
 
 
+def limits_bucket_config(t: Topology) -> dict[str, Any]:
+    """The keys' and tenants' shared allowances (``broker._allowances``, ADR 0042): a KV
+    bucket whose messages carry their own TTL (a minute's counter leaves with its window).
+    File storage and the topology's replicas: a broker restart keeps every lease and every
+    spend."""
+    bucket = t.limits_bucket
+    return {
+        "name": f"KV_{bucket}",
+        "subjects": [f"$KV.{bucket}.>"],
+        "retention": "limits",
+        "storage": "file",
+        "discard": "new",
+        "max_msgs_per_subject": 1,
+        "max_bytes": 64 * 1024 * 1024,
+        "allow_direct": True,
+        "allow_rollup_hdrs": True,
+        "allow_msg_ttl": True,
+        "duplicate_window": int(60 * NS),
+        "num_replicas": t.replicas,
+    }
+
+
+async def ensure_limits_bucket(nc: Client, t: Topology) -> None:
+    """Create (or update) the allowances bucket: at provisioning, and by a gateway that finds
+    it missing."""
+    await ensure_stream(nc, limits_bucket_config(t))
+
+
 async def ensure_topology(
     nc: Client,
     topology: Topology,
@@ -298,7 +326,8 @@ async def ensure_topology(
 
     Every shard's stream, its assembler consumers (``assembler-p<i>`` on the stream of
     partition i) and a ``telemetry`` consumer per shard stream; the R registry buckets and
-    events streams; the assemblers' membership, the deployments' cooldowns and the keys buckets;
+    events streams; the assemblers' membership, the deployments' cooldowns, the keys and the
+    limits buckets;
     then, in a cluster, the shard leaders, the registry buckets' and the events streams'
     leaders are spread over the nodes (:func:`spread_leaders`, bounded).
 
@@ -320,6 +349,7 @@ async def ensure_topology(
     await ensure_members_bucket(nc, t, member_ttl_s)
     await ensure_cooldowns_bucket(nc, t)
     await ensure_keys_bucket(nc, t)
+    await ensure_limits_bucket(nc, t)
     for p in range(t.partitions):
         config = assembler_consumer_config(t, p, ack_wait_s, max_deliver, priority_timeout_s)
         await ensure_consumer(nc, t.stream_of_partition(p), config)

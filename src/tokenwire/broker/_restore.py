@@ -29,6 +29,7 @@ from tokenwire.broker._errors import BrokerError, RequestFailed
 from tokenwire.broker._provision import (
     assembler_consumer_config,
     keys_bucket_config,
+    limits_bucket_config,
     members_bucket_config,
     telemetry_ack_wait,
     telemetry_consumer_config,
@@ -84,6 +85,11 @@ class Restorer:
         """The gateway keys bucket (empty when created again: the keys files seed it, and the
         keys created since must be created again; ADR 0041)."""
         return await self._stream(keys_bucket_config(self.topology))
+
+    async def limits(self) -> Restored:
+        """The keys' and tenants' allowances bucket (a gateway's limits and budgets): its
+        counters are gone with it, so the gateways' leases start again from zero (ADR 0042)."""
+        return await self._stream(limits_bucket_config(self.topology))
 
     async def assembler_consumer(
         self, partition: int, *, ack_wait_s: float, max_deliver: int, priority_timeout_s: float

@@ -177,6 +177,12 @@ class Topology:
         ``tokenwire-keys``."""
         return f"{self.stream.lower()}-keys"
 
+    @property
+    def limits_bucket(self) -> str:
+        """The KV bucket of the keys' and tenants' shared allowances (``broker._allowances``,
+        ADR 0042): ``tokenwire-limits``."""
+        return f"{self.stream.lower()}-limits"
+
     def partition_filter(self, partition: int) -> str:
         """Every chunk of one partition: ``<prefix>.chunks.<p>.>``."""
         return f"{self.prefix}.chunks.{partition}.>"

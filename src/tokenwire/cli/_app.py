@@ -49,6 +49,7 @@ COMMANDS: dict[str, str] = {
     "scripted-provider": "_services:scripted_provider",
     "fold": "_fold:fold",
     "keys": "_keys:keys",
+    "limits": "_limits:limits",
     "replay": "_replay:replay",
     "tail": "_tail:tail",
     "messages": "_messages:messages",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import typing
 
+from tokenwire.variables._limits import BUDGET_DEFAULT_MAX_TOKENS, LIMITS_HOLD_TTL_S
 from tokenwire.variables._parse import (
     COMPRESSIONS,
     MAX_COALESCE_MS,
@@ -47,17 +48,8 @@ from tokenwire.variables._routes import (
 )
 from tokenwire.variables._variable import Variable
 
-BROKER_COMMANDS = (
-    "replay",
-    "tail",
-    "status",
-    "rebuild",
-    "gateway",
-    "assembler",
-    "telemetry",
-    "provision",
-    "reshard",
-)
+_BROKER_TOOLS = ("gateway", "assembler", "telemetry", "provision", "reshard", "limits")
+BROKER_COMMANDS = ("replay", "tail", "status", "rebuild", *_BROKER_TOOLS)
 READ_COMMANDS = ("replay", "tail", "messages", "status", "rebuild", "usage")
 STACK_COMMANDS = ("demo", "up")
 PROVISIONING = ("gateway", "assembler", "telemetry", "provision", "reshard", *STACK_COMMANDS)
@@ -253,7 +245,7 @@ GATEWAY_KEYS_FILE: Variable[str] = Variable(
         "reads only its tenant's sessions. Absent (and no `TOKENWIRE_GATEWAY_KEYS`): loopback"
         " only."
     ),
-    commands=("gateway", *STACK_COMMANDS),
+    commands=("gateway", "limits", *STACK_COMMANDS),
 )
 GATEWAY_METRICS_KEY: Variable[str] = Variable(
     env="TOKENWIRE_GATEWAY_METRICS_KEY",
@@ -662,6 +654,8 @@ VARIABLES: tuple[Variable[typing.Any], ...] = (
     ROUTES_RELOAD_S,
     ROUTES_MAX_ATTEMPTS,
     ROUTES_MAX_WAIT_S,
+    BUDGET_DEFAULT_MAX_TOKENS,
+    LIMITS_HOLD_TTL_S,
     GATEWAY_MAX_HEADER_BYTES,
     GATEWAY_MAX_HEADERS,
     GATEWAY_HEADER_TIMEOUT_S,
@@ -697,14 +691,10 @@ def for_command(command: str) -> tuple[Variable[typing.Any], ...]:
 
 def reference_markdown() -> str:
     """The reference table docs/configuration.md carries between its ``settings`` markers."""
-    lines = [
-        "| variable | flag | default | commands | meaning |",
-        "| --- | --- | --- | --- | --- |",
-    ]
+    lines = ["| variable | flag | default | commands | meaning |", "| --- " * 5 + "|"]
     for v in VARIABLES:
-        flag = f"`--{v.flag}`"
         commands = ", ".join(f"`{c}`" for c in v.commands)
-        lines.append(f"| `{v.env}` | {flag} | {v.shown_default} | {commands} | {v.meaning} |")
+        lines.append(f"| `{v.env}` | `--{v.flag}` | {v.shown_default} | {commands} | {v.meaning} |")
     return "\n".join(lines) + "\n"
 
 
@@ -725,6 +715,7 @@ __all__ = [
     "ASSEMBLER_READY_MAX_LAG_S",
     "ASSEMBLER_TUNE_GC",
     "BROKER_COMMANDS",
+    "BUDGET_DEFAULT_MAX_TOKENS",
     "COMPRESSION",
     "COMPRESSIONS",
     "CONNECT_TIMEOUT_S",
@@ -755,6 +746,7 @@ __all__ = [
     "GATEWAY_STEP_RETRIES",
     "GATEWAY_STEP_RETRY_S",
     "GATEWAY_THREADING",
+    "LIMITS_HOLD_TTL_S",
     "MAX_COALESCE_MS",
     "MAX_LINGER_MS",
     "MAX_REGISTRY_SHARDS",

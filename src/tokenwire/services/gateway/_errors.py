@@ -17,6 +17,9 @@ GatewayError                        status, code, message, param
 │   ├── StepGoneError               410: a resumed step's chunks are no longer retained
 │   ├── BodyTooLargeError           413: body above the configured maximum
 │   ├── UnsupportedMediaTypeError   415: a model route's body not declared application/json
+│   ├── UnpricedModelError          400: a caller under a budget named a model without a price
+│   ├── RateLimitedError            429: a key's or tenant's requests, tokens or streams limit
+│   ├── BudgetExceededError         429: a key's or tenant's budget cannot cover the call
 │   └── TranslationUnsupportedError 400: no translation between the two dialects (yet)
 └── StepFailureError                the request was valid but the step could not complete
     ├── BrokerUnavailableError      503: the broker did not acknowledge; step not captured
@@ -170,6 +173,50 @@ class UnsupportedMediaTypeError(RequestError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, param="content-type")
+
+
+class UnpricedModelError(RequestError):
+    """A key or tenant with a budget called a model the gateway has no price for: its cost
+    could be neither reserved nor settled (docs/gateway.md, "Limits and budgets")."""
+
+    def __init__(self, model: str, *, why: str) -> None:
+        super().__init__(
+            f"{model} cannot be called under a budget: {why}; give its deployment a price in "
+            "the routes file, or call a priced model",
+            param="model",
+        )
+        self.model = model
+
+
+class RateLimitedError(RequestError):
+    """A key's or tenant's ``kind`` limit (``rpm``, ``tpm``, ``concurrent``) is reached:
+    answered with ``retry-after`` and OpenAI's ``x-ratelimit-*`` headers (``headers``),
+    before anything is claimed or sent."""
+
+    status = 429
+    code = "rate_limit_error"
+
+    def __init__(
+        self, message: str, *, kind: str, scope: str, retry_after_s: int, headers: dict[str, str]
+    ) -> None:
+        super().__init__(message)
+        self.kind, self.scope = kind, scope
+        self.retry_after_s = retry_after_s
+        self.headers = headers
+
+
+class BudgetExceededError(RequestError):
+    """A key's or tenant's budget for the period cannot cover the call's reservation (its
+    worst-case cost): OpenAI's ``insufficient_quota``, not retried by the SDKs; the message
+    names the budget and when it resets."""
+
+    status = 429
+    code = "insufficient_quota"
+
+    def __init__(self, message: str, *, scope: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.scope = scope
+        self.retry_after_s = retry_after_s
 
 
 class TranslationUnsupportedError(RequestError):

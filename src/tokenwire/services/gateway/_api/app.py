@@ -30,7 +30,7 @@ from starlette.routing import BaseRoute
 from starlette.routing import Route as HttpRoute
 from starlette.types import Receive, Scope, Send
 
-from tokenwire.broker import BrokerError, StepNames, cancel_task
+from tokenwire.broker import BrokerError, MemoryAllowances, StepNames, cancel_task
 from tokenwire.config import ConfigError
 from tokenwire.providers import Dialect
 from tokenwire.schemas import RecordedError
@@ -64,6 +64,7 @@ from tokenwire.services.gateway._api.catalog import ModelCatalog
 from tokenwire.services.gateway._api.claiming import step_claim
 from tokenwire.services.gateway._api.count_tokens import CountTokens
 from tokenwire.services.gateway._api.edge import header_map
+from tokenwire.services.gateway._api.error_headers import error_headers
 from tokenwire.services.gateway._api.guards import dialect_error, require_key, unauthorized
 from tokenwire.services.gateway._api.keys_routes import keys_routes
 from tokenwire.services.gateway._api.openapi import openapi_document
@@ -99,11 +100,11 @@ from tokenwire.services.gateway._errors import (
     GatewayError,
     InvalidRequestError,
     ModelNotAllowedError,
-    RouteUnavailableError,
     SessionNotFoundError,
-    TooManyResumersError,
     UpstreamError,
 )
+from tokenwire.services.gateway._limits.calls import admit_call, settler
+from tokenwire.services.gateway._limits.limiter import Admission, Limiter
 from tokenwire.services.gateway._observe.genai import GenAICalls, call_span_attributes
 from tokenwire.services.gateway._observe.metrics import GatewayMetrics
 from tokenwire.services.gateway._observe.ready import Readiness
@@ -115,12 +116,7 @@ from tokenwire.services.gateway._output.caller import (
     stream_output,
 )
 from tokenwire.services.gateway._output.scrubbed import scrubbed
-from tokenwire.services.gateway._resume.resume import (
-    RESUME_RETRY_AFTER_S,
-    ResumeBounds,
-    Resumer,
-    fingerprint,
-)
+from tokenwire.services.gateway._resume.resume import ResumeBounds, Resumer, fingerprint
 from tokenwire.services.gateway._routing.provider_call import (
     CallerInput,
     ProviderCall,
@@ -161,6 +157,13 @@ class Gateway:
         self.resumer = _resumer(settings, deps)
         self.routes = RoutesDesk(
             settings, deps, self.metrics, rng=self._rng, on_reload=self._scrub_too
+        )
+        self.limiter = Limiter(
+            deps.allowances or MemoryAllowances(),
+            clock_ns=deps.limits_clock_ns,
+            hold_ttl_s=settings.limits_hold_ttl_s,
+            on_refusal=self.metrics.limit_refused,
+            on_trip=self.metrics.limit_trip,
         )
 
     def _scrub_too(self, secrets: tuple[str, ...]) -> None:
@@ -278,9 +281,20 @@ class Gateway:
         coalesce = coalesce_ms(headers, settings.coalesce_ms)
         sent = CallerInput(raw, headers, settings.provider_env, settings.default_max_tokens)
         routing = await self.routes.routing(req.model, codec.dialect)
+        admission: Admission | None = None
         try:
             route = self.routes.route(req.model, codec.dialect, routing)
             call = provider_call(codec, req, route, sent)
+            admission = await admit_call(
+                self.limiter,
+                caller,
+                body=raw,
+                body_bytes=len(body.canonical),
+                route=route,
+                price=routing.first.spec.price if routing is not None else None,
+                default_cap=settings.budget_default_max_tokens,
+                at_ns=received_ns,
+            )
             threaded, thread = await self._thread(caller, codec, req, raw, wanted, headers)
             session = wanted.session or threaded or self.deps.new_id()
             await self.guard.admit(caller, session, named=wanted.session is not None)
@@ -296,9 +310,13 @@ class Gateway:
             )
         except BaseException:
             self.routes.unsent(routing)
+            if admission is not None:
+                admission.release()
             raise
         if isinstance(claim, ResumeTarget):
             self.routes.unsent(routing)
+            if admission is not None:
+                admission.release()
             return _with(call.response_headers, await self._resume(codec, req, claim))
         r = CheckedCall(
             request=request,
@@ -311,6 +329,7 @@ class Gateway:
             received_ns=received_ns,
             coalesce=coalesce,
             thread=thread,
+            admission=admission,
         )
         return await self._run_step(r, call, claim, routing)
 
@@ -353,6 +372,8 @@ class Gateway:
             upstream.cancel()
             claim.drop()
             self.routes.unsent(routing)
+            if r.admission is not None:
+                r.admission.release()
             raise
         try:
             await run.start()
@@ -424,6 +445,7 @@ class Gateway:
             names_before_bytes=aliased and naming is not None and forwarded_stream,
             coalesce_s=r.coalesce / 1000,
             thread=r.thread,
+            on_end=settler(r.admission, r.received_ns),
             forwarded=forwarded,
             routing=routing,
         )
@@ -540,20 +562,7 @@ class Gateway:
     ) -> Response:
         if exc.status >= 500:
             log.warning("step failed: %s", scrub(exc.message, self._secrets))
-        headers = identity.headers() if identity is not None else {}
-        if isinstance(exc, AuthenticationError):
-            headers["www-authenticate"] = "Bearer"
-        if isinstance(exc, UpstreamError):
-            headers.update(exc.relay_headers)
-        if isinstance(exc, TooManyResumersError):
-            headers["retry-after"] = str(RESUME_RETRY_AFTER_S)  # room comes as others end
-        elif isinstance(exc, RouteUnavailableError):
-            headers["retry-after"] = str(exc.retry_after_s)  # the soonest deployment back
-        elif exc.status in _NOT_RETRYABLE or (identity is not None and identity.explicit):
-            # the SDKs retry 409 (and more) by default; the same explicit triple, claimed,
-            # answers what it answered (resumed) whatever failed, so its caller is told the
-            # real failure instead of retrying into it
-            headers["x-should-retry"] = "false"
+        headers = error_headers(exc, identity)
         body = scrub(codec.error_body(exc).decode(), self._secrets).encode()  # no credentials out
         return Response(body, exc.status, headers, media_type="application/json")
 
@@ -583,10 +592,6 @@ class Gateway:
         if self.resumer is not None:  # resumers only read: cut at once
             for task in set(self.resumer.tasks):
                 task.cancel()
-
-
-_NOT_RETRYABLE = frozenset({400, 401, 404, 409, 410, 413, 422})
-"""Answers a retry of the same request cannot change."""
 
 
 def _resumer(settings: GatewaySettings, deps: GatewayDeps) -> Resumer | None:
@@ -735,8 +740,9 @@ def create_app(settings: GatewaySettings, deps: GatewayDeps) -> GatewayApp:
         await gw.live_keys.start()
         await gw.routes.start()
         try:
-            yield
-            await gw.drain(settings.ack_timeout_s)
+            async with gw.limiter.running():  # what it holds is given back after the drain
+                yield
+                await gw.drain(settings.ack_timeout_s)
         finally:
             await gw.routes.stop()
             await gw.live_keys.stop()

@@ -18,6 +18,7 @@ from tokenwire.services.gateway._access.keys import Caller
 from tokenwire.services.gateway._access.threads import StepThread
 from tokenwire.services.gateway._api.routed import Routing
 from tokenwire.services.gateway._dialects import CallerCodec, R, Reply, provider_reply
+from tokenwire.services.gateway._limits.limiter import Admission
 from tokenwire.services.gateway._observe.metrics import GatewayMetrics
 from tokenwire.services.gateway._output.caller import CallerOutput, HeadTap
 from tokenwire.services.gateway._resume.resume import step_ref
@@ -47,6 +48,8 @@ class CheckedCall(Generic[R]):
     received_ns: int
     coalesce: int
     thread: StepThread
+    admission: Admission | None = None
+    """What the call took of its key's and tenant's limits (None: it has none)."""
 
 
 async def reply_for(

@@ -22,6 +22,7 @@ import uvicorn
 
 from tokenwire import config
 from tokenwire.broker import (
+    Allowances,
     BrokerError,
     ChunkPublisher,
     Connection,
@@ -162,6 +163,7 @@ async def broker_deps(
     provisions = reprovision is not None
     cooldowns = Cooldowns(nc, topology.cooldowns_bucket, make=make_bucket if provisions else None)
     keys = KeysBucket(nc, topology.keys_bucket, make=make_keys_bucket if provisions else None)
+    allowances = Allowances(nc, topology.limits_bucket, restore=restorer.limits)
     deps = GatewayDeps(
         upstream=upstream,
         sink=publisher,
@@ -173,6 +175,7 @@ async def broker_deps(
         history=BrokerStepSource(nc, topology, store),
         cooldowns=cooldowns,
         keys=keys,
+        allowances=allowances,
     )
     return BrokerDeps(deps, publisher, steps, upstream)
 

@@ -94,6 +94,9 @@ class GatewaySettings:
       ``provider/model``), reloaded every ``routes_reload_s`` when it changed, its credentials
       read from ``routes_env``; ``attempts``: how far a routed step goes before its first byte
       (``TOKENWIRE_ROUTES_MAX_ATTEMPTS``, ``_MAX_WAIT_S``; docs/gateway.md, "Routes").
+    - ``budget_default_max_tokens``: the output a call reserves under a budget when it set
+      no ``max_tokens``; ``limits_hold_ttl_s``: how long a gateway's share of a key's
+      streams or budget lasts unrenewed (docs/gateway.md, "Limits and budgets").
 
     Secrets (``keys``, ``provider_env``, ``metrics_key``, ``routes_env``) are left out of
     ``repr``.
@@ -134,6 +137,8 @@ class GatewaySettings:
     routes_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     routes_reload_s: float = v.ROUTES_RELOAD_S.value
     attempts: AttemptBounds = field(default_factory=AttemptBounds)
+    budget_default_max_tokens: int = v.BUDGET_DEFAULT_MAX_TOKENS.value
+    limits_hold_ttl_s: float = v.LIMITS_HOLD_TTL_S.value
 
     def __post_init__(self) -> None:
         if not 0 <= self.coalesce_ms <= MAX_COALESCE_MS:
@@ -264,6 +269,8 @@ class GatewaySettings:
                 max_attempts=v.ROUTES_MAX_ATTEMPTS.read(env),
                 max_wait_s=v.ROUTES_MAX_WAIT_S.read(env),
             ),
+            budget_default_max_tokens=v.BUDGET_DEFAULT_MAX_TOKENS.read(env),
+            limits_hold_ttl_s=v.LIMITS_HOLD_TTL_S.read(env),
         )
         settings.key_ring()  # a key or a name in both sources stops the start
         return settings

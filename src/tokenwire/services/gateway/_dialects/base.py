@@ -157,7 +157,10 @@ def frame(event: SseEvent) -> bytes:
 
 
 def openai_error_type(exc: GatewayError) -> str:
-    """OpenAI's error ``type`` for a gateway error (shared by Chat and Responses)."""
+    """OpenAI's error ``type`` for a gateway error (shared by Chat and Responses); a budget
+    exhausted is OpenAI's own ``insufficient_quota``."""
+    if exc.code == "insufficient_quota":
+        return "insufficient_quota"
     return {401: "authentication_error", 404: "invalid_request_error", 429: "rate_limit_error"}.get(
         exc.status, "invalid_request_error" if exc.status < 500 else "api_error"
     )

@@ -118,6 +118,19 @@ class GatewayMetrics:
         )
         self._deployment_calls: dict[tuple[str, str, str], Counter] = {}
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self.limit_refusals = Counter(
+            "tokenwire_gateway_limit_refusals",
+            "Calls refused by a key's or tenant's limit: kind rpm, tpm, concurrent or budget; "
+            "scope key or tenant (names are in `tokenwire limits`, never labels).",
+            ["kind", "scope"],
+            registry=r,
+        )
+        self.limit_trips = Histogram(
+            "tokenwire_gateway_limit_broker_seconds",
+            "Admissions that asked the broker for a larger lease, by how long that took.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self._deployments = _DeploymentCollector()
         r.register(self._deployments)
         window = Gauge(
@@ -158,6 +171,14 @@ class GatewayMetrics:
         if child is None:
             child = self._deployment_calls[key] = self.deployment_calls.labels(*key)
         child.inc()
+
+    def limit_refused(self, kind: str, scope: str) -> None:
+        """One call refused by a ``kind`` limit of a ``scope`` (key, tenant)."""
+        self.limit_refusals.labels(kind, scope).inc()
+
+    def limit_trip(self, seconds: float) -> None:
+        """One admission waited ``seconds`` on the broker for its lease."""
+        self.limit_trips.observe(seconds)
 
     def watch_deployments(self, view: DeploymentView) -> None:
         """Expose the routed deployments' state and load as this gateway sees them."""

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 
 from starlette.routing import BaseRoute
 
-from tokenwire.broker import ChunkSink, CooldownBoard, KeyBook, SessionOwnership, StepAllocator
+from tokenwire.broker import (
+    AllowanceBoard,
+    ChunkSink,
+    CooldownBoard,
+    KeyBook,
+    SessionOwnership,
+    StepAllocator,
+)
 from tokenwire.observability import OtelProviders, no_otel
 from tokenwire.services.gateway._observe.ready import READY, Readiness
 from tokenwire.services.gateway._resume.step_source import StepSource
@@ -78,3 +85,5 @@ class GatewayDeps:
     broker_clock_ns: Callable[[], int] = time.time_ns
     cooldowns: CooldownBoard | None = None
     keys: KeyBook | None = None
+    allowances: AllowanceBoard | None = None
+    limits_clock_ns: Callable[[], int] = time.time_ns

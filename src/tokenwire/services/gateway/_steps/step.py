@@ -36,6 +36,7 @@ from tokenwire.schemas import (
     Message,
     StepError,
     StreamChunk,
+    TokenUsage,
     Usage,
 )
 from tokenwire.scrub import scrub as scrub_text
@@ -120,6 +121,7 @@ class StepRun:
         self._upstream = plan.call
         self.forwarded = plan.forwarded  # the serving call speaks the caller's dialect
         self._tokens = 0  # what the usage reported (a routed deployment's tpm)
+        self._usage: TokenUsage | None = None
         self._first_byte_s: float | None = None  # the current routed call's first-byte bound
         self.outbox = Outbox(caller_buffer_bytes)  # what the caller's response sends
         self.error: GatewayError | None = None
@@ -404,6 +406,9 @@ class StepRun:
         self.plan.claim.drop()
         if self.plan.routing is not None:
             self.plan.routing.ended(self._tokens)
+        if self.plan.on_end is not None:
+            routed = self.plan.routing.routed() if self.plan.routing is not None else None
+            self.plan.on_end(self._usage, self.route, routed, self._ordinal > 0)
         if self._framer is not None:
             self._framer.close()
         if self._watchdog is not None:
@@ -509,6 +514,7 @@ class StepRun:
             self.finish = chunk
         elif isinstance(chunk, Usage):
             self._tokens = chunk.usage.total()
+            self._usage = chunk.usage
             if self._call is not None:
                 self._call.usage = chunk.usage
         if self._contract is not None and (broken := self._contract.feed(chunk)) is not None:

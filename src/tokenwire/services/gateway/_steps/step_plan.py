@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import msgspec
 
 from tokenwire.broker import StepNames
-from tokenwire.schemas import StepLink
+from tokenwire.schemas import Routed, StepLink, TokenUsage
 from tokenwire.services.gateway._access.identity import StepClaim, StepIdentity
 from tokenwire.services.gateway._access.keys import ANONYMOUS, Caller
 from tokenwire.services.gateway._access.threads import StepThread
@@ -58,6 +58,10 @@ class StepPlan:
     finds the step (the one wait of one broker round trip it costs that stream)."""
     coalesce_s: float = 0.0
     """The wait before each provider read past the first (``_steps/coalesce.py``); 0: none."""
+    on_end: Callable[[TokenUsage | None, Route, Routed | None, bool], None] | None = None
+    """Told once when the step ended, however: the usage the provider reported, the route that
+    served it, its routing record, whether any chunk was taken (the call's admission settles
+    by it: ``_limits/limiter.py``)."""
     thread: StepThread | None = None
     """The step's place in its session's graph (its parent goes on its first chunk) and the
     keys its answer marks (``_access/threads.py``); None: neither."""

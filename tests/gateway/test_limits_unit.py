@@ -1,0 +1,225 @@
+"""Limits and budgets of keys and tenants on one in-process gateway (the broker's memory twin of
+the allowances bucket), and the leases' arithmetic over one board shared by several gateways.
+
+Oracles: the limits written in the keys file; the ledger's price function for the budget
+(genai-prices, independent of the limiter); the openai and anthropic SDKs for what a client
+reads of a refusal. Across gateways, docs/gateway.md, "Limits and budgets": the real test is
+tests/gateway/test_limits_real.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from tests.gateway._helpers import Rig, make_rig, recording
+from tokenwire.broker import MemoryAllowances, MemorySessionOwners
+from tokenwire.ledger import price_step
+from tokenwire.schemas import TokenUsage
+from tokenwire.services.gateway import parse_keys
+from tokenwire.services.gateway._limits.leases import Held, LeaseContext, WindowCount
+from tokenwire.services.gateway._limits.periods import budget_period, openai_duration
+
+KEY = "limited-key-SENTINEL-91"
+BODY = recording("openai/chat-text-include-usage.sse")
+ANTHROPIC_BODY = recording("anthropic/messages-text-short.sse")
+MESSAGES: Any = [{"role": "user", "content": "What is the capital of Mexico?"}]
+
+
+def rig_with(limits: str, tenant: str = "", answer: bytes = BODY) -> Rig:
+    digest = hashlib.sha256(KEY.encode()).hexdigest()
+    text = f'[[keys]]\nname = "agent"\nsha256 = "{digest}"\ntenant = "acme"\nlimits = {limits}\n'
+    if tenant:
+        text += f'[[tenants]]\nname = "acme"\nlimits = {tenant}\n'
+    named = parse_keys(text.encode())
+    return make_rig(answer, owners=MemorySessionOwners(), keys=frozenset(), named_keys=named)
+
+
+def client(rig: Rig) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        base_url="http://127.0.0.1/v1",
+        api_key=KEY,
+        http_client=rig.client(),  # type: ignore[arg-type]
+        max_retries=0,
+    )
+
+
+async def call(sdk: openai.AsyncOpenAI, model: str = "openai/gpt-4o", **extra: Any) -> None:
+    stream = await sdk.chat.completions.create(model=model, messages=MESSAGES, stream=True, **extra)
+    async for _ in stream:
+        pass
+
+
+async def test_a_key_at_3_rpm_gets_3_calls_then_429s_the_openai_sdk_reads() -> None:
+    sdk = client(rig_with("{ rpm = 3 }"))
+    for _ in range(3):
+        await call(sdk)
+    with pytest.raises(openai.RateLimitError) as refused:
+        await call(sdk)
+    headers = refused.value.response.headers
+    assert headers["x-ratelimit-limit-requests"] == "3"
+    assert headers["x-ratelimit-remaining-requests"] == "0"
+    assert headers["x-ratelimit-reset-requests"] == "10s"  # the pinned clock is 50 s in
+    assert headers["retry-after"] == "10"
+    assert refused.value.code == "rate_limit_error"
+    assert "agent is at its limit of 3 requests per minute" in refused.value.message
+
+
+async def test_the_tenants_limit_is_shared_and_a_refusal_takes_nothing_from_the_key() -> None:
+    rig = rig_with("{ rpm = 5 }", tenant="{ rpm = 2 }")
+    sdk = client(rig)
+    await call(sdk)
+    await call(sdk)
+    for _ in range(3):
+        with pytest.raises(openai.RateLimitError, match="tenant acme"):
+            await call(sdk)
+    assert len(rig.upstream.requests) == 2
+
+
+async def test_tokens_per_minute_admit_until_the_reported_tokens_reach_the_limit() -> None:
+    sdk = client(rig_with("{ tpm = 30 }"))
+    await call(sdk)  # 22 tokens reported (14 in, 8 out)
+    await call(sdk)  # 22 < 30 when admitted: the overshoot the docs state (44)
+    with pytest.raises(openai.RateLimitError) as refused:
+        await call(sdk)
+    assert refused.value.response.headers["x-ratelimit-limit-tokens"] == "30"
+    assert refused.value.response.headers["x-ratelimit-remaining-tokens"] == "0"
+
+
+async def test_an_anthropic_caller_gets_anthropics_rate_limit_error() -> None:
+    rig = rig_with("{ rpm = 1 }", answer=ANTHROPIC_BODY)
+    sdk = rig.anthropic().with_options(api_key=KEY)
+    ask: Any = {"model": "anthropic/claude-sonnet-4-5", "max_tokens": 16, "messages": MESSAGES}
+    await sdk.messages.create(**ask)
+    with pytest.raises(anthropic.RateLimitError) as refused:
+        await sdk.messages.create(**ask)
+    assert refused.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+    assert refused.value.response.headers["retry-after"] == "10"
+
+
+def reservation(max_tokens: int, body_bytes: int) -> int:
+    usage = TokenUsage(input_tokens=body_bytes, output_tokens=max_tokens)
+    cost = price_step("openai", "gpt-4o", usage, 0).pusd
+    assert cost is not None
+    return cost
+
+
+async def test_a_budget_refuses_the_call_whose_reservation_would_cross_it() -> None:
+    exact = price_step("openai", "gpt-4o", TokenUsage(input_tokens=14, output_tokens=8), 0).pusd
+    assert exact == 115_000_000  # 14 x $2.50/M + 8 x $10/M
+    # each call reserves its worst case (about 3.4 times its cost) and settles to its cost
+    rig = rig_with('{ budget = { usd = "0.001", period = "day" } }')
+    sdk = client(rig)
+    admitted, error = await until_refused(sdk)
+    assert error.code == "insufficient_quota"
+    assert error.response.headers["x-should-retry"] == "false"
+    assert "daily budget of key agent ($0.001 per UTC day)" in error.message
+    assert "resets at 2023-11-15T00:00:00Z" in error.message
+    spent = admitted * exact
+    assert spent <= 1_000_000_000
+    # the refusal came when the next reservation did not fit, not before
+    assert 1_000_000_000 - spent < reservation(8, _body_bytes())
+    assert admitted == 6
+    # and what the limiter counted is the ledger's exact cost of every call
+    [lease] = rig.app.state.gateway.limiter._held.values()
+    board = rig.app.state.gateway.limiter.ctx.board
+    assert isinstance(board, MemoryAllowances)
+    assert (lease.in_use, board.pools_by_key[lease.key].used + lease.spent) == (0, spent)
+
+
+async def until_refused(sdk: openai.AsyncOpenAI) -> tuple[int, openai.RateLimitError]:
+    """Calls until the first refusal: how many were admitted, and the refusal."""
+    for admitted in range(20):
+        try:
+            await call(sdk, max_tokens=8)
+        except openai.RateLimitError as exc:
+            return admitted, exc
+    raise AssertionError("never refused")
+
+
+def _body_bytes() -> int:
+    """The canonical body length the gateway reserved the input for (the caller's JSON)."""
+    import msgspec
+
+    body = {"model": "openai/gpt-4o", "messages": MESSAGES, "stream": True, "max_tokens": 8}
+    return len(msgspec.json.encode(body, order="sorted"))
+
+
+async def test_an_unpriced_model_is_refused_under_a_budget_with_the_reason() -> None:
+    sdk = client(rig_with('{ budget = { usd = "1" } }'))
+    with pytest.raises(openai.BadRequestError, match="cannot be called under a budget"):
+        await call(sdk, model="scripted/text")
+
+
+async def test_concurrent_streams_are_limited_and_come_back_when_a_stream_ends() -> None:
+    rig = rig_with("{ concurrent = 2 }")
+    rig.upstream.pause_s = 0.05
+    sdk = client(rig)
+    results = await asyncio.gather(*(call(sdk) for _ in range(5)), return_exceptions=True)
+    refused = [r for r in results if isinstance(r, openai.RateLimitError)]
+    assert len(refused) == 3
+    assert "limit of 2 streams" in str(refused[0])
+    await call(sdk)  # the slots came back
+
+
+# -- leases over one board, several gateways -----------------------------------------------
+
+
+def contexts(board: MemoryAllowances, count: int, now: list[int]) -> list[LeaseContext]:
+    return [LeaseContext(board, f"g{i}", lambda: now[0], 15.0) for i in range(count)]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_three_gateways_never_admit_more_than_the_minutes_requests(seed: int) -> None:
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    board = MemoryAllowances()
+    ctxs = contexts(board, 3, [0])
+    counts = [WindowCount("rpm.key.a", 100) for _ in ctxs]
+    admitted = 0
+    for _ in range(1000):
+        i = rng.randrange(3)
+        admitted += await counts[i].take(ctxs[i], 7)
+    assert admitted == 100  # every gateway kept being asked: no slice was left unused
+    assert board.pools_by_key["rpm.key.a.7"].used == 100
+
+
+async def test_held_streams_across_gateways_never_exceed_the_limit_and_a_dead_ones_expire() -> None:
+    board = MemoryAllowances()
+    now = [10**18]
+    ctxs = contexts(board, 2, now)
+    leases = [Held("conc.key.a", 3, charge_expired=False) for _ in ctxs]
+    assert await leases[0].take(ctxs[0], 1)
+    assert await leases[0].take(ctxs[0], 1)
+    assert await leases[1].take(ctxs[1], 1)
+    assert not await leases[1].take(ctxs[1], 1)  # 3 in use across both
+    # gateway 0 dies holding two; past its hold's end gateway 1 may take them
+    now[0] += 16 * 10**9
+    assert await leases[1].take(ctxs[1], 1)
+    assert await leases[1].take(ctxs[1], 1)
+    assert not await leases[1].take(ctxs[1], 1)
+
+
+async def test_a_dead_gateways_budget_hold_is_charged_in_full() -> None:
+    board = MemoryAllowances()
+    now = [10**18]
+    ctxs = contexts(board, 2, now)
+    leases = [Held("usd.key.a.2026-12-07", 1000, charge_expired=True) for _ in ctxs]
+    assert await leases[0].take(ctxs[0], 300)  # reserved, then the gateway dies
+    now[0] += 16 * 10**9
+    assert await leases[1].take(ctxs[1], 700)
+    assert not await leases[1].take(ctxs[1], 1)
+    assert board.pools_by_key["usd.key.a.2026-12-07"].used == 300  # charged, never freed
+
+
+def test_periods_and_durations() -> None:
+    assert budget_period("day", 1_700_000_050)[0] == "2023-11-14"
+    key, resets = budget_period("month", 1_700_000_050)
+    assert (key, resets.isoformat()) == ("2023-11", "2023-12-01T00:00:00+00:00")
+    assert [openai_duration(s) for s in (0.2, 10, 360, 3723)] == ["1s", "10s", "6m0s", "1h2m3s"]
