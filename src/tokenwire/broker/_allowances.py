@@ -76,7 +76,9 @@ class Allowances:
         pool = await board.update("rpm.key.agent.29543210", grant, ttl_s=180)
 
     ``restore``: what brings the bucket back when the broker says it is missing (a
-    :class:`~tokenwire.broker.Restorer`'s), tried once per change.
+    :class:`~tokenwire.broker.Restorer`'s), tried once per change. A request that times out
+    (``timeout_s``) is tried again twice: its write may have applied, and the retry reads
+    that back and changes again, which only ever counts more.
     """
 
     def __init__(
@@ -84,7 +86,7 @@ class Allowances:
         nc: Client,
         bucket: str,
         *,
-        timeout_s: float = 2.0,
+        timeout_s: float = 5.0,
         restore: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self._nc = nc
@@ -105,13 +107,21 @@ class Allowances:
             return await self._update(key, change, ttl_s)
 
     async def _update(self, key: str, change: Change, ttl_s: float) -> Pool:
+        timeouts = 0
         for _ in range(MAX_ATTEMPTS):
-            pool, revision = await self._read(key)
-            changed = change(pool)
-            if changed is None:
-                return pool
-            if await self._write(key, changed, revision=revision, ttl_s=ttl_s):
-                return changed
+            try:
+                pool, revision = await self._read(key)
+                changed = change(pool)
+                if changed is None:
+                    return pool
+                if await self._write(key, changed, revision=revision, ttl_s=ttl_s):
+                    return changed
+            except RequestFailed as exc:
+                # A write whose answer timed out may have applied: the retry reads it back
+                # and changes again, which only ever counts more (never lets a limit pass).
+                timeouts += 1
+                if not isinstance(exc.__cause__, TimeoutError) or timeouts > 2:
+                    raise
         raise RequestFailed(f"allowance {key}", f"{MAX_ATTEMPTS} conflicting writes in a row")
 
     async def read(self, key: str) -> Pool:

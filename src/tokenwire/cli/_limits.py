@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import click
@@ -23,8 +22,7 @@ from tokenwire.cli._flags import variable_flags
 from tokenwire.config import ConfigError
 from tokenwire.ledger import to_usd
 from tokenwire.schemas import Limits
-from tokenwire.services.gateway import parse_keys
-from tokenwire.variables import GATEWAY_KEYS_FILE
+from tokenwire.services.gateway import keys_file_keys
 
 _KINDS = {"rpm": "requests/min", "tpm": "tokens/min", "conc": "streams", "usd": "usd"}
 
@@ -58,13 +56,10 @@ def limits(as_json: bool) -> None:
 
 def _configured() -> dict[tuple[str, str], Limits]:
     """The limits of the keys file's keys and tenants, by (scope, name); {} without one."""
-    path = GATEWAY_KEYS_FILE.read(os.environ)
-    if not path:
-        return {}
     try:
-        named = parse_keys(Path(path).read_bytes(), path)
-    except (OSError, ConfigError) as exc:
-        raise UsageError(f"cannot read the keys file {path}: {exc}") from exc
+        named = keys_file_keys(os.environ)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
     found: dict[tuple[str, str], Limits] = {}
     for key in named:
         caller = key.caller
