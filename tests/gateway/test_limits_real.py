@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -42,6 +43,7 @@ from tests.gateway.test_gateways_share_sessions import until_ready
 from tokenwire.broker import (
     Allowances,
     EmbeddedServer,
+    Pool,
     Topology,
     connect,
     ensure_topology,
@@ -106,8 +108,12 @@ def keys_file(limits: str) -> str:
 async def gateways(
     nats_url: str, keys: str, upstream: str, clock: Callable[[], int]
 ) -> AsyncIterator[list[str]]:
-    """Three gateways on one broker, each its own connection; yields their base URLs."""
+    """Three gateways on one broker, each its own connection, the keys file seeding the keys
+    bucket; yields their base URLs."""
     async with contextlib.AsyncExitStack() as stack:
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tw-limits-")))
+        keys_path = folder / "keys.toml"
+        keys_path.write_text(keys)
         urls = []
         for _ in range(3):
             nc = await connect(nats_url)
@@ -118,6 +124,7 @@ async def gateways(
                 host="127.0.0.1",
                 port=0,
                 named_keys=parse_keys(keys.encode()),
+                keys_file=str(keys_path),
                 provider_env={
                     "OPENAI_API_KEY": "sk-openai-SENTINEL-0046",
                     "TOKENWIRE_OPENAI_BASE_URL": f"{upstream}/v1",
@@ -252,19 +259,17 @@ async def test_a_budget_over_three_gateways_and_50_callers_is_never_crossed(
     [(key, pool)] = [(k, p) for k, p in pools.items() if k.startswith("usd.key.agent.")]
     assert pool.used == spent  # settled to the ledger's exact cost
     assert pool.holds == {}  # every gateway gave its hold back when it stopped
-    [row] = _cli_rows(broker_url, tmp_path, keys)
+    [row] = _cli_rows(broker_url)
     assert (row["scope"], row["name"], row["counter"]) == ("key", "agent", "usd")
     assert (row["used"], row["limit"]) == (f"{to_usd(spent):f}", "0.01 per day")
     figures = {"calls": steps, "alone_after": steps - concurrent, "spent_pusd": spent}
     print(figures | {"reservation_pusd": reservation, "key": key})
 
 
-def _cli_rows(broker_url: str, tmp: Path, keys: str) -> list[dict[str, Any]]:
-    """``tokenwire limits --json`` against the broker, with the keys file."""
-    path = tmp / "keys.toml"
-    path.write_text(keys)
+def _cli_rows(broker_url: str) -> list[dict[str, Any]]:
+    """``tokenwire limits --json`` against the broker (the limits from its keys bucket)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("TOKENWIRE_")}
-    env = base | {"TOKENWIRE_NATS_URL": broker_url, "TOKENWIRE_GATEWAY_KEYS_FILE": str(path)}
+    env = base | {"TOKENWIRE_NATS_URL": broker_url}
     out = subprocess.run(
         [sys.executable, "-m", "tokenwire", "limits", "--json"],
         env=env,
@@ -390,15 +395,29 @@ async def test_a_dead_gateways_stream_slot_is_freed_and_its_reservation_charged(
                 dying.send_signal(signal.SIGKILL)
                 dying.wait(20)
                 await _admitted_within(b, timeout_s=60)  # once its hold ended (3 s)
+                # the dead gateway's reservation is charged in full, the second call at its
+                # exact cost (given back by the live gateway right after its call ended)
+                expected = _reservation(sent[0]) + COST_PUSD
+                spend = await _spend_settled(broker_url, expected, timeout_s=60)
+    assert spend.used == expected
+    assert spend.holds == {}
+    assert stand_in.served == 2
+
+
+async def _spend_settled(broker_url: str, used: int, timeout_s: float) -> Pool:
+    """The key's spend counter once it holds ``used`` and no hold (bounded wait)."""
     nc = await connect(broker_url)
     try:
-        pools = await Allowances(nc, Topology().limits_bucket).pools()
+        board = Allowances(nc, Topology().limits_bucket)
+        async with asyncio.timeout(timeout_s):
+            while True:
+                pools = await board.pools()
+                [spend] = [p for k, p in pools.items() if k.startswith("usd.key.agent.")]
+                if spend.used >= used and not spend.holds:
+                    return spend
+                await asyncio.sleep(0.1)
     finally:
         await close_client(nc)
-    [spend] = [p for k, p in pools.items() if k.startswith("usd.key.agent.")]
-    # the dead gateway's reservation is charged in full, the second call at its exact cost
-    assert spend.used == _reservation(sent[0]) + COST_PUSD
-    assert stand_in.served == 2
 
 
 @contextlib.asynccontextmanager

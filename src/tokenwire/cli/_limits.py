@@ -2,27 +2,23 @@
 
 Reads the broker's allowances bucket (``tokenwire-limits``, docs/gateway.md, "Limits and
 budgets"): this minute's requests and tokens, the streams held now, this period's spend and
-what the gateways hold leased; with ``TOKENWIRE_GATEWAY_KEYS_FILE`` set, each row shows its
-limit too. A table by default, ``--json`` for one JSON object.
+what the gateways hold leased; and beside each, its limit from the keys bucket (what every
+gateway enforces, ADR 0041). A table by default, ``--json`` for one JSON object.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 import click
 import msgspec
 
-from tokenwire.broker import Allowances, Pool
+from tokenwire.broker import Allowances, KeyEntry, KeysBucket, Pool
 from tokenwire.cli._common import nats_client, resolve_nats_url, run_command, topology
-from tokenwire.cli._errors import UsageError
 from tokenwire.cli._flags import variable_flags
-from tokenwire.config import ConfigError
 from tokenwire.ledger import to_usd
 from tokenwire.schemas import Limits
-from tokenwire.services.gateway import keys_file_keys
 
 _KINDS = {"rpm": "requests/min", "tpm": "tokens/min", "conc": "streams", "usd": "usd"}
 
@@ -33,13 +29,14 @@ _KINDS = {"rpm": "requests/min", "tpm": "tokens/min", "conc": "streams", "usd": 
 def limits(as_json: bool) -> None:
     """Show each key's and tenant's use against its limits and budgets (all gateways)."""
     url = resolve_nats_url()
-    configured = _configured()
     rows: list[dict[str, Any]] = []
 
     async def work() -> None:
+        t = topology()
         async with nats_client(url) as nc:
-            pools = await Allowances(nc, topology().limits_bucket).pools()
-        rows.extend(usage_rows(pools, configured, now_ns=time.time_ns()))
+            pools = await Allowances(nc, t.limits_bucket).pools()
+            entries = await KeysBucket(nc, t.keys_bucket).entries()
+        rows.extend(usage_rows(pools, configured(entries), now_ns=time.time_ns()))
 
     run_command(work)
     if as_json:
@@ -54,19 +51,12 @@ def limits(as_json: bool) -> None:
         )
 
 
-def _configured() -> dict[tuple[str, str], Limits]:
-    """The limits of the keys file's keys and tenants, by (scope, name); {} without one."""
-    try:
-        named = keys_file_keys(os.environ)
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from exc
+def configured(entries: list[KeyEntry]) -> dict[tuple[str, str], Limits]:
+    """The limits of the keys bucket's keys and tenants, by (scope, name)."""
     found: dict[tuple[str, str], Limits] = {}
-    for key in named:
-        caller = key.caller
-        if caller.name is not None:
-            found[("key", caller.name)] = caller.limits
-        if caller.tenant is not None:
-            found[("tenant", caller.tenant)] = caller.tenant_limits
+    for entry in entries:
+        if entry.record is not None:
+            found[(entry.kind, entry.name)] = entry.record.limits
     return found
 
 

@@ -245,7 +245,7 @@ GATEWAY_KEYS_FILE: Variable[str] = Variable(
         "reads only its tenant's sessions. Absent (and no `TOKENWIRE_GATEWAY_KEYS`): loopback"
         " only."
     ),
-    commands=("gateway", "limits", *STACK_COMMANDS),
+    commands=("gateway", *STACK_COMMANDS),
 )
 GATEWAY_METRICS_KEY: Variable[str] = Variable(
     env="TOKENWIRE_GATEWAY_METRICS_KEY",

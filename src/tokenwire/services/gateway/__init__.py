@@ -61,7 +61,7 @@ from tokenwire.services.gateway._api.server import (
     run,
     tune_gc,
 )
-from tokenwire.services.gateway._api.settings import GatewaySettings, keys_file_keys
+from tokenwire.services.gateway._api.settings import GatewaySettings
 from tokenwire.services.gateway._errors import (
     AuthenticationError,
     BodyTooLargeError,

@@ -276,13 +276,6 @@ class GatewaySettings:
         return settings
 
 
-def keys_file_keys(env: Mapping[str, str]) -> tuple[NamedKey, ...]:
-    """The named keys of ``TOKENWIRE_GATEWAY_KEYS_FILE`` (none when unset), for a command that
-    reads them as the gateway does (``tokenwire limits``); ConfigError naming the file."""
-    path = v.GATEWAY_KEYS_FILE.read(env)
-    return load_keys_file(path) if path else ()
-
-
 def check_provider_env(env: Mapping[str, str]) -> None:
     """Raise :class:`ConfigError`, naming the variable, for a provider credential or base URL
     the gateway could not send: a credential goes into a request header (``Authorization:
