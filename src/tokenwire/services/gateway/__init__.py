@@ -135,7 +135,6 @@ __all__ = [
     "expiry_ns",
     "key_digest",
     "key_view",
-    "keys_file_keys",
     "listing",
     "main",
     "may_read",
