@@ -223,3 +223,28 @@ def test_periods_and_durations() -> None:
     key, resets = budget_period("month", 1_700_000_050)
     assert (key, resets.isoformat()) == ("2023-11", "2023-12-01T00:00:00+00:00")
     assert [openai_duration(s) for s in (0.2, 10, 360, 3723)] == ["1s", "10s", "6m0s", "1h2m3s"]
+
+
+def test_tokenwire_limits_rows_show_this_minute_and_charge_a_dead_gateways_hold() -> None:
+    from tokenwire.broker import Hold, Pool
+    from tokenwire.cli._limits import usage_rows
+    from tokenwire.schemas import Budget, Limits
+
+    now = 1_796_000_000 * 10**9
+    minute = now // 10**9 // 60
+    pools = {
+        f"rpm.key.team.a.{minute}": Pool(42),
+        f"rpm.key.team.a.{minute - 1}": Pool(60),  # a past minute: not shown
+        "conc.tenant.acme": Pool(0, {"g1": Hold(2, now + 10**9)}),
+        "usd.key.team.a.2026-12-07": Pool(
+            10**9, {"dead": Hold(5 * 10**8, now - 1), "live": Hold(10**8, now + 10**9)}
+        ),
+    }
+    limits = Limits(rpm=60, concurrent=3, budget=Budget(usd="0.01"))
+    rows = usage_rows(pools, {("key", "team.a"): limits, ("tenant", "acme"): limits}, now_ns=now)
+    got = [(r["scope"], r["name"], r["counter"], r["used"], r["held"], r["limit"]) for r in rows]
+    assert got == [
+        ("tenant", "acme", "streams", 0, 2, 3),
+        ("key", "team.a", "requests/min", 42, 0, 60),
+        ("key", "team.a", "usd", "0.001500000000", "0.000100000000", "0.01 per day"),
+    ]

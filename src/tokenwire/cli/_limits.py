@@ -75,13 +75,16 @@ def usage_rows(
         held = pool.held(now_ns=now_ns)
         limit = _limit(configured.get((scope, name)), kind)
         money = kind == "usd"
+        used = pool.used
+        if money:  # a hold that ended unrenewed is spent (its gateway died): ADR 0042
+            used += sum(h.amount for h in pool.holds.values()) - held
         rows.append(
             {
                 "scope": scope,
                 "name": name,
                 "counter": _KINDS[kind],
                 "period": "this minute" if kind in ("rpm", "tpm") else period,
-                "used": f"{to_usd(pool.used):f}" if money else pool.used,
+                "used": f"{to_usd(used):f}" if money else used,
                 "held": f"{to_usd(held):f}" if money else held,
                 "limit": limit,
             }
