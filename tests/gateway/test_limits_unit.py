@@ -23,6 +23,7 @@ from tokenwire.broker import MemoryAllowances, MemorySessionOwners
 from tokenwire.ledger import price_step
 from tokenwire.schemas import TokenUsage
 from tokenwire.services.gateway import parse_keys
+from tokenwire.services.gateway._limits.calls import admit_call
 from tokenwire.services.gateway._limits.leases import Held, LeaseContext, WindowCount
 from tokenwire.services.gateway._limits.periods import budget_period, openai_duration
 
@@ -248,3 +249,31 @@ def test_tokenwire_limits_rows_show_this_minute_and_charge_a_dead_gateways_hold(
         ("key", "team.a", "requests/min", 42, 0, 60),
         ("key", "team.a", "usd", "0.001500000000", "0.000100000000", "0.01 per day"),
     ]
+
+
+async def test_a_calls_reservation_is_priced_at_the_dearest_deployment_it_may_reach() -> None:
+    """A routed call that may fall back reserves at its dearest target, so a fallback never
+    settles above what the budget held for it (the prices: genai-prices, independently)."""
+
+    class Stub:
+        def limits(self, caller: object) -> bool:
+            return True
+
+        async def admit(self, caller: object, reservation: Any) -> int:
+            return int(reservation())
+
+    targets = [("openai", "gpt-4o-mini", None), ("anthropic", "claude-sonnet-4-5", None)]
+    usage = TokenUsage(input_tokens=100, output_tokens=50)
+    costs = [price_step(p, m, usage, 0).pusd for p, m, _ in targets]
+    assert None not in costs
+    admitted = await admit_call(
+        Stub(),  # type: ignore[arg-type]  # the limiter's two calls admit_call makes
+        parse_keys(f'[[keys]]\nname = "a"\nsha256 = "{"0" * 64}"\n'.encode())[0].caller,
+        body={"max_tokens": 50},
+        body_bytes=100,
+        targets=targets,
+        default_cap=4096,
+        at_ns=0,
+    )
+    assert admitted == max(c for c in costs if c is not None)  # type: ignore[comparison-overlap]  # the stub admits with the reservation
+    assert costs[0] != costs[1]

@@ -398,3 +398,14 @@ def test_a_bad_routes_file_stops_the_gateway_with_one_line_and_exit_2(tmp_path: 
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert "$.models[0].fallbacks[0]: 'nobody' is not a model of this file" in lines[0]
+
+
+async def test_a_plan_reaches_what_is_left_of_its_group_and_every_fallback_group() -> None:
+    table, clock = _table(), Clock()
+    health = HealthBook(None, clock_ns=clock.ns, monotonic=clock.mono)
+    plan = _plan(table, health, "gpt-4o", random.Random(SEED), clock)
+    assert plan is not None
+    first = await plan.next()
+    assert first is not None
+    reach = [s.name for s in plan.reachable()]
+    assert sorted(reach) == sorted([*({"east", "west"} - {first.spec.name}), "anthropic-main"])

@@ -103,7 +103,7 @@ from tokenwire.services.gateway._errors import (
     SessionNotFoundError,
     UpstreamError,
 )
-from tokenwire.services.gateway._limits.calls import admit_call, settler
+from tokenwire.services.gateway._limits.calls import Target, admit_call, settler
 from tokenwire.services.gateway._limits.limiter import Admission, Limiter
 from tokenwire.services.gateway._observe.genai import GenAICalls, call_span_attributes
 from tokenwire.services.gateway._observe.metrics import GatewayMetrics
@@ -290,8 +290,7 @@ class Gateway:
                 caller,
                 body=raw,
                 body_bytes=len(body.canonical),
-                route=route,
-                price=routing.first.spec.price if routing is not None else None,
+                targets=_targets(route, routing),
                 default_cap=settings.budget_default_max_tokens,
                 at_ns=received_ns,
             )
@@ -715,6 +714,15 @@ def _catalog_routes(gw: Gateway) -> list[BaseRoute]:
         HttpRoute("/v1/messages/count_tokens", count.handle, methods=["POST"]),
         HttpRoute("/openapi.json", openapi, methods=["GET"]),
     ]
+
+
+def _targets(route: Route, routing: Routing | None) -> list[Target]:
+    """The deployments a call may reach: its route, or its routed plan's first deployment and
+    every one it may fall back to."""
+    if routing is None:
+        return [(route.provider, route.model, None)]
+    specs = [routing.first.spec, *routing.plan.reachable()]
+    return [(s.provider, s.model, s.price) for s in specs]
 
 
 def _version() -> str:

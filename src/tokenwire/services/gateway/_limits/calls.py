@@ -3,7 +3,7 @@ when its step ends (the app calls these two; ``limiter.py`` does the counting)."
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tokenwire.schemas import DeploymentPrice, Routed, TokenUsage
@@ -16,6 +16,8 @@ from tokenwire.services.gateway._limits.reservation import (
 )
 from tokenwire.services.gateway._routing.routing import Route
 
+Target = tuple[str, str, DeploymentPrice | None]
+"""A deployment a call may reach: its provider, upstream model and own price (if any)."""
 Settle = Callable[[TokenUsage | None, Route, Routed | None, bool], None]
 
 
@@ -25,26 +27,25 @@ async def admit_call(
     *,
     body: Mapping[str, Any],
     body_bytes: int,
-    route: Route,
-    price: DeploymentPrice | None,
+    targets: Sequence[Target],
     default_cap: int,
     at_ns: int,
 ) -> Admission | None:
     """The call's admission under its key's and tenant's limits, or the refusal (None:
-    neither has any). Its reservation is priced at the first deployment's price, from the
-    body's length (``body_bytes``) and its output cap (``default_cap`` when it set none)."""
+    neither has any). Its reservation is its worst case at the dearest of ``targets`` (the
+    deployments its attempts may reach, fallbacks included: a fallback never settles above
+    what was reserved), from the body's length (``body_bytes``) and its output cap
+    (``default_cap`` when it set none)."""
     if not limiter.limits(caller):
         return None
     cap = output_cap(body, default_cap)
 
     def reservation() -> int:
-        return reservation_pusd(
-            route.provider,
-            route.model,
-            price=price,
-            input_bound=body_bytes,
-            output_cap=cap,
-            at_ns=at_ns,
+        return max(
+            reservation_pusd(
+                provider, model, price=price, input_bound=body_bytes, output_cap=cap, at_ns=at_ns
+            )
+            for provider, model, price in targets
         )
 
     return await limiter.admit(caller, reservation)

@@ -147,6 +147,16 @@ class RoutePlan:
                 return True
         return False
 
+    def reachable(self) -> list[DeploymentSpec]:
+        """Every deployment an attempt of this plan may still go to (the current group's and
+        every fallback group's not entered yet): a budget reserves the dearest of them."""
+        specs = [d.spec for d in self._left]
+        for name in self._fallbacks[self._group :]:
+            group = self._table.group(name)
+            if group is not None:
+                specs.extend(d.spec for d in group.deployments)
+        return specs
+
     def may_go_on(self) -> bool:
         """Whether a failure now could still be followed by another attempt."""
         return (
