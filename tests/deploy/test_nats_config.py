@@ -286,10 +286,15 @@ async def _gateway_cools_down(conn: Connection, topology: Topology) -> None:
     await board.clear("east")
     assert [s.deployment for s in await board.states()] == ["east"]
     for _ in range(100):
-        if len(seen) >= 3:
+        if seen and type(seen[-1]).__name__ == "Healthy":
             break
         await asyncio.sleep(0.05)
-    assert [type(s).__name__ for s in seen] == ["Cooling", "Probing", "Healthy"]
+    # The user's rights are what this checks: the watch delivered, in order, ending at the
+    # last state. The bucket keeps one message per deployment, so a state replaced before the
+    # watch's consumer delivered it is gone (seen once in CI on a busy machine: Probing); a
+    # probe is claimed by compare-and-set, not by what a watch saw, so no outcome changes.
+    names = [type(s).__name__ for s in seen]
+    assert names in (["Cooling", "Probing", "Healthy"], ["Cooling", "Healthy"]), names
     await watch.stop()
 
 
