@@ -142,8 +142,8 @@ async def _request(app: Any, body: bytes, session: str) -> int:
 
 async def _run() -> float:
     deps = GatewayDeps(
-        upstream=_Upstream(paced_reads(TOKENS)),  # type: ignore[arg-type]
-        sink=_Sink(),  # type: ignore[arg-type]
+        upstream=_Upstream(paced_reads(TOKENS)),  # type: ignore[arg-type]  # a stand-in with the two methods the step calls
+        sink=_Sink(),  # type: ignore[arg-type]  # in-process sink: only publish, no broker
         steps=MemoryStepRegistry(),
         otel=no_otel(),
     )

@@ -83,7 +83,7 @@ PARTITION = {"crashed": 0, "live": 0, "unclaimed": 0, "elsewhere": 1, "behind": 
 
 async def _setup(clock: Clock, **config: float) -> tuple[Assembly[Delivery], MemoryStepRegistry]:
     assembly: Assembly[Delivery] = Assembly(
-        AssemblyConfig(abandon_timeout_s=15.0, gap_timeout_s=15.0, **config),  # type: ignore[arg-type]
+        AssemblyConfig(abandon_timeout_s=15.0, gap_timeout_s=15.0, **config),  # type: ignore[arg-type]  # a case's fields, mixed types
         clock=clock,
     )
     registry = MemoryStepRegistry(idle_s=40.0, clock_ns=clock)

@@ -56,7 +56,7 @@ def test_an_idle_instance_owning_nothing_is_ready() -> None:
     ],
 )
 def test_each_reason_on_its_own(change: dict[str, object], reason: str) -> None:
-    verdict = assess(dataclasses.replace(HEALTHY, **change))  # type: ignore[arg-type]
+    verdict = assess(dataclasses.replace(HEALTHY, **change))  # type: ignore[arg-type]  # a case's fields, mixed types
     assert verdict.reasons == (reason,)
     assert not verdict.ready
     assert verdict.body().startswith("not ready: owns ")

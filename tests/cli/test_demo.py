@@ -120,7 +120,7 @@ def test_demo_summary_matches_the_plan_and_leaves_nothing_running(tmp_path: Path
 @pytest.fixture
 def browser() -> str:
     """Chromium, as the viewer's own tests find it (skipped, or failed on CI, without it)."""
-    return str(find_chromium.__wrapped__())  # type: ignore[attr-defined]
+    return str(find_chromium.__wrapped__())  # type: ignore[attr-defined]  # functools.cache's wrapper: a fresh search
 
 
 @pytest.mark.slow

@@ -322,7 +322,7 @@ async def test_no_key_appears_in_answers_or_logs(
 @pytest.fixture
 def browser() -> str:
     """Chromium, as the viewer's own tests find it (skipped, or failed on CI, without it)."""
-    return str(find_chromium.__wrapped__())  # type: ignore[attr-defined]
+    return str(find_chromium.__wrapped__())  # type: ignore[attr-defined]  # functools.cache's wrapper: a fresh search
 
 
 @pytest.mark.slow
