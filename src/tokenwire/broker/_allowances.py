@@ -24,13 +24,11 @@ from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 
 from tokenwire.broker._errors import RequestFailed
-from tokenwire.broker._puback import puback_decoder
+from tokenwire.broker._kvwrite import EXPECTED_LAST, put_checked
 from tokenwire.broker._translate import translated
 
-_WRONG_LAST_SEQUENCE = 10071
 _NO_MESSAGE = 10037
 _STREAM_NOT_FOUND = 10059
-_EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
 MAX_ATTEMPTS = 64
 """Conflicting writes one change retries before it gives up (RequestFailed): every retry
 means another gateway's change applied meanwhile."""
@@ -166,18 +164,16 @@ class Allowances:
             raise RequestFailed(f"allowance {key}", f"undecodable pool: {exc}") from exc
 
     async def _write(self, key: str, pool: Pool, *, revision: int, ttl_s: float) -> bool:
-        what = f"allowance {key}"
-        headers = {_EXPECTED_LAST: str(revision), "Nats-TTL": ttl_header(ttl_s)}
-        with translated(self._nc, what):
-            reply = await self._nc.request(
-                self._subject(key), _encoder.encode(pool), self._timeout, headers=headers
-            )
-            ack = puback_decoder.decode(reply.data)
-        if ack.error is None:
-            return True
-        if ack.error.err_code == _WRONG_LAST_SEQUENCE:
-            return False
-        raise RequestFailed(what, ack.error.description, ack.error.err_code)
+        headers = {EXPECTED_LAST: str(revision), "Nats-TTL": ttl_header(ttl_s)}
+        written = await put_checked(
+            self._nc,
+            self._subject(key),
+            _encoder.encode(pool),
+            headers=headers,
+            timeout_s=self._timeout,
+            what=f"allowance {key}",
+        )
+        return written is not None
 
     def _subject(self, key: str) -> str:
         return f"$KV.{self.bucket}.{key}"

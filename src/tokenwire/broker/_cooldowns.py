@@ -34,13 +34,11 @@ from nats.js import api
 from nats.js.errors import NotFoundError
 
 from tokenwire.broker._errors import RequestFailed
+from tokenwire.broker._kvwrite import EXPECTED_LAST, put_checked
 from tokenwire.broker._ordered import ordered_subscribe
-from tokenwire.broker._puback import puback_decoder
 from tokenwire.broker._translate import translated
 
-_WRONG_LAST_SEQUENCE = 10071
 _NO_MESSAGE = 10037
-_EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
 _NS = 1_000_000_000
 MARKER_TTL_S = 3600.0
 """How long a cooldown's end marker stays: a deployment nobody probed within it reads as
@@ -174,7 +172,7 @@ class Cooldowns:
         the one at ``revision`` (the :class:`ProbeDue` marker; 0: no message); else the state
         found instead."""
         value = msgspec.json.encode(_Value("probing", seconds))
-        headers = {"Nats-TTL": ttl_header(seconds), _EXPECTED_LAST: str(revision)}
+        headers = {"Nats-TTL": ttl_header(seconds), EXPECTED_LAST: str(revision)}
         written = await self._write(deployment, value, headers)
         if written is not None:
             until_ns = time.time_ns() + int(seconds * _NS)
@@ -235,17 +233,14 @@ class Cooldowns:
 
     async def _write(self, deployment: str, value: bytes, headers: dict[str, str]) -> int | None:
         """Store one message; its revision, None when the expected revision did not hold."""
-        what = f"cooldown of {deployment}"
-        with translated(self._nc, what):
-            reply = await self._nc.request(
-                self._subject(deployment), value, self._timeout, headers=headers
-            )
-            ack = puback_decoder.decode(reply.data)
-        if ack.error is None:
-            return ack.seq
-        if ack.error.err_code == _WRONG_LAST_SEQUENCE:
-            return None
-        raise RequestFailed(what, ack.error.description, ack.error.err_code)
+        return await put_checked(
+            self._nc,
+            self._subject(deployment),
+            value,
+            headers=headers,
+            timeout_s=self._timeout,
+            what=f"cooldown of {deployment}",
+        )
 
 
 class CooldownWatch:

@@ -29,8 +29,8 @@ from nats.js import api
 from nats.js.errors import NotFoundError
 
 from tokenwire.broker._errors import RequestFailed
+from tokenwire.broker._kvwrite import EXPECTED_LAST, put_checked
 from tokenwire.broker._ordered import ordered_subscribe
-from tokenwire.broker._puback import puback_decoder
 from tokenwire.broker._translate import translated
 from tokenwire.schemas import KeyRecord, TenantRecord
 
@@ -38,9 +38,7 @@ log = logging.getLogger(__name__)
 
 EntryKind: TypeAlias = Literal["key", "tenant"]
 KINDS: tuple[EntryKind, ...] = ("key", "tenant")
-_WRONG_LAST_SEQUENCE = 10071
 _NO_MESSAGE = 10037
-_EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
 _key_decoder = msgspec.json.Decoder(KeyRecord)
 _tenant_decoder = msgspec.json.Decoder(TenantRecord)
 
@@ -182,23 +180,20 @@ class KeysBucket:
         """Store ``record`` (None: delete the entry) when the entry is still at revision
         ``expected`` (0: never written; None: whatever it is). The new revision, or None when
         ``expected`` did not hold."""
-        headers = {} if expected is None else {_EXPECTED_LAST: str(expected)}
+        headers = {} if expected is None else {EXPECTED_LAST: str(expected)}
         value = b""
         if record is None:
             headers["KV-Operation"] = "DEL"
         else:
             value = encode_record(record)
-        what = f"{kind} entry {name}"
-        with translated(self._nc, what):
-            reply = await self._nc.request(
-                self._subject(kind, name), value, self._timeout, headers=headers or None
-            )
-            ack = puback_decoder.decode(reply.data)
-        if ack.error is None:
-            return ack.seq
-        if ack.error.err_code == _WRONG_LAST_SEQUENCE:
-            return None
-        raise RequestFailed(what, ack.error.description, ack.error.err_code)
+        return await put_checked(
+            self._nc,
+            self._subject(kind, name),
+            value,
+            headers=headers,
+            timeout_s=self._timeout,
+            what=f"{kind} entry {name}",
+        )
 
     async def watch(self, on_entry: Callable[[KeyEntry], None]) -> KeysWatch:
         """Call ``on_entry`` with every entry's last state now, then with each change as the

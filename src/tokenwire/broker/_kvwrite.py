@@ -18,14 +18,32 @@ import msgspec
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from tokenwire.broker._errors import StepRegistryError
+from tokenwire.broker._errors import RequestFailed, StepRegistryError
 from tokenwire.broker._frames import FrameWriter, message_size
 from tokenwire.broker._puback import puback_decoder
 from tokenwire.broker._replies import ReplyInbox
+from tokenwire.broker._translate import translated
 
 _WRONG_LAST_SEQUENCE = 10071
 """JetStream's error code when the key's last revision is not the expected one."""
-_EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
+"""The header a conditional write names the key's expected revision in (0: none yet)."""
+
+
+async def put_checked(
+    nc: Client, subject: str, value: bytes, *, headers: dict[str, str], timeout_s: float, what: str
+) -> int | None:
+    """One request-reply write of a KV entry (bounded by ``timeout_s``): its revision, None
+    when the expected revision did not hold; :class:`RequestFailed` naming ``what`` for any
+    other refusal (the broker's own errors translated as everywhere in this package)."""
+    with translated(nc, what):
+        reply = await nc.request(subject, value, timeout_s, headers=headers or None)
+        ack = puback_decoder.decode(reply.data)
+    if ack.error is None:
+        return ack.seq
+    if ack.error.err_code == _WRONG_LAST_SEQUENCE:
+        return None
+    raise RequestFailed(what, ack.error.description, ack.error.err_code)
 
 
 class KvWriter:
@@ -71,7 +89,7 @@ class KvWriter:
         self._waiting[token] = future
         future.add_done_callback(lambda _: self._waiting.pop(token, None))
         subject, reply = self._subject + key, self._prefix + token
-        headers = {_EXPECTED_LAST: str(last)}
+        headers = {EXPECTED_LAST: str(last)}
         try:
             if self._frames.usable(message_size(headers, len(value))):
                 await self._frames.publish(subject, reply, headers, value)  # ADR 0008
