@@ -13,29 +13,11 @@ import traceback
 
 import click
 
-from tokenwire.broker import BrokerUnavailable, LayoutConflict, ReshardRefused
-from tokenwire.cli._errors import (
-    CheckFailedError,
-    Interrupted,
-    NotFoundError,
-    UnreachableError,
-    UsageError,
-)
-from tokenwire.config import ConfigError, without_userinfo
-from tokenwire.providers import ProviderError
+from tokenwire.cli._errors import Interrupted, UsageError
+from tokenwire.config import without_userinfo
 from tokenwire.scrub import scrub
-from tokenwire.store import StoreConfigError, StoreUnavailable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT = 0, 1, 2, 130
-_USAGE = (UsageError, ConfigError, ProviderError, StoreConfigError, LayoutConflict)
-_FAILED = (
-    CheckFailedError,
-    NotFoundError,
-    UnreachableError,
-    BrokerUnavailable,
-    StoreUnavailable,
-    ReshardRefused,
-)
 
 
 COMMANDS: dict[str, str] = {
@@ -134,11 +116,28 @@ def main(argv: list[str] | None = None) -> int:
 
 def exit_code(exc: BaseException) -> int:
     """2 for a configuration error, else 1; a wrapped cause (``raise ... from``) counts."""
+    # The error classes are imported here, on the way out: a command that never needs the
+    # broker (``scripted-provider``, ``--version``) does not import nats at start for them.
+    from tokenwire.broker import BrokerUnavailable, LayoutConflict, ReshardRefused
+    from tokenwire.cli._errors import CheckFailedError, NotFoundError, UnreachableError
+    from tokenwire.config import ConfigError
+    from tokenwire.providers import ProviderError
+    from tokenwire.store import StoreConfigError, StoreUnavailable
+
+    usage = (UsageError, ConfigError, ProviderError, StoreConfigError, LayoutConflict)
+    failed = (
+        CheckFailedError,
+        NotFoundError,
+        UnreachableError,
+        BrokerUnavailable,
+        StoreUnavailable,
+        ReshardRefused,
+    )
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, _USAGE):
+        if isinstance(seen, usage):
             return EXIT_USAGE
-        if isinstance(seen, _FAILED):
+        if isinstance(seen, failed):
             return EXIT_FAILED
         seen = seen.__cause__
     return EXIT_FAILED

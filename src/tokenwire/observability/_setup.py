@@ -13,16 +13,20 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from tokenwire.observability.conventions import legacy_names
+
+if TYPE_CHECKING:
+    # The SDK is imported where it is used: a service without an OTLP endpoint (the common
+    # case, and every service the tests start) runs on the API's no-op providers and never
+    # pays the SDK's import (tens of ms of CPU per process).
+    from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import SpanProcessor
 
 _ENDPOINTS = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -44,6 +48,11 @@ class OtelProviders:
 
     def shutdown(self) -> None:
         """Flush and stop the SDK providers (a no-op for the API's)."""
+        if not self.sdk:
+            return
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.trace import TracerProvider
+
         if isinstance(self.meter_provider, MeterProvider):
             self.meter_provider.shutdown()
         if isinstance(self.tracer_provider, TracerProvider):
@@ -51,6 +60,11 @@ class OtelProviders:
 
     def force_flush(self) -> None:
         """Export everything recorded so far (bounded by the exporters' timeouts)."""
+        if not self.sdk:
+            return
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.trace import TracerProvider
+
         if isinstance(self.meter_provider, MeterProvider):
             self.meter_provider.force_flush()
         if isinstance(self.tracer_provider, TracerProvider):
@@ -71,6 +85,8 @@ def otlp_configured(env: Mapping[str, str]) -> bool:
 
 def resource_for(service: str, env: Mapping[str, str]) -> Resource:
     """The resource: ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` over ``service``."""
+    from opentelemetry.sdk.resources import Resource
+
     attributes: dict[str, str] = {"service.name": service}
     for item in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
         key, sep, value = item.partition("=")
@@ -88,6 +104,9 @@ def sdk_providers(
     processors: list[SpanProcessor],
 ) -> OtelProviders:
     """SDK providers for ``service`` recording into the given readers and span processors."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+
     resource = resource_for(service, env)
     tracer_provider = TracerProvider(resource=resource)  # the sampler from OTEL_TRACES_SAMPLER
     for processor in processors:
@@ -103,6 +122,8 @@ def otel_from_env(service: str, env: Mapping[str, str] | None = None) -> OtelPro
         return no_otel()
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     traces = _signal_endpoint(env, "TRACES", "v1/traces")
     metric_url = _signal_endpoint(env, "METRICS", "v1/metrics")

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import IO, assert_never
 
-from rich.console import Console
-
 from tokenwire.replay._events import (
     ReplayEvent,
     Shown,
@@ -30,6 +28,10 @@ class EventPrinter:
     """Write events to ``file`` (styled when it is a terminal, plain otherwise)."""
 
     def __init__(self, file: IO[str], *, color: bool | None = None) -> None:
+        # rich is imported by the commands that print (replay, tail), not by every process
+        # that imports the replay package (a gateway mounts its events router).
+        from rich.console import Console
+
         self._console = Console(
             file=file,
             force_terminal=color,

@@ -103,7 +103,7 @@ class Assembler:
         self._events = EventPublisher(nc, on_given_up=self.metrics.events_given_up.inc)
         self.metrics.events_pending.set_function(lambda: self._events.pending)
         self._clock = clock
-        self.traces = StepTraces((otel or no_otel()).tracer_provider)  # spans per commit
+        self.traces = StepTraces(otel or no_otel())  # spans per commit
         t = settings.topology
         self._dlq_subject = t.dlq_subject(DLQ_CONSUMER)
         self.committer = Committer(

@@ -17,9 +17,8 @@ from collections.abc import Callable, Mapping
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import TracerProvider
 
-from tokenwire.observability import conventions, parent_context
+from tokenwire.observability import OtelProviders, conventions, parent_context
 
 MAX_OPEN = 10_000
 SPAN_NAME = "tokenwire.assembler.commit"
@@ -29,11 +28,9 @@ StepKey = tuple[str, int, int]
 class StepTraces:
     """Remembers open steps' trace contexts and emits a span per committed step."""
 
-    def __init__(
-        self, tracer_provider: trace.TracerProvider, clock: Callable[[], int] = time.time_ns
-    ) -> None:
-        self.enabled = isinstance(tracer_provider, TracerProvider)
-        self._tracer = tracer_provider.get_tracer(
+    def __init__(self, otel: OtelProviders, clock: Callable[[], int] = time.time_ns) -> None:
+        self.enabled = otel.sdk  # an SDK tracer provider is installed (no SDK import here)
+        self._tracer = otel.tracer_provider.get_tracer(
             "tokenwire.assembler", schema_url=conventions.SCHEMA_URL
         )
         self._clock = clock

@@ -23,8 +23,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, assert_never
 
-import httpx
-
 from tokenwire.providers import Dialect, ProviderConfigError, get_provider, provider_names
 from tokenwire.services.gateway._routing.routes_file import SCRIPTED
 
@@ -147,6 +145,8 @@ class ModelCatalog:
         return entry
 
     async def _fetch(self, source: _Source, now: float) -> _Listed:
+        import httpx  # here, on the first listing: the gateway's own upstream client is not httpx
+
         self.fetches += 1
         try:
             async with httpx.AsyncClient(timeout=self._timeout_s) as client:

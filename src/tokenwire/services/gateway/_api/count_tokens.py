@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -73,6 +72,8 @@ class CountTokens:
         )
 
     async def _forward(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> Response:
+        import httpx  # here, on the first count: the gateway's own upstream client is not httpx
+
         # As bytes: httpx encodes str values as ASCII, and a caller's latin-1 byte (which
         # HTTP allows, and the model endpoints forward as it came) was a 500 here.
         raw = {k.encode("latin-1"): v.encode("latin-1") for k, v in headers.items()}
