@@ -28,7 +28,7 @@ COMMANDS: dict[str, str] = {
     "telemetry": "_services:telemetry",
     "provision": "_services:provision",
     "reshard": "_services:reshard",
-    "scripted-provider": "_services:scripted_provider",
+    "scripted-provider": "_scripted:scripted_provider",
     "fold": "_fold:fold",
     "keys": "_keys:keys",
     "limits": "_limits:limits",

@@ -25,13 +25,13 @@ from tokenwire.broker import Connection, RequestFailed, Topology, connect, read_
 from tokenwire.cli._common import (
     invocation,
     port_or_free,
-    run_until_signal,
     settings,
     topology,
 )
 from tokenwire.cli._errors import CheckFailedError, UsageError
 from tokenwire.cli._flags import variable_flags
 from tokenwire.cli._fleet import ExpectedTotals, FleetPlan, FleetResult, expected_totals, run_fleet
+from tokenwire.cli._running import run_until_signal
 from tokenwire.cli._stack import STACK_MARGIN_S, Stack, StackPorts, port_flags
 from tokenwire.config import stop_timeout
 from tokenwire.schemas import ErrorEvent, MessageEvent, StreamStarted

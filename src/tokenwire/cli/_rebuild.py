@@ -28,14 +28,13 @@ from tokenwire.broker import Connection, Topology, connect, retained_sessions
 from tokenwire.cli._common import (
     nats_url,
     ready_store,
-    run_until_signal,
     settings,
     topology,
-    unless_stopped,
 )
 from tokenwire.cli._errors import CheckFailedError, NotFoundError
 from tokenwire.cli._flags import variable_flags
 from tokenwire.cli._progress import SessionProgress
+from tokenwire.cli._running import run_until_signal, unless_stopped
 from tokenwire.replay import Difference, RetainedSteps, compare_with_store, stored_chunks
 from tokenwire.schemas import chunk_envelopes
 from tokenwire.services.assembler import AssemblerSettings, Assembly, AssemblyConfig, ClosedStep

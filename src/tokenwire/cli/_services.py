@@ -10,14 +10,12 @@ import click
 
 from tokenwire.broker import Connection, Topology
 from tokenwire.cli._common import (
-    event_loop_factory,
     nats_url,
-    run_until_signal,
     settings,
     topology,
-    unless_stopped,
 )
 from tokenwire.cli._flags import variable_flags
+from tokenwire.cli._running import event_loop_factory, run_until_signal, unless_stopped
 from tokenwire.variables import TELEMETRY_METRICS_ADDR
 
 
@@ -41,58 +39,6 @@ def telemetry(ctx: click.Context, burst: bool) -> None:
 
     async def main(stop: asyncio.Event) -> None:
         await service.run(config, stop, burst=burst)
-
-    run_until_signal(main)
-
-
-@click.command("scripted-provider")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=9000, show_default=True, type=click.IntRange(0, 65535))
-@click.option("--rate", default=0.0, show_default=True, help="Fragments per second (0 = max).")
-@click.option("--fragments", default=8, show_default=True, help="Fragments per text scenario.")
-@click.option("--fragment-size", default=4, show_default=True, help="Characters per fragment.")
-@click.option("--stall", default=30.0, show_default=True, help="Seconds the stall scenario stalls.")
-@click.option("--seed", default=0, show_default=True)
-@click.option("--recording", type=click.Path(exists=True, dir_okay=False), help="File to replay.")
-@click.option(
-    "--recording-root",
-    type=click.Path(exists=True, file_okay=False),
-    help="Folder the X-Scripted-Recording header may select files from.",
-)
-@variable_flags("scripted-provider")
-def scripted_provider(
-    *,
-    host: str,
-    port: int,
-    rate: float,
-    fragments: int,
-    fragment_size: int,
-    stall: float,
-    seed: int,
-    recording: str | None,
-    recording_root: str | None,
-) -> None:
-    """Run the offline upstream: OpenAI- and Anthropic-compatible scripted streams."""
-
-    from tokenwire.services import scripted_provider as service
-
-    config = service.ScriptedSettings(
-        token_rate=rate,
-        fragment_size=fragment_size,
-        length=fragments,
-        stall_s=stall,
-        seed=seed,
-        recording=recording,
-        recording_root=recording_root,
-    )
-
-    async def main(stop: asyncio.Event) -> None:
-        task = asyncio.create_task(service.run(host, port, config))
-        waiter = asyncio.create_task(stop.wait())
-        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        for t in (task, waiter):
-            t.cancel()
-        await asyncio.gather(task, waiter, return_exceptions=True)
 
     run_until_signal(main)
 

@@ -17,12 +17,11 @@ import msgspec
 from tokenwire.cli._common import (
     nats_client,
     opened_store,
-    run_until_signal,
     topology,
-    unless_stopped,
 )
 from tokenwire.cli._errors import CheckFailedError, NotFoundError
 from tokenwire.cli._progress import SessionProgress
+from tokenwire.cli._running import run_until_signal, unless_stopped
 from tokenwire.replay import Difference, SessionNotFound, verify_report
 
 
