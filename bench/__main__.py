@@ -52,7 +52,7 @@ def _scale(profile: Profile) -> None:
     t.STEPS, t.CHUNKS_BIG = sizes(profile, (20, 50), (1_000, 200), (1_000, 1_000))
     from bench import bench_floor, bench_paced, bench_shards
 
-    bench_floor.scale(*sizes(profile, (5, 1, 1, 1), (150, 3, 4, 3), (150, 3, 8, 3)))
+    bench_floor.scale(*sizes(profile, (5, 1, 1, 1, 150), (150, 3, 4, 3, 400), (150, 3, 8, 3, 400)))
 
     from bench import bench_routes
 

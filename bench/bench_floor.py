@@ -50,6 +50,9 @@ from bench._procs import cpu_s
 from tokenwire.broker import EmbeddedServer, free_port
 
 SESSIONS, STEPS, TOKENS, RATE, ROUNDS, RUNS = 150, 3, 100, 50, 4, 3
+LONG_TOKENS = 400
+"""Tokens of the one-step round that splits a side's CPU into a cost per step and per token."""
+SPLIT_SIDES = ("gateway", "proxy")
 COALESCE_MS = 100
 SIDES = ("gateway", "coalesced", "proxy", "relay")
 FIGURES: dict[str, float] = {}
@@ -104,22 +107,28 @@ class Side:
     proc: subprocess.Popen[bytes]
     headers: str = ""
     us: list[float] = field(default_factory=list)
+    long_us: list[float] = field(default_factory=list)
+    """CPU us per token of one round of one :data:`LONG_TOKENS` step per session."""
 
 
-def scale(sessions: int, steps: int, rounds: int, runs: int = RUNS) -> None:
+def scale(
+    sessions: int, steps: int, rounds: int, runs: int = RUNS, long_tokens: int = LONG_TOKENS
+) -> None:
     """Sizes for a profile (``make bench-smoke`` runs a handful of sessions once)."""
-    global SESSIONS, STEPS, ROUNDS, RUNS
-    SESSIONS, STEPS, ROUNDS, RUNS = sessions, steps, rounds, runs
+    global SESSIONS, STEPS, ROUNDS, RUNS, LONG_TOKENS
+    SESSIONS, STEPS, ROUNDS, RUNS, LONG_TOKENS = sessions, steps, rounds, runs, long_tokens
 
 
-async def _round(side: Side, tag: str) -> float:
-    """One paced round on ``side``: its process's CPU us per token streamed."""
+async def _round(side: Side, tag: str, *, steps: int = 0, tokens: int = 0) -> float:
+    """One paced round on ``side`` (:data:`STEPS` steps of :data:`TOKENS` tokens a session
+    unless given): its process's CPU us per token streamed."""
+    steps, tokens = steps or STEPS, tokens or TOKENS
     proc = psutil.Process(side.proc.pid)
     before = cpu_s(proc)
     await gw.paced_sessions(
-        side.port, SESSIONS, tag, steps=STEPS, tokens=TOKENS, rate=RATE, extra=side.headers
+        side.port, SESSIONS, tag, steps=steps, tokens=tokens, rate=RATE, extra=side.headers
     )
-    return (cpu_s(proc) - before) / (SESSIONS * STEPS * TOKENS) * 1e6
+    return (cpu_s(proc) - before) / (SESSIONS * steps * tokens) * 1e6
 
 
 def _progress(what: str) -> None:
@@ -152,6 +161,12 @@ async def _rounds(sides: list[Side]) -> None:
         for side in sides[r % len(sides) :] + sides[: r % len(sides)]:
             _progress(f"round {r + 1}/{ROUNDS}: {side.name}")
             side.us.append(await _round(side, f"{side.name}-{r}"))
+    for side in sides:
+        if side.name in SPLIT_SIDES:
+            _progress(f"one step of {LONG_TOKENS} tokens a session: {side.name}")
+            side.long_us.append(
+                await _round(side, f"{side.name}-long", steps=1, tokens=LONG_TOKENS)
+            )
 
 
 async def _run() -> list[Side]:
@@ -187,7 +202,33 @@ def _put(runs: list[list[Side]]) -> None:
     for i, run in enumerate(per_run):
         FIGURES[f"gateway_over_proxy_{i}"] = run["gateway"] / run["proxy"]
     FIGURES["gateway_over_proxy"] = statistics.median(r["gateway"] / r["proxy"] for r in per_run)
+    _put_split(runs)
     FIGURES["rounds"], FIGURES["sessions"], FIGURES["runs"] = ROUNDS, SESSIONS, len(runs)
+
+
+def split(short_us: float, long_us: float, short: int, long: int) -> tuple[float, float]:
+    """A side's CPU per token at steps of ``short`` and of ``long`` tokens, as a cost per
+    step and a cost per token (us): ``us(n) = step / n + token``, solved from the two."""
+    step = (short_us - long_us) / (1 / short - 1 / long)
+    return step, long_us - step / long
+
+
+def _put_split(runs: list[list[Side]]) -> None:
+    """Each split side's cost per step and per token (median over the runs), and the
+    gateway's cost per token over the proxy's."""
+    for name in SPLIT_SIDES:
+        costs = [
+            split(statistics.median(side.us), side.long_us[0], TOKENS, LONG_TOKENS)
+            for sides in runs
+            for side in sides
+            if side.name == name
+        ]
+        FIGURES[f"{name}_us_per_step"] = statistics.median(step for step, _ in costs)
+        FIGURES[f"{name}_marginal_us_per_token"] = statistics.median(t for _, t in costs)
+    FIGURES["long_tokens"] = LONG_TOKENS
+    FIGURES["gateway_marginal_over_proxy"] = (
+        FIGURES["gateway_marginal_us_per_token"] / FIGURES["proxy_marginal_us_per_token"]
+    )
 
 
 def table(figures: dict[str, float]) -> str:
@@ -216,7 +257,32 @@ def table(figures: dict[str, float]) -> str:
             f"| **gateway over the bare proxy** (median of {runs} runs: {each}; target <= 1.0x) "
             f"| **{figures['gateway_over_proxy']:.2f}x** | |"
         )
+    if "gateway_us_per_step" in figures:
+        rows += ["", *split_table(figures)]
     return "\n".join(rows)
+
+
+def split_table(figures: dict[str, float]) -> list[str]:
+    """The gateway's and the proxy's CPU as a cost per step and a cost per token, from the
+    rounds above and one round of one long step a session."""
+    long = int(figures["long_tokens"])
+    rows = [
+        f"Each side's CPU per token at {TOKENS} and at {long} tokens a step, solved as "
+        f"us(n) = step / n + token (median of the runs):",
+        "",
+        "| side | per step, us | per token, us |",
+        "| --- | ---: | ---: |",
+    ]
+    rows += [
+        f"| {name} | {figures[f'{name}_us_per_step']:,.0f} | "
+        f"{figures[f'{name}_marginal_us_per_token']:.1f} |"
+        for name in SPLIT_SIDES
+    ]
+    rows.append(
+        f"| gateway over the bare proxy, per token | | "
+        f"{figures['gateway_marginal_over_proxy']:.2f}x |"
+    )
+    return rows
 
 
 def main() -> str:
