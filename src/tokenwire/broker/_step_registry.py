@@ -251,7 +251,8 @@ class StepRegistry:
         self._retry_s = retry_s
         self._js = js  # reads from the bucket's leader (None: the KV's own reads)
         self._idle_s = idle_s  # kept with every claim (StepRecord.idle_s)
-        self._tokens = (f"{uuid.uuid4().hex[:12]}.{n}" for n in itertools.count())
+        prefix = uuid.uuid4().hex[:12]  # this registry's: a claim's token is it and a count
+        self._tokens = (f"{prefix}.{n}" for n in itertools.count())
         self._known: OrderedDict[str, tuple[int, _Latest]] = OrderedDict()
 
     @classmethod
