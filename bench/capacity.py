@@ -31,6 +31,7 @@ from bench._capacity_inputs import (
 )
 from bench._suite import REPO, Figures, load
 from bench.bench_floor import COALESCE_MS
+from bench.bench_floor import TOKENS as FLOOR_STEP_TOKENS
 
 SESSIONS = 100_000
 TOKENS_PER_S = 50.0
@@ -463,6 +464,31 @@ def _floor_section(fig: Figures, p: Plan) -> list[str]:
         f"{relay_total:,} cores, {verdict} the issue's {TODAY_CORES // 2}: the relay is one "
         "wake-up, one read and one write per token, which a gateway that passes each token "
         "on at once (never delaying the caller's stream) cannot avoid." + coalescing,
+        *_split_lines(floor),
+    ]
+
+
+def _split_lines(floor: dict[str, float]) -> list[str]:
+    """The gateway's and the proxy's CPU as a cost per step and a cost per token, when the
+    floor run measured them (bench_floor's one round of long steps)."""
+    if "gateway_us_per_step" not in floor:
+        return []
+    return [
+        "",
+        f"Split into a cost per step and a cost per token (the same run, steps of "
+        f"{FLOOR_STEP_TOKENS} and of {floor['long_tokens']:.0f} tokens): the gateway "
+        f"{floor['gateway_us_per_step']:,.0f} us a step and "
+        f"{floor['gateway_marginal_us_per_token']:.1f} us a token, the bare proxy "
+        f"{floor['proxy_us_per_step']:,.0f} us a step and "
+        f"{floor['proxy_marginal_us_per_token']:.1f} us a token: per token the gateway is "
+        f"{floor['gateway_marginal_over_proxy']:.2f}x the proxy; "
+        + (
+            "what it pays above the proxy is per step"
+            if floor["gateway_marginal_over_proxy"] <= 1
+            else "most of what it pays above the proxy is per step"
+        )
+        + " (the request's checks, the claim, the span and metrics, the first chunk's publish "
+        "and the step's acks), so its cost per token falls as steps grow longer.",
     ]
 
 

@@ -206,3 +206,30 @@ def test_the_floor_table_gives_each_runs_ratio_to_the_proxy_and_their_median() -
     text = bench_floor.table(figures)
     assert "| side (150 sessions at 50 tokens/s, 3 runs of 4 rounds) |" in text
     assert "median of 3 runs: 1.20x, 1.10x, 0.90x; target <= 1.0x) | **1.10x** |" in text
+
+
+def test_the_split_solves_a_cost_per_step_and_per_token_from_two_step_lengths() -> None:
+    # A side paying 2,000 us a step and 30 us a token: 50 us a token at 100-token steps,
+    # 35 at 400-token steps (by hand: 2000/100 + 30, 2000/400 + 30).
+    step, token = bench_floor.split(50.0, 35.0, 100, 400)
+    assert round(step, 6) == 2000.0
+    assert round(token, 6) == 30.0
+
+
+def test_the_floor_table_and_the_model_give_the_split_when_measured() -> None:
+    figures = {
+        "gateway_us_per_step": 2760.0,
+        "gateway_marginal_us_per_token": 33.2,
+        "proxy_us_per_step": 234.0,
+        "proxy_marginal_us_per_token": 38.0,
+        "gateway_marginal_over_proxy": 33.2 / 38.0,
+        "long_tokens": 400.0,
+    }
+    rows = bench_floor.split_table(figures)
+    assert "| gateway | 2,760 | 33.2 |" in rows
+    assert "| proxy | 234 | 38.0 |" in rows
+    assert "| gateway over the bare proxy, per token | | 0.87x |" in rows
+    text = " ".join(capacity._split_lines(figures))
+    assert "the gateway 2,760 us a step and 33.2 us a token" in text
+    assert "what it pays above the proxy is per step" in text
+    assert capacity._split_lines({}) == []
