@@ -72,8 +72,9 @@ async def _publish(url: str) -> None:
 
 @pytest.fixture(scope="module")
 def clean(retained: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The store a clean rebuild of every retained session writes (once per module)."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('clean') / 'clean.db'}"
+    """The store a clean rebuild of every retained session writes (once per module). It is
+    the oracle, never crashed: its commits skip the fsync (``synchronous=NORMAL``)."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('clean') / 'clean.db'}?synchronous=NORMAL"
 
     async def go() -> None:
         store = open_store(url)
