@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import copy
 import importlib
 import os
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import uvloop
 
-from bench import _report, capacity
+from bench import _procs, _report, capacity
 from bench._suite import PROFILES, REPO, Figures, Profile, load, machine, save, sizes
 
 
@@ -52,7 +53,11 @@ def _scale(profile: Profile) -> None:
     t.STEPS, t.CHUNKS_BIG = sizes(profile, (20, 50), (1_000, 200), (1_000, 1_000))
     from bench import bench_floor, bench_paced, bench_shards
 
-    bench_floor.scale(*sizes(profile, (5, 1, 1, 1, 150), (150, 3, 4, 3, 400), (150, 3, 8, 3, 400)))
+    bench_floor.scale(
+        *sizes(
+            profile, (5, 1, 1, 1, 150, False), (150, 3, 4, 3, 400, True), (150, 3, 8, 3, 400, True)
+        )
+    )
 
     from bench import bench_routes
 
@@ -160,6 +165,10 @@ PARTS: dict[str, Callable[[Figures, Profile, argparse.Namespace], str]] = {
     "routes": _module("routes"),
     "admission": _module("admission"),
 }
+SHARED_STACKS = {"stack", "interleaved"}
+"""Parts that start the same full stacks (the whole stack, and the same with frames off): with
+the smoke profile, when one runs right after the other, the stacks the first started serve
+the second (``bench._procs.kept_stacks``) instead of two more starts."""
 EXTRA = (
     "publish",
     "fold",
@@ -212,17 +221,24 @@ def main(argv: list[str]) -> int:
     previous = load(results) if args.parts else None  # a named part's run keeps the others
     if previous is not None and previous.profile != profile:
         previous = None
-    for name in wanted:
-        print(f"\n## {name} ({profile})\n", flush=True)
-        started = time.perf_counter()
-        part = PARTS.get(name) or _module(name)
-        table = part(fig, profile, args)
-        fig.seconds[name] = time.perf_counter() - started
-        fig.tables[name] = table
-        print(table, flush=True)
-        print(f"\n({fig.seconds[name]:.1f} s)", flush=True)
-        (args.out / f"bench_{name}.md").write_text(table + "\n")
-        _save_so_far(fig, previous, results)
+    with contextlib.ExitStack() as kept:
+        for i, name in enumerate(wanted):
+            after = wanted[i + 1] if i + 1 < len(wanted) else ""
+            keep = profile == "smoke" and {name, after} <= SHARED_STACKS
+            if keep and not _procs.keeping():
+                kept.enter_context(_procs.kept_stacks())
+            print(f"\n## {name} ({profile})\n", flush=True)
+            started = time.perf_counter()
+            part = PARTS.get(name) or _module(name)
+            table = part(fig, profile, args)
+            fig.seconds[name] = time.perf_counter() - started
+            if not keep:
+                kept.close()  # the shared stacks stop once no next part asks for them
+            fig.tables[name] = table
+            print(table, flush=True)
+            print(f"\n({fig.seconds[name]:.1f} s)", flush=True)
+            (args.out / f"bench_{name}.md").write_text(table + "\n")
+            _save_so_far(fig, previous, results)
     if previous is not None:
         fig.merge(previous)
     if not args.no_docs:

@@ -8,7 +8,7 @@ import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -103,31 +103,83 @@ class RunningStack:
     procs: dict[str, psutil.Process]
 
 
+_kept: list[dict[tuple[object, ...], tuple[RunningStack, contextlib.ExitStack]]] = []
+"""The stacks each open :func:`kept_stacks` block keeps, by the arguments they were started
+with (the innermost block last)."""
+
+
+@contextlib.contextmanager
+def kept_stacks() -> Iterator[None]:
+    """Within the block, :func:`full_stack` starts each ``shared`` variant (its arguments) once
+    and hands the running stack to every later caller that asks for the same variant; they
+    stop when the block ends. With the smoke profile, ``python -m bench`` runs the ``stack``
+    and ``interleaved`` parts in one such block, so they share the whole stack and the one
+    with frames off: a smoke figure only says that its code path ran, and starting a stack
+    costs more CPU than the smoke load it then serves."""
+    _kept.append({})
+    try:
+        yield
+    finally:
+        with contextlib.ExitStack() as stopping:  # every one stops, whichever fails
+            for _, cleanup in _kept.pop().values():
+                stopping.enter_context(cleanup)
+
+
+def keeping() -> bool:
+    """Whether a :func:`kept_stacks` block is open."""
+    return bool(_kept)
+
+
 @contextlib.asynccontextmanager
 async def full_stack(
-    *, consumers: bool = True, hooks: dict[str, str] | None = None, partitions: int = 16
+    *,
+    consumers: bool = True,
+    hooks: dict[str, str] | None = None,
+    partitions: int = 16,
+    shared: bool = False,
 ) -> AsyncIterator[RunningStack]:
     """nats-server, scripted provider (rate 0: paced only when a request asks), gateway and,
-    with ``consumers``, the assembler (SQLite) and telemetry, each its own process."""
-    with tempfile.TemporaryDirectory(prefix="tw-bench-stack-") as tmp:
-        data = Path(tmp)
-        settings = replace(load({"TOKENWIRE_DATA_DIR": str(data)}), partitions=partitions)
-        port = free_port()
-        stack = BenchStack(
-            settings,
-            Topology(partitions=partitions),
-            gateway_port=port,
-            scripted_rate=0.0,
-            consumers=consumers,
-            hooks=hooks,
-        )
-        await stack.start()
-        try:
-            sp = int(stack.addresses["scripted-provider"].rsplit(":", 1)[1])
-            procs = {c.name: psutil.Process(c.proc.pid) for c in stack.children if c.proc}
-            procs["load"] = psutil.Process()
-            if stack.server is not None and stack.server.pid:  # this stack's own server
-                procs["nats"] = psutil.Process(stack.server.pid)
-            yield RunningStack(stack, port, sp, data, procs)
-        finally:
-            stack.stop()
+    with ``consumers``, the assembler (SQLite) and telemetry, each its own process; ``shared``
+    within :func:`kept_stacks`: the same variant's running stack if one was started there."""
+    key = (consumers, tuple(sorted((hooks or {}).items())), partitions)
+    kept = _kept[-1] if shared and _kept else None
+    if kept is not None and key in kept:
+        yield kept[key][0]
+        return
+    cleanup = contextlib.ExitStack()
+    try:
+        running = await _start_stack(cleanup, consumers, hooks, partitions)
+    except BaseException:
+        cleanup.close()
+        raise
+    if kept is not None:
+        kept[key] = (running, cleanup)
+        yield running
+        return
+    with cleanup:
+        yield running
+
+
+async def _start_stack(
+    cleanup: contextlib.ExitStack, consumers: bool, hooks: dict[str, str] | None, partitions: int
+) -> RunningStack:
+    """Start the stack in a new temporary directory; ``cleanup`` stops it and removes that."""
+    data = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="tw-bench-stack-")))
+    settings = replace(load({"TOKENWIRE_DATA_DIR": str(data)}), partitions=partitions)
+    port = free_port()
+    stack = BenchStack(
+        settings,
+        Topology(partitions=partitions),
+        gateway_port=port,
+        scripted_rate=0.0,
+        consumers=consumers,
+        hooks=hooks,
+    )
+    await stack.start()  # stops what it started when it fails
+    cleanup.callback(stack.stop)
+    sp = int(stack.addresses["scripted-provider"].rsplit(":", 1)[1])
+    procs = {c.name: psutil.Process(c.proc.pid) for c in stack.children if c.proc}
+    procs["load"] = psutil.Process()
+    if stack.server is not None and stack.server.pid:  # this stack's own server
+        procs["nats"] = psutil.Process(stack.server.pid)
+    return RunningStack(stack, port, sp, data, procs)

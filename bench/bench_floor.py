@@ -24,11 +24,12 @@ A round is :data:`SESSIONS` callers, each streaming :data:`STEPS` steps of :data
 tokens at :data:`RATE` tokens/s one after another, with the starts spread over a second (the
 capacity model's load, as ``bench_gateway_cpu --paced``). A side's figure is its process's
 own CPU (user + system, from ``/proc``) over the tokens streamed; the gateway's broker is not
-counted (the model counts the broker on its own). A run is a fresh set of processes and
-:data:`ROUNDS` rounds; the part makes :data:`RUNS` runs. Each side's figure is the median over
-the runs of its median over a run's rounds, each ratio the median of the runs' same-run
-ratios; the gateway over the bare proxy is issue 47's target (at most 1.0x). They feed
-docs/capacity.md: the model's total with the gateway's cores scaled by each floor's ratio.
+counted (the model counts the broker on its own). A run is a fresh set of processes, a
+discarded warm-up round on every side (:data:`WARM_UP`) and :data:`ROUNDS` rounds; the part
+makes :data:`RUNS` runs. Each side's figure is the median over the runs of its median over a
+run's rounds, each ratio the median of the runs' same-run ratios; the gateway over the bare
+proxy is issue 47's target (at most 1.0x). They feed docs/capacity.md: the model's total with
+the gateway's cores scaled by each floor's ratio.
 Run: ``python -m bench floor`` (~9 min).
 """
 
@@ -53,6 +54,8 @@ SESSIONS, STEPS, TOKENS, RATE, ROUNDS, RUNS = 150, 3, 100, 50, 4, 3
 LONG_TOKENS = 400
 """Tokens of the one-step round that splits a side's CPU into a cost per step and per token."""
 SPLIT_SIDES = ("gateway", "proxy")
+WARM_UP = True
+"""Whether a run starts with a discarded round on every side (the smoke profile's is off)."""
 COALESCE_MS = 100
 SIDES = ("gateway", "coalesced", "proxy", "relay")
 FIGURES: dict[str, float] = {}
@@ -112,11 +115,18 @@ class Side:
 
 
 def scale(
-    sessions: int, steps: int, rounds: int, runs: int = RUNS, long_tokens: int = LONG_TOKENS
+    sessions: int,
+    steps: int,
+    rounds: int,
+    runs: int = RUNS,
+    long_tokens: int = LONG_TOKENS,
+    warm_up: bool = True,
 ) -> None:
-    """Sizes for a profile (``make bench-smoke`` runs a handful of sessions once)."""
-    global SESSIONS, STEPS, ROUNDS, RUNS, LONG_TOKENS
-    SESSIONS, STEPS, ROUNDS, RUNS, LONG_TOKENS = sessions, steps, rounds, runs, long_tokens
+    """Sizes for a profile (``make bench-smoke`` runs a handful of sessions once, unwarmed:
+    its figures only say that every side streamed)."""
+    global SESSIONS, STEPS, ROUNDS, RUNS, LONG_TOKENS, WARM_UP
+    SESSIONS, STEPS, ROUNDS, RUNS = sessions, steps, rounds, runs
+    LONG_TOKENS, WARM_UP = long_tokens, warm_up
 
 
 async def _round(side: Side, tag: str, *, steps: int = 0, tokens: int = 0) -> float:
@@ -155,7 +165,7 @@ def _start(nats_url: str, sp_port: int) -> list[Side]:
 
 
 async def _rounds(sides: list[Side]) -> None:
-    for side in sides:  # warm-up: imports, connections, the provider's pools
+    for side in sides if WARM_UP else []:  # warm-up: imports, connections, the provider's pools
         await _round(side, f"warm-{side.name}")
     for r in range(ROUNDS):
         for side in sides[r % len(sides) :] + sides[: r % len(sides)]:

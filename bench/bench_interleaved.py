@@ -61,8 +61,8 @@ def _progress(what: str) -> None:
 @contextlib.asynccontextmanager
 async def _variants(with_peer: bool) -> AsyncIterator[list[Variant]]:
     async with contextlib.AsyncExitStack() as stack:
-        full = await stack.enter_async_context(full_stack())
-        off = await stack.enter_async_context(full_stack(hooks=FRAMES_OFF))
+        full = await stack.enter_async_context(full_stack(shared=True))
+        off = await stack.enter_async_context(full_stack(hooks=FRAMES_OFF, shared=True))
         found = [
             Variant("full", full.gateway_port, full.procs, []),
             Variant("v1", off.gateway_port, off.procs, []),

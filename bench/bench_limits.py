@@ -113,7 +113,7 @@ def json_limit(body: bytes, repeat: int) -> float:
 
 async def proxy_limits(fig: Figures, profile: Profile) -> None:
     """(4) and (5): the scripted provider and the bare proxy as processes."""
-    serial = sizes(profile, 10, 100, 200)
+    serial = sizes(profile, 5, 100, 200)  # smoke: as bench_stack's
     async with scripted_and_proxy() as (sp_port, px_port, procs):
         body = await _sse_body(sp_port, 200)
         fig.put(PHASE, "json_loads_per_s", json_limit(body, 5))

@@ -315,7 +315,7 @@ async def _marked_lone(fig: Figures, port: int, marks: Path, n: int) -> None:
 
 async def _stack_variants(fig: Figures, profile: Profile) -> None:
     _progress("full stack (assembler + telemetry)")
-    async with full_stack() as s:
+    async with full_stack(shared=True) as s:  # interleaved's too, with the smoke profile
         url = s.stack.nats_url
         await scenarios(fig, PHASE, "full", ttft=True, nats_url=url, **_ports(s, profile))
         await paced_retention(fig, "full", s.gateway_port, url, profile)
@@ -348,7 +348,7 @@ async def _frames_off_variant(fig: Figures, profile: Profile) -> None:
     provider connections, as the full stack's paced callers do before its full-speed load),
     then the 50 callers at full speed."""
     _progress("full stack, frames off (the wire before frames, issue 27's baseline)")
-    async with full_stack(hooks=FRAMES_OFF) as s:
+    async with full_stack(hooks=FRAMES_OFF, shared=True) as s:
         url = s.stack.nats_url
         await paced_retention(fig, "v1", s.gateway_port, url, profile)
         callers = sizes(profile, 5, CALLERS, CALLERS)
