@@ -216,7 +216,7 @@ def test_the_image_entry_point_and_every_service_command_are_the_wheels(
     argvs = _service_commands()
     assert {a[0] for a in argvs} >= {"gateway", "assembler", "telemetry", "provision"}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TOKENWIRE_", "PYTHON"))}
-    for argv in argvs:
+    for argv in dict.fromkeys(tuple(a) for a in argvs):  # each distinct command line, once
         done = subprocess.run(
             [str(installed.tokenwire), *argv, "--help"],
             env=env,
