@@ -13,9 +13,14 @@ TEST_WORKERS ?= 4
 
 .PHONY: demo test lint typecheck bench bench-peer bench-long bench-smoke schemas install browser clean fuzz faults soak
 
+# The pinned uv, in a virtual environment of its own. The system's pip installs it there (pip
+# 22.3+: --python), so that no pip is installed into .uv (and compiled) only to install uv;
+# without that pip, .uv gets its own pip first, as `python -m venv` would give it.
 $(UV):
-	$(PYTHON) -m venv .uv
-	.uv/bin/pip install --quiet "uv==$(UV_VERSION)"
+	$(PYTHON) -m venv --without-pip .uv
+	$(PYTHON) -m pip --python .uv/bin/python install --quiet "uv==$(UV_VERSION)" 2>/dev/null \
+	  || { .uv/bin/python -m ensurepip --default-pip >/dev/null \
+	  && .uv/bin/python -m pip install --quiet "uv==$(UV_VERSION)"; }
 
 $(VENV)/.synced: $(UV) uv.lock pyproject.toml
 	$(UV) sync --frozen --all-extras --quiet
