@@ -470,9 +470,13 @@ def _floor_section(fig: Figures, p: Plan) -> list[str]:
 
 def _split_lines(floor: dict[str, float]) -> list[str]:
     """The gateway's and the proxy's CPU as a cost per step and a cost per token, when the
-    floor run measured them (bench_floor's one round of long steps)."""
+    floor run measured them (bench_floor's one round of long steps), and how the gateway's
+    excess over the proxy divides between the two at the floor's step length."""
     if "gateway_us_per_step" not in floor:
         return []
+    per_token = floor["gateway_marginal_us_per_token"] - floor["proxy_marginal_us_per_token"]
+    per_step = (floor["gateway_us_per_step"] - floor["proxy_us_per_step"]) / FLOOR_STEP_TOKENS
+    share = per_token / (per_token + per_step) if per_token + per_step > 0 else float("nan")
     return [
         "",
         f"Split into a cost per step and a cost per token (the same run, steps of "
@@ -480,15 +484,10 @@ def _split_lines(floor: dict[str, float]) -> list[str]:
         f"{floor['gateway_us_per_step']:,.0f} us a step and "
         f"{floor['gateway_marginal_us_per_token']:.1f} us a token, the bare proxy "
         f"{floor['proxy_us_per_step']:,.0f} us a step and "
-        f"{floor['proxy_marginal_us_per_token']:.1f} us a token: per token the gateway is "
-        f"{floor['gateway_marginal_over_proxy']:.2f}x the proxy; "
-        + (
-            "what it pays above the proxy is per step"
-            if floor["gateway_marginal_over_proxy"] <= 1
-            else "most of what it pays above the proxy is per step"
-        )
-        + " (the request's checks, the claim, the span and metrics, the first chunk's publish "
-        "and the step's acks), so its cost per token falls as steps grow longer.",
+        f"{floor['proxy_marginal_us_per_token']:.1f} us a token (per token the gateway is "
+        f"{floor['gateway_marginal_over_proxy']:.2f}x the proxy). Of what the gateway pays "
+        f"above the proxy at {FLOOR_STEP_TOKENS}-token steps, {per_token:.1f} us a token is "
+        f"per token and {per_step:.1f} per step ({share:.0%} per token).",
     ]
 
 

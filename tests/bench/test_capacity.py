@@ -218,18 +218,20 @@ def test_the_split_solves_a_cost_per_step_and_per_token_from_two_step_lengths() 
 
 def test_the_floor_table_and_the_model_give_the_split_when_measured() -> None:
     figures = {
-        "gateway_us_per_step": 2760.0,
-        "gateway_marginal_us_per_token": 33.2,
-        "proxy_us_per_step": 234.0,
-        "proxy_marginal_us_per_token": 38.0,
-        "gateway_marginal_over_proxy": 33.2 / 38.0,
+        "gateway_us_per_step": 1207.0,
+        "gateway_marginal_us_per_token": 62.2,
+        "proxy_us_per_step": 655.0,
+        "proxy_marginal_us_per_token": 30.7,
+        "gateway_marginal_over_proxy": 62.2 / 30.7,
         "long_tokens": 400.0,
     }
     rows = bench_floor.split_table(figures)
-    assert "| gateway | 2,760 | 33.2 |" in rows
-    assert "| proxy | 234 | 38.0 |" in rows
-    assert "| gateway over the bare proxy, per token | | 0.87x |" in rows
+    assert "| gateway | 1,207 | 62.2 |" in rows
+    assert "| proxy | 655 | 30.7 |" in rows
+    assert "| gateway over the bare proxy, per token | | 2.03x |" in rows
     text = " ".join(capacity._split_lines(figures))
-    assert "the gateway 2,760 us a step and 33.2 us a token" in text
-    assert "what it pays above the proxy is per step" in text
+    assert "the gateway 1,207 us a step and 62.2 us a token" in text
+    # Above the proxy at 100-token steps, by hand: 62.2 - 30.7 = 31.5 us per token,
+    # (1,207 - 655) / 100 = 5.5 per step; 31.5 / 37.0 = 85 % per token.
+    assert "31.5 us a token is per token and 5.5 per step (85% per token)" in text
     assert capacity._split_lines({}) == []
