@@ -14,21 +14,12 @@ does. Target: limits add at most 0.2 ms at p50 (the median of the pairs' differe
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import random
-import tempfile
-import time
 from pathlib import Path
 
 import msgspec
-import psutil
-import uvloop
 
-from bench import bench_gateway as gw
-from bench._procs import cpu_s
-from bench._suite import pct
-from tokenwire.broker import EmbeddedServer, free_port
+from bench import _ab
 
 PAIRS = 2000
 OPTIONS = "fragments=2"
@@ -85,30 +76,6 @@ def _request(port: int, key: str, session: str) -> bytes:
     return head.encode() + body
 
 
-async def _pairs(plain_port: int, limited_port: int, n: int) -> list[tuple[float, float]]:
-    """``n`` (plain, limited) times to first body bytes, after a warm-up pair."""
-    plain, limited = await gw.Caller.open(plain_port), await gw.Caller.open(limited_port)
-    plain_req = _request(plain_port, PLAIN_KEY, "admission-plain")
-    limited_req = _request(limited_port, LIMITED_KEY, "admission-limited")
-    pause = random.Random(46)
-    pairs = []
-    try:
-        for i in range(n + 5):
-            if i % 2:
-                lim, _ = await limited.stream(limited_req)
-                p, _ = await plain.stream(plain_req)
-            else:
-                p, _ = await plain.stream(plain_req)
-                lim, _ = await limited.stream(limited_req)
-            if i >= 5:
-                pairs.append((p, lim))
-            await asyncio.sleep(pause.uniform(0, 0.01))
-    finally:
-        plain.close()
-        limited.close()
-    return pairs
-
-
 def _files(tmp: Path, upstream: str) -> tuple[Path, Path]:
     routes, keys = tmp / "routes.toml", tmp / "keys.toml"
     routes.write_text(_ROUTES.format(options=OPTIONS, upstream=upstream))
@@ -118,64 +85,16 @@ def _files(tmp: Path, upstream: str) -> tuple[Path, Path]:
     return routes, keys
 
 
-async def _run() -> tuple[list[tuple[float, float]], tuple[float, float]]:
-    with tempfile.TemporaryDirectory(prefix="tw-bench-admission-") as tmp:
-        server = EmbeddedServer(Path(tmp))
-        server.start()
-        sp, plain_port, limited_port = free_port(), free_port(), free_port()
-        upstream = f"http://127.0.0.1:{sp}"
-        routes, keys = _files(Path(tmp), upstream)
-        files = (str(routes), str(keys))
-        procs = [
-            gw._spawn(gw._SCRIPTED, str(sp), "8"),
-            gw._spawn(_GATEWAY, str(plain_port), server.url, upstream, *files),
-            gw._spawn(_GATEWAY, str(limited_port), server.url, upstream, *files),
-        ]
-        try:
-            for port in (sp, plain_port, limited_port):
-                await gw._wait_up(port)
-            plain, limited = psutil.Process(procs[1].pid), psutil.Process(procs[2].pid)
-            before = cpu_s(plain), cpu_s(limited)
-            pairs = await _pairs(plain_port, limited_port, PAIRS)
-            used = cpu_s(plain) - before[0], cpu_s(limited) - before[1]
-            return pairs, (used[0] / (PAIRS + 5), used[1] / (PAIRS + 5))
-        finally:
-            for proc in procs:
-                proc.terminate()
-                proc.wait(10)
-            server.stop()
+def _sides(tmp: Path, upstream: str) -> tuple[_ab.Side, _ab.Side]:
+    files = tuple(str(f) for f in _files(tmp, upstream))
+    return (
+        _ab.Side(files, lambda port: _request(port, PLAIN_KEY, "admission-plain")),
+        _ab.Side(files, lambda port: _request(port, LIMITED_KEY, "admission-limited")),
+    )
 
 
 def main() -> str:
     """Run the pairs; the table (and ``FIGURES``)."""
-    started = time.perf_counter()
-    pairs, cpu = uvloop.run(_run())
-    plain = [p * 1000 for p, _ in pairs]
-    limited = [r * 1000 for _, r in pairs]
-    added = [(r - p) * 1000 for p, r in pairs]
-    FIGURES.update(
-        pairs=len(pairs),
-        plain_ttfb_p50_ms=pct(plain, 0.5),
-        limited_ttfb_p50_ms=pct(limited, 0.5),
-        added_p50_ms=pct(added, 0.5),
-        plain_ttfb_p90_ms=pct(plain, 0.9),
-        limited_ttfb_p90_ms=pct(limited, 0.9),
-        plain_cpu_us_per_request=cpu[0] * 1e6,
-        limited_cpu_us_per_request=cpu[1] * 1e6,
-        seconds=time.perf_counter() - started,
-    )
-    f = FIGURES
-    verdict = "met" if f["added_p50_ms"] <= TARGET_MS else "missed"
-    return "\n".join(
-        [
-            "| measure | key without limits | key and tenant with limits and budget | added |",
-            "| --- | --- | --- | --- |",
-            f"| lone caller, time to first byte p50, ms ({len(pairs)} pairs) | "
-            f"{f['plain_ttfb_p50_ms']:.3f} | {f['limited_ttfb_p50_ms']:.3f} | "
-            f"{f['added_p50_ms']:+.3f} (target <= +{TARGET_MS}: {verdict}) |",
-            f"| same, p90, ms | {f['plain_ttfb_p90_ms']:.3f} | {f['limited_ttfb_p90_ms']:.3f} | |",
-            f"| gateway process CPU per request, us | {f['plain_cpu_us_per_request']:.0f} | "
-            f"{f['limited_cpu_us_per_request']:.0f} | "
-            f"{f['limited_cpu_us_per_request'] - f['plain_cpu_us_per_request']:+.0f} |",
-        ]
-    )
+    FIGURES.update(_ab.measure(_GATEWAY, _sides, n=PAIRS, seed=46, name="limited"))
+    heads = ("key without limits", "key and tenant with limits and budget")
+    return _ab.table(FIGURES, name="limited", heads=heads, target_ms=TARGET_MS)
