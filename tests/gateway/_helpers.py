@@ -18,8 +18,16 @@ import httpx2
 import openai
 
 from tests.fixtures.recordings import recordings_dir
-from tokenwire.broker import KeyBook, MemoryPublisher, MemoryStepRegistry, SessionOwnership
+from tokenwire.broker import (
+    KeyBook,
+    MemoryPublisher,
+    MemoryStepRegistry,
+    SessionOwnership,
+    Topology,
+)
 from tokenwire.observability import OtelProviders, no_otel
+from tokenwire.services.assembler import AssemblerSettings
+from tokenwire.services.assembler import run as run_assembler
 from tokenwire.services.gateway import (
     CannedUpstream,
     GatewayApp,
@@ -179,3 +187,21 @@ def text_of(message: Any) -> str:
 
 def recordings_path() -> Path:
     return recordings_dir()
+
+
+async def stored_by_burst(broker_url: str, tmp: Path) -> str:
+    """The URL of a SQLite store in ``tmp`` that a burst assembler filled from the broker's
+    retained chunks (what the real-process tests check their steps against)."""
+    store_url = f"sqlite:///{tmp / 'store.db'}"
+    await run_assembler(
+        AssemblerSettings(
+            nats_urls=(broker_url,),
+            store_url=store_url,
+            topology=Topology(),
+            burst=True,
+            metrics_addr=None,
+            provision=False,
+            tune_gc=False,
+        )
+    )
+    return store_url

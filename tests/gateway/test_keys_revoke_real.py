@@ -24,13 +24,11 @@ import openai
 import pytest
 
 from tests.fixtures.broker import close_client
-from tests.gateway._helpers import GATEWAY_KEY
+from tests.gateway._helpers import GATEWAY_KEY, stored_by_burst
 from tests.gateway.test_gateway_real import sent_body
 from tests.gateway.test_gateways_share_sessions import gateways, until_ready
 from tokenwire.broker import EmbeddedServer, Topology, connect, ensure_topology
 from tokenwire.schemas import MessageEvent
-from tokenwire.services.assembler import AssemblerSettings
-from tokenwire.services.assembler import run as run_assembler
 from tokenwire.services.scripted_provider import ScriptedServer, ScriptedSettings, expected_outcome
 from tokenwire.store import open_store
 
@@ -177,18 +175,7 @@ async def _stream_and_revoke(
 
 async def _recorded(broker_url: str, tmp: Path, sessions: dict[str, str]) -> None:
     """Every stream that ran across the revoke is stored whole."""
-    store_url = f"sqlite:///{tmp / 'store.db'}"
-    await run_assembler(
-        AssemblerSettings(
-            nats_urls=(broker_url,),
-            store_url=store_url,
-            topology=Topology(),
-            burst=True,
-            metrics_addr=None,
-            provision=False,
-            tune_gc=False,
-        )
-    )
+    store_url = await stored_by_burst(broker_url, tmp)
     store = open_store(store_url)
     try:
         for session, text in sessions.items():

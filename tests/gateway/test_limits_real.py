@@ -39,7 +39,7 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from tests.fixtures.broker import close_client
-from tests.gateway._helpers import recording
+from tests.gateway._helpers import recording, stored_by_burst
 from tests.gateway.test_gateways_share_sessions import until_ready
 from tokenwire.broker import (
     Allowances,
@@ -51,8 +51,6 @@ from tokenwire.broker import (
 )
 from tokenwire.ledger import price_step, to_usd
 from tokenwire.schemas import TokenUsage
-from tokenwire.services.assembler import AssemblerSettings
-from tokenwire.services.assembler import run as run_assembler
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps, parse_keys
 from tokenwire.store import open_store
 
@@ -294,18 +292,7 @@ def _reservation(sent: bytes) -> int:
 
 async def _ledger(broker_url: str, tmp: Path) -> tuple[int, int]:
     """The key's recorded spend and priced steps, from the store the assembler wrote."""
-    store_url = f"sqlite:///{tmp / 'store.db'}"
-    await run_assembler(
-        AssemblerSettings(
-            nats_urls=(broker_url,),
-            store_url=store_url,
-            topology=Topology(),
-            burst=True,
-            metrics_addr=None,
-            provision=False,
-            tune_gc=False,
-        )
-    )
+    store_url = await stored_by_burst(broker_url, tmp)
     store = open_store(store_url)
     try:
         groups = await store.usage("key")

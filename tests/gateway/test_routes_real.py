@@ -37,12 +37,16 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from tests.fixtures.broker import close_client
-from tests.gateway._helpers import GATEWAY_KEY, collect_openai, openai_oracle, recording
+from tests.gateway._helpers import (
+    GATEWAY_KEY,
+    collect_openai,
+    openai_oracle,
+    recording,
+    stored_by_burst,
+)
 from tests.gateway.test_gateways_share_sessions import until_ready
 from tokenwire.broker import EmbeddedServer, Topology, connect, ensure_topology, free_port
 from tokenwire.schemas import MessageEvent, Routed
-from tokenwire.services.assembler import AssemblerSettings
-from tokenwire.services.assembler import run as run_assembler
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
 from tokenwire.services.gateway._routing.routes_file import parse_routes
 from tokenwire.services.scripted_provider import ScriptedServer, ScriptedSettings, expected_outcome
@@ -393,18 +397,7 @@ async def _records_name_the_deployment(
 ) -> None:
     """Every caller's step is stored with the deployment that served it: the caller received
     that deployment's content, and as many steps name the stand-in as it answered 200."""
-    store_url = f"sqlite:///{tmp / 'store.db'}"
-    await run_assembler(
-        AssemblerSettings(
-            nats_urls=(broker_url,),
-            store_url=store_url,
-            topology=Topology(),
-            burst=True,
-            metrics_addr=None,
-            provision=False,
-            tune_gc=False,
-        )
-    )
+    store_url = await stored_by_burst(broker_url, tmp)
     recorded = (await openai_oracle(body))["text"]
     scripted = expected_outcome("text", {"model": "text", "messages": MESSAGES}, SCRIPTED)
     assert scripted.message is not None
