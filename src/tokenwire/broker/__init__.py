@@ -108,6 +108,7 @@ from tokenwire.broker._messages import (
 from tokenwire.broker._ordered import ordered_subscribe, read_range, reader_name
 from tokenwire.broker._owners import Owner, SessionOwners, session_owner
 from tokenwire.broker._partitions import partition_consumer
+from tokenwire.broker._ports import free_port
 from tokenwire.broker._protocol import (
     AllowanceBoard,
     BoardWatch,
@@ -136,7 +137,6 @@ from tokenwire.broker._server import (
     NodeConfig,
     cluster_configs,
     find_binary,
-    free_port,
 )
 from tokenwire.broker._step_record import (
     AMBIGUOUS,

