@@ -12,6 +12,7 @@ partition ownership uses JetStream priority groups.
 
 from __future__ import annotations
 
+from tokenwire.broker import _deferred  # noqa: F401  (before nats-py: see its docstring)
 from tokenwire.broker._allowances import Allowances, Hold, MemoryAllowances, Pool
 from tokenwire.broker._api import Connection, cancel_task, connect
 from tokenwire.broker._batches import (
