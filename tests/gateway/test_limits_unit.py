@@ -219,6 +219,45 @@ async def test_a_dead_gateways_budget_hold_is_charged_in_full() -> None:
     assert board.pools_by_key["usd.key.a.2026-12-07"].used == 300  # charged, never freed
 
 
+class PausingBoard(MemoryAllowances):
+    """The memory twin with one write held on its way (``pause_next``): the change is
+    computed and stored, and the answer waits for ``resume``, as a broker round trip does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pause_next = False
+        self.paused, self.resume = asyncio.Event(), asyncio.Event()
+
+    async def update(self, key: str, change: Any, *, ttl_s: float) -> Any:
+        pool = await super().update(key, change, ttl_s=ttl_s)
+        if self.pause_next:
+            self.pause_next = False
+            self.paused.set()
+            await self.resume.wait()
+        return pool
+
+
+async def test_a_take_while_a_write_is_on_its_way_never_passes_the_budget() -> None:
+    board = PausingBoard()
+    ctxs = contexts(board, 2, [10**18])
+    leases = [Held("usd.key.a.2026-12-07", 1000, charge_expired=True) for _ in ctxs]
+    assert await leases[0].take(ctxs[0], 300)
+    assert await leases[0].take(ctxs[0], 300)  # near the limit: it holds exactly 600
+    leases[0].give_back(300)  # a call that failed before any chunk: its 300 go back
+    board.pause_next = True
+    flush = asyncio.create_task(leases[0].flush(ctxs[0]))  # the hold becomes 300
+    await board.paused.wait()
+    late = asyncio.create_task(leases[0].take(ctxs[0], 300))  # a call admitted meanwhile
+    board.resume.set()
+    await flush
+    taken = [await late, await leases[1].take(ctxs[1], 700)]
+    in_use = leases[0].in_use + leases[1].in_use
+    pool = board.pools_by_key["usd.key.a.2026-12-07"]
+    assert in_use <= 1000, f"{in_use} reserved of a 1,000 budget"
+    assert taken.count(True) == 1
+    assert sum(hold.amount for hold in pool.holds.values()) == in_use
+
+
 def test_periods_and_durations() -> None:
     assert budget_period("day", 1_700_000_050)[0] == "2023-11-14"
     key, resets = budget_period("month", 1_700_000_050)

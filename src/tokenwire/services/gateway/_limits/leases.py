@@ -162,10 +162,15 @@ class Held:
         self.exact = True  # the hold is exactly what is in use: give back at once
         self.seen_used = 0
         self.seen_held = 0  # what the other gateways held at the last write
+        self._writing = False  # a write is on its way: the hold may be about to shrink
         self._lock = asyncio.Lock()
 
     def take_now(self, amount: int, now_ns: int, margin_ns: int) -> bool:
-        """Take ``amount`` from the hold, if it covers it and does not end too soon."""
+        """Take ``amount`` from the hold, if it covers it and does not end too soon, and no
+        write is on its way (it sets the hold to what was in use when it was computed: a take
+        meanwhile would be outside the hold the others see; it waits for the write)."""
+        if self._writing:
+            return False
         if self.hold - self.in_use - self.spent >= amount and self.until_ns - margin_ns > now_ns:
             self.in_use += amount
             return True
@@ -240,7 +245,11 @@ class Held:
                 rest[me] = Hold(hold, until)
             return Pool(used + add, rest)
 
-        pool = await ctx.board.update(self.key, change, ttl_s=_held_ttl(ctx.hold_ttl_s))
+        self._writing = True
+        try:
+            pool = await ctx.board.update(self.key, change, ttl_s=_held_ttl(ctx.hold_ttl_s))
+        finally:
+            self._writing = False
         self.seen_used = pool.used
         if not outcome:
             self.seen_held = pool.held(now_ns=now, but=me)
