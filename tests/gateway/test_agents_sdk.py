@@ -3,7 +3,9 @@ of a real gateway (real socket, real nats-server), against the scripted provider
 dialects: Chat Completions (``openai/tools``) and Anthropic Messages (``anthropic/tools``);
 through ``scripted/tools`` (which is sent the session) its two calls are one session, threaded
 with no tokenwire header.
-Ground truth: the scripted provider's ``expected_outcome`` for the requests it received."""
+Ground truth: the scripted provider's ``expected_outcome`` for the requests it received.
+The SDK is imported where it is used: every pytest worker collects this module, and only the
+one that runs it pays for the SDK (ADR 0038)."""
 
 from __future__ import annotations
 
@@ -11,14 +13,6 @@ import json
 
 import openai
 import pytest
-from agents import (
-    Agent,
-    OpenAIResponsesModel,
-    RunConfig,
-    Runner,
-    function_tool,
-    set_tracing_disabled,
-)
 
 from tests.gateway._helpers import GATEWAY_KEY, provider_env
 from tokenwire.services.gateway import GatewayServer, GatewaySettings, broker_deps
@@ -34,6 +28,8 @@ SCRIPTED = ScriptedSettings(seed=21, length=5)
 
 @pytest.fixture
 async def gateway(nc, topology):
+    from agents import set_tracing_disabled
+
     set_tracing_disabled(True)  # the SDK's tracer would export to OpenAI: no network here
     async with ScriptedServer(SCRIPTED) as scripted:
         env = provider_env(
@@ -59,6 +55,8 @@ async def gateway(nc, topology):
 @pytest.mark.parametrize("model", ["openai/tools", "anthropic/tools", "scripted/tools"])
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
 async def test_a_two_tool_agent_runs_through_responses(gateway, model: str, streamed: bool) -> None:
+    from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool
+
     url, scripted = gateway
     calls: list[tuple[str, dict[str, str]]] = []
 

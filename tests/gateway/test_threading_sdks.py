@@ -6,6 +6,8 @@ SDK: tests/gateway/test_agents_sdk.py.)
 
 Ground truth: the session each request reached, as the scripted provider received it (the
 gateway sends it ``X-Tokenwire-Session``), and the steps' first chunks on the broker.
+LangChain is imported where it is used: every pytest worker collects this module, and only the
+one that runs it pays for LangChain (ADR 0038).
 """
 
 from __future__ import annotations
@@ -15,10 +17,6 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from langchain_core.messages import HumanMessage, ToolMessage
-from langchain_core.tools import tool
-from langchain_openai import ChatOpenAI
-from pydantic import SecretStr
 
 from tests.fixtures.recordings import recordings_dir
 from tests.gateway._helpers import GATEWAY_KEY
@@ -103,6 +101,11 @@ async def test_the_openai_responses_tool_loop_is_one_session(stack: Stack) -> No
 
 
 async def test_langchain_chat_openai_tool_loop_is_one_session(stack: Stack) -> None:
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
+
     @tool
     def lookup() -> str:
         """Look the answer up."""
