@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-from typing import Any
+from typing import Any, Literal
 
 import anthropic
 import openai
@@ -24,7 +24,12 @@ from tokenwire.ledger import price_step
 from tokenwire.schemas import TokenUsage
 from tokenwire.services.gateway import parse_keys
 from tokenwire.services.gateway._limits.calls import admit_call
-from tokenwire.services.gateway._limits.leases import Held, LeaseContext, WindowCount
+from tokenwire.services.gateway._limits.leases import (
+    Held,
+    LeaseContext,
+    WindowCount,
+    WindowTokens,
+)
 from tokenwire.services.gateway._limits.periods import budget_period, openai_duration
 
 KEY = "limited-key-SENTINEL-91"
@@ -220,21 +225,28 @@ async def test_a_dead_gateways_budget_hold_is_charged_in_full() -> None:
 
 
 class PausingBoard(MemoryAllowances):
-    """The memory twin with one write held on its way (``pause_next``): the change is
-    computed and stored, and the answer waits for ``resume``, as a broker round trip does."""
+    """The memory twin with one change held on its way (``pause_next``), as a broker round
+    trip holds it: ``"write"`` once the change is computed and stored (its answer on its way),
+    ``"read"`` before it is computed (the key's last message on its way, as ``Allowances``
+    reads it, and on every retry after a conflict). The pause ends at ``resume``."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.pause_next = False
+        self.pause_next: Literal["", "read", "write"] = ""
         self.paused, self.resume = asyncio.Event(), asyncio.Event()
 
     async def update(self, key: str, change: Any, *, ttl_s: float) -> Any:
+        pause, self.pause_next = self.pause_next, ""
+        if pause == "read":
+            await self._pause()
         pool = await super().update(key, change, ttl_s=ttl_s)
-        if self.pause_next:
-            self.pause_next = False
-            self.paused.set()
-            await self.resume.wait()
+        if pause == "write":
+            await self._pause()
         return pool
+
+    async def _pause(self) -> None:
+        self.paused.set()
+        await self.resume.wait()
 
 
 async def test_a_take_while_a_write_is_on_its_way_never_passes_the_budget() -> None:
@@ -244,7 +256,7 @@ async def test_a_take_while_a_write_is_on_its_way_never_passes_the_budget() -> N
     assert await leases[0].take(ctxs[0], 300)
     assert await leases[0].take(ctxs[0], 300)  # near the limit: it holds exactly 600
     leases[0].give_back(300)  # a call that failed before any chunk: its 300 go back
-    board.pause_next = True
+    board.pause_next = "write"
     flush = asyncio.create_task(leases[0].flush(ctxs[0]))  # the hold becomes 300
     await board.paused.wait()
     late = asyncio.create_task(leases[0].take(ctxs[0], 300))  # a call admitted meanwhile
@@ -256,6 +268,23 @@ async def test_a_take_while_a_write_is_on_its_way_never_passes_the_budget() -> N
     assert in_use <= 1000, f"{in_use} reserved of a 1,000 budget"
     assert taken.count(True) == 1
     assert sum(hold.amount for hold in pool.holds.values()) == in_use
+
+
+async def test_tokens_that_end_while_the_minute_is_written_are_written_next() -> None:
+    board = PausingBoard()
+    [ctx] = contexts(board, 1, [10**18])
+    tokens = WindowTokens("tpm.key.a", 30)
+    assert tokens.admits(7)
+    tokens.add(7, 22)  # a call ended
+    board.pause_next = "write"
+    flush = asyncio.create_task(tokens.flush(ctx, 7))
+    await board.paused.wait()
+    tokens.add(7, 22)  # another call ended while the first one's tokens were written
+    board.resume.set()
+    await flush
+    assert not tokens.admits(7), "44 tokens of a 30-token minute, and another call admitted"
+    await tokens.flush(ctx, 7)
+    assert board.pools_by_key["tpm.key.a.7"].used == 44
 
 
 def test_periods_and_durations() -> None:

@@ -142,7 +142,9 @@ class WindowTokens:
                     return Pool(pool.used + n, pool.holds)
 
                 pool = await ctx.board.update(f"{self.key}.{minute}", added, ttl_s=WINDOW_TTL_S)
-                del self.pending[minute]
+                # a step that ended while this was written added to the minute: it stays
+                if left := self.pending.pop(minute) - tokens:
+                    self.pending[minute] = left
                 if minute == self.window:
                     self.seen = pool.used
             if window == self.window and not self.pending:
