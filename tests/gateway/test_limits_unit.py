@@ -270,6 +270,30 @@ async def test_a_take_while_a_write_is_on_its_way_never_passes_the_budget() -> N
     assert sum(hold.amount for hold in pool.holds.values()) == in_use
 
 
+async def test_spend_given_back_while_a_write_reads_the_pool_stays_inside_the_hold() -> None:
+    """The real board computes a change after its read (a round trip, and again after each
+    conflict): a call settled meanwhile is neither in the ``used`` that write adds nor in the
+    hold it leaves, and another gateway could take that budget."""
+    board = PausingBoard()
+    ctxs = contexts(board, 2, [10**18])
+    leases = [Held("usd.key.a.2026-12-07", 1000, charge_expired=True) for _ in ctxs]
+    assert await leases[0].take(ctxs[0], 300)
+    assert await leases[0].take(ctxs[0], 300)  # near the limit: it holds exactly 600
+    leases[0].give_back(300)  # a call that failed before any chunk: its 300 go back
+    board.pause_next = "read"
+    flush = asyncio.create_task(leases[0].flush(ctxs[0]))  # its read on its way
+    await board.paused.wait()
+    leases[0].give_back(300, spent=300)  # the other call streamed with no usage: all spent
+    board.resume.set()
+    await flush
+    spent = 300
+    assert not await leases[1].take(ctxs[1], 1000), "1,000 reserved with 300 spent"
+    assert await leases[1].take(ctxs[1], 700)
+    await leases[0].flush(ctxs[0])
+    pool = board.pools_by_key["usd.key.a.2026-12-07"]
+    assert (pool.used, pool.held(now_ns=10**18)) == (spent, 700)
+
+
 async def test_tokens_that_end_while_the_minute_is_written_are_written_next() -> None:
     board = PausingBoard()
     [ctx] = contexts(board, 1, [10**18])

@@ -220,8 +220,9 @@ class Held:
 
     async def _write(self, ctx: LeaseContext, *, wanted: int) -> bool:
         """One compare-and-set of the pool: clear ended holds, add this gateway's spend, and
-        hold what is in use plus ``wanted`` (and a slice while plenty is free). False (the
-        hold left as it was) when the allowance cannot cover ``wanted``."""
+        hold what is in use (and spend it has not added) plus ``wanted`` (and a slice while
+        plenty is free). False (the hold left as it was) when the allowance cannot cover
+        ``wanted``."""
         now = ctx.clock_ns()
         until = now + int(ctx.hold_ttl_s * 1e9)
         spent, me = self.spent, ctx.gateway
@@ -235,7 +236,9 @@ class Held:
             add = 0 if lost else spent
             others = sum(h.amount for g, h in holds.items() if g != me)
             free = self.limit - used - add - others
-            need = self.in_use + wanted
+            # computed after the read: spend given back since ``spent`` was taken is not in
+            # ``add``, so the hold keeps it until the next write adds it
+            need = self.in_use + self.spent - spent + wanted
             if wanted and free < need:
                 outcome.clear()
                 return Pool(used, holds) if (used, holds) != (pool.used, pool.holds) else None
