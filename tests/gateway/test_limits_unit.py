@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from tests.gateway._helpers import Rig, make_rig, recording
-from tokenwire.broker import MemoryAllowances, MemorySessionOwners
+from tokenwire.broker import MemoryAllowances, MemorySessionOwners, RequestFailed
 from tokenwire.ledger import price_step
 from tokenwire.schemas import TokenUsage
 from tokenwire.services.gateway import parse_keys
@@ -249,6 +249,22 @@ class PausingBoard(MemoryAllowances):
         await self.resume.wait()
 
 
+class LosingBoard(MemoryAllowances):
+    """The memory twin whose next change applies and then raises (``lose_next``), as a write
+    whose answer timed out, and whose retries failed too, leaves it in ``Allowances``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lose_next = False
+
+    async def update(self, key: str, change: Any, *, ttl_s: float) -> Any:
+        pool = await super().update(key, change, ttl_s=ttl_s)
+        if self.lose_next:
+            self.lose_next = False
+            raise RequestFailed(f"allowance {key}", "TimeoutError (memory twin)")
+        return pool
+
+
 async def test_a_take_while_a_write_is_on_its_way_never_passes_the_budget() -> None:
     board = PausingBoard()
     ctxs = contexts(board, 2, [10**18])
@@ -292,6 +308,26 @@ async def test_spend_given_back_while_a_write_reads_the_pool_stays_inside_the_ho
     await leases[0].flush(ctxs[0])
     pool = board.pools_by_key["usd.key.a.2026-12-07"]
     assert (pool.used, pool.held(now_ns=10**18)) == (spent, 700)
+
+
+async def test_a_write_that_applied_but_failed_leaves_no_take_outside_the_hold() -> None:
+    """A write whose answer was lost (timed out, and its retries failed) may have applied:
+    the hold the others see may be the smaller one it wrote, so no take may count on more."""
+    board = LosingBoard()
+    ctxs = contexts(board, 2, [10**18])
+    leases = [Held("usd.key.a.2026-12-07", 1000, charge_expired=True) for _ in ctxs]
+    assert await leases[0].take(ctxs[0], 300)
+    assert await leases[0].take(ctxs[0], 300)  # near the limit: it holds exactly 600
+    leases[0].give_back(300)  # a call that failed before any chunk: its 300 go back
+    board.lose_next = True
+    with pytest.raises(RequestFailed):
+        await leases[0].flush(ctxs[0])  # the board now holds 300 for it
+    taken = [await leases[0].take(ctxs[0], 300), await leases[1].take(ctxs[1], 700)]
+    in_use = leases[0].in_use + leases[1].in_use
+    pool = board.pools_by_key["usd.key.a.2026-12-07"]
+    assert in_use <= 1000, f"{in_use} reserved of a 1,000 budget"
+    assert taken.count(True) == 1
+    assert pool.held(now_ns=10**18) >= in_use
 
 
 async def test_tokens_that_end_while_the_minute_is_written_are_written_next() -> None:

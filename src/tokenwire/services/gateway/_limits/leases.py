@@ -227,6 +227,7 @@ class Held:
         until = now + int(ctx.hold_ttl_s * 1e9)
         spent, me = self.spent, ctx.gateway
         outcome: dict[str, int] = {}
+        written: list[int] = []  # the hold each change computed wrote for this gateway
 
         def change(pool: Pool) -> Pool | None:
             used, holds = self._cleared(pool, now, me)
@@ -245,6 +246,7 @@ class Held:
             extra = _slice(free - need, max(wanted, 1)) if wanted else 0
             hold = need + extra
             outcome.update(hold=hold, extra=extra, used=used + add, others=others)
+            written.append(hold)
             rest = {g: h for g, h in holds.items() if g != me}
             if hold > 0:
                 rest[me] = Hold(hold, until)
@@ -253,6 +255,11 @@ class Held:
         self._writing = True
         try:
             pool = await ctx.board.update(self.key, change, ttl_s=_held_ttl(ctx.hold_ttl_s))
+        except BaseException:
+            # a write whose answer was lost may have applied: the board holds the old hold or
+            # one written, and takes count only on the smallest
+            self.hold = min([self.hold, *written])
+            raise
         finally:
             self._writing = False
         self.seen_used = pool.used
