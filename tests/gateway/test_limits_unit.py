@@ -30,6 +30,7 @@ from tokenwire.services.gateway._limits.leases import (
     WindowCount,
     WindowTokens,
 )
+from tokenwire.services.gateway._limits.limiter import Limiter
 from tokenwire.services.gateway._limits.periods import budget_period, openai_duration
 
 KEY = "limited-key-SENTINEL-91"
@@ -345,6 +346,30 @@ async def test_tokens_that_end_while_the_minute_is_written_are_written_next() ->
     assert not tokens.admits(7), "44 tokens of a 30-token minute, and another call admitted"
     await tokens.flush(ctx, 7)
     assert board.pools_by_key["tpm.key.a.7"].used == 44
+
+
+async def test_a_key_first_seen_while_the_tokens_are_written_stops_no_flush() -> None:
+    """The background flush writes each scope's tokens in turn; a key first called while one
+    is on its way adds a scope, and the flush must go on (it died, and with it every later
+    write of tokens, spend, give back and renewal of this gateway)."""
+    board = PausingBoard()
+    now = 1_700_000_050 * 10**9
+    limiter = Limiter(board, clock_ns=lambda: now, hold_ttl_s=15.0)
+    text = "".join(
+        f'[[keys]]\nname = "{name}"\nsha256 = "{digit * 64}"\nlimits = {{ tpm = 100 }}\n'
+        for name, digit in (("a", "0"), ("b", "1"))
+    )
+    first, second = (named.caller for named in parse_keys(text.encode()))
+    (await limiter.admit(first, None)).end(tokens=22, cost_pusd=None)
+    board.pause_next = "write"
+    flush = asyncio.create_task(limiter.flush())
+    await board.paused.wait()
+    await limiter.admit(second, None)  # its scope is new to this gateway
+    board.resume.set()
+    await flush
+    await limiter.flush()
+    minute = now // 10**9 // 60
+    assert board.pools_by_key[f"tpm.key.a.{minute}"].used == 22
 
 
 def test_periods_and_durations() -> None:

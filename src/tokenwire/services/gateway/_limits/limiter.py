@@ -317,7 +317,7 @@ class Limiter:
         now = self.clock_ns()
         window, _ = minute_of(now / 1e9)
         try:
-            for tokens in self._tokens.values():
+            for tokens in list(self._tokens.values()):  # a new scope may come meanwhile
                 if tokens.due(window, now):
                     await tokens.flush(self.ctx, window)
             for lease in list(self._held.values()):
