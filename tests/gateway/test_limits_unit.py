@@ -348,6 +348,20 @@ async def test_tokens_that_end_while_the_minute_is_written_are_written_next() ->
     assert board.pools_by_key["tpm.key.a.7"].used == 44
 
 
+async def test_tokens_of_a_call_that_ends_as_a_minute_begins_count_in_that_minute() -> None:
+    """A call admitted in one minute ends in the next before that minute's first admission:
+    its tokens are written to the new minute, and the new minute's first admission sees them."""
+    board = MemoryAllowances()
+    [ctx] = contexts(board, 1, [10**18])
+    tokens = WindowTokens("tpm.key.a", 30)
+    assert tokens.admits(7)
+    tokens.add(8, 40)  # it ended in minute 8: past the limit of minute 8 alone
+    assert tokens.due(8, 10**18)
+    await tokens.flush(ctx, 8)
+    assert board.pools_by_key["tpm.key.a.8"].used == 40
+    assert not tokens.admits(8), "40 tokens of a 30-token minute, and another call admitted"
+
+
 async def test_a_key_first_seen_while_the_tokens_are_written_stops_no_flush() -> None:
     """The background flush writes each scope's tokens in turn; a key first called while one
     is on its way adds a scope, and the flush must go on (it died, and with it every later

@@ -111,15 +111,20 @@ class WindowTokens:
         self.read_ns = 0  # when the minute's total was last read
         self._lock = asyncio.Lock()
 
-    def admits(self, window: int) -> bool:
-        """Whether the minute's tokens, as known here, are under the limit."""
+    def _roll(self, window: int) -> None:
         if window != self.window:
             self.window, self.seen = window, 0
+
+    def admits(self, window: int) -> bool:
+        """Whether the minute's tokens, as known here, are under the limit."""
+        self._roll(window)
         return self.seen + self.pending.get(window, 0) < self.limit
 
     def add(self, window: int, tokens: int) -> None:
-        """A step's tokens, counted in the minute it ended in."""
+        """A step's tokens, counted in the minute it ended in (which may have had no
+        admission yet: the total read back after they are written is that minute's)."""
         if tokens > 0:
+            self._roll(window)
             self.pending[window] = self.pending.get(window, 0) + tokens
 
     def remaining(self) -> int:
