@@ -124,7 +124,8 @@ class WindowTokens:
         """A step's tokens, counted in the minute it ended in (which may have had no
         admission yet: the total read back after they are written is that minute's)."""
         if tokens > 0:
-            self._roll(window)
+            if window > self.window:  # never back to an earlier minute (a clock set back)
+                self._roll(window)
             self.pending[window] = self.pending.get(window, 0) + tokens
 
     def remaining(self) -> int:
