@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tokenwire.broker import Cooling, Healthy, MemoryCooldowns, Probing
+from tokenwire.broker import (
+    Cooling,
+    Healthy,
+    MemoryCooldowns,
+    ProbeClaim,
+    Probing,
+    RequestFailed,
+)
 from tokenwire.providers import Dialect
 from tokenwire.schemas import AttemptFailure, FailedAttempt
 from tokenwire.services.gateway._errors import RouteUnavailableError
@@ -409,3 +416,40 @@ async def test_a_plan_reaches_what_is_left_of_its_group_and_every_fallback_group
     assert first is not None
     reach = [s.name for s in plan.reachable()]
     assert sorted(reach) == sorted([*({"east", "west"} - {first.spec.name}), "anthropic-main"])
+
+
+class AwayForClaims(MemoryCooldowns):
+    """The memory twin whose probe claims get no answer (the broker away for them)."""
+
+    async def claim_probe(self, deployment: str, *, revision: int, seconds: float) -> ProbeClaim:
+        raise RequestFailed(f"cooldown of {deployment}", "TimeoutError (memory twin)")
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["no-board", "broker-away-for-the-claim"])
+async def test_a_probe_that_ends_unanswered_holds_the_deployment_no_longer_than_its_bound(
+    shared: bool,
+) -> None:
+    """A probe's request cancelled (or answered with a 400) before its first byte is neither
+    answered nor failed: the deployment is this gateway's to probe again once the probe's
+    bound passed, as it is every other gateway's, not skipped for good."""
+    table, clock = _table(), Clock()
+    group = table.group("gpt-4o")
+    assert group is not None
+    east, policy = group.deployments[0].spec, group.spec.health
+    board = AwayForClaims(clock_ns=clock.ns) if shared else None
+    book = HealthBook(board, clock_ns=clock.ns, monotonic=clock.mono)
+    await book.start()
+    book.failed(east, policy, _attempt("east", "rate-limited", retry_after_s=30))
+    await _settled(book)
+    if board is not None:
+        board.expire("east")  # the cooldown's end marker: nothing more comes from the board
+    else:
+        clock.s += 31
+    assert book.availability(east) == "probe"
+    assert await book.claim_probe(east, policy)
+    book.sent(east)
+    book.done(east)  # the probing request was cancelled before its first byte
+    assert book.availability(east) == "probing"
+    clock.s += policy.first_byte_timeout_s + 5.0 + 1.0  # past the probe's bound
+    assert book.availability(east) == "probe"
+    await book.stop()

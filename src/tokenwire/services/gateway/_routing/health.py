@@ -159,8 +159,8 @@ class HealthBook:
             case Cooling():
                 return "cooling" if now_ns < state.until_ns else "probe"
             case Probing():
-                if state.deployment in self._probes:
-                    return "probing"  # our own probe: one at a time
+                # ours too: a probe whose request ended unanswered (cancelled, a 400) holds
+                # the deployment no longer than its bound, as the broker's TTL holds it
                 return "probing" if now_ns < state.until_ns else "probe"
             case ProbeDue():
                 return "probe"
