@@ -5,6 +5,7 @@ deployment down, skips it and lets exactly one request probe it once the cooldow
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import random
@@ -19,6 +20,7 @@ from tokenwire.broker import (
     Healthy,
     MemoryCooldowns,
     ProbeClaim,
+    ProbeDue,
     Probing,
     RequestFailed,
 )
@@ -28,6 +30,8 @@ from tokenwire.services.gateway._errors import RouteUnavailableError
 from tokenwire.services.gateway._routing.health import HealthBook
 from tokenwire.services.gateway._routing.plan import AttemptBounds, RoutePlan, plan_route
 from tokenwire.services.gateway._routing.routes_file import (
+    DeploymentSpec,
+    HealthPolicy,
     RoutesFileError,
     load_routes,
     parse_routes,
@@ -453,3 +457,90 @@ async def test_a_probe_that_ends_unanswered_holds_the_deployment_no_longer_than_
     clock.s += policy.first_byte_timeout_s + 5.0 + 1.0  # past the probe's bound
     assert book.availability(east) == "probe"
     await book.stop()
+
+
+class HeldClaims(MemoryCooldowns):
+    """The memory twin whose next probe claim (``hold_next``) waits twice, as a broker round
+    trip does: before its compare-and-set (``at_claim`` until ``go``; the write on its way) and
+    after it, stored and its watchers told (``held`` until ``release``; the answer on its way,
+    so what the watch tells meanwhile arrives before it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold_next = False
+        self.at_claim, self.go = asyncio.Event(), asyncio.Event()
+        self.held, self.release = asyncio.Event(), asyncio.Event()
+
+    async def claim_probe(self, deployment: str, *, revision: int, seconds: float) -> ProbeClaim:
+        hold, self.hold_next = self.hold_next, False
+        if hold:
+            self.at_claim.set()
+            await self.go.wait()
+        claim = await super().claim_probe(deployment, revision=revision, seconds=seconds)
+        if hold:
+            self.held.set()
+            await self.release.wait()
+        return claim
+
+
+async def _due_on_two_gateways(
+    board: HeldClaims, clock: Clock
+) -> tuple[HealthBook, HealthBook, DeploymentSpec, HealthPolicy]:
+    """Two gateways' books on one board, east cooled down by a 429 and now due for a probe."""
+    group = _table().group("gpt-4o")
+    assert group is not None
+    east, policy = group.deployments[0].spec, group.spec.health
+    books = [HealthBook(board, clock_ns=clock.ns, monotonic=clock.mono) for _ in range(2)]
+    for book in books:
+        await book.start()
+    books[1].failed(east, policy, _attempt("east", "rate-limited", retry_after_s=30))
+    await _settled(books[1])
+    board.expire("east")
+    assert all(isinstance(book.state("east"), ProbeDue) for book in books)
+    return books[0], books[1], east, policy
+
+
+async def test_a_lost_claims_answer_does_not_undo_the_health_the_watch_told_meanwhile() -> None:
+    """Gateway B wins the probe; A's claim loses and reads B's probing state, and before that
+    answer reaches A, B's probe answered and the watch told A the deployment is healthy. A keeps
+    it healthy (before: A went back to B's probe and skipped a healthy deployment until the
+    probe's bound passed, a 429 to its callers when it was the only one left)."""
+    board, clock = HeldClaims(), Clock()
+    a, b, east, policy = await _due_on_two_gateways(board, clock)
+    board.hold_next = True
+    claim = asyncio.create_task(a.claim_probe(east, policy))
+    await asyncio.wait_for(board.at_claim.wait(), 5)
+    assert await b.claim_probe(east, policy)  # B's write is stored first
+    board.go.set()
+    await asyncio.wait_for(board.held.wait(), 5)
+    assert isinstance(a.state("east"), Probing)  # the watch told A of B's probe
+    b.answered(east)
+    await _settled(b)
+    assert isinstance(a.state("east"), Healthy)
+    board.release.set()
+    assert not await asyncio.wait_for(claim, 5)
+    assert a.availability(east) == "ok"
+    await a.stop()
+    await b.stop()
+
+
+async def test_a_won_claims_answer_does_not_undo_a_cooldown_the_watch_told_meanwhile() -> None:
+    """A wins the probe; before the answer reaches A, B's request already on its way gets a
+    429 with retry-after and cools the deployment down again, which the watch tells A. A does
+    not probe (before: A's answer put its probe back over B's cooldown, and the probe's first
+    byte would have cleared that cooldown for every gateway)."""
+    board, clock = HeldClaims(), Clock()
+    a, b, east, policy = await _due_on_two_gateways(board, clock)
+    board.hold_next = True
+    board.go.set()
+    claim = asyncio.create_task(a.claim_probe(east, policy))
+    await asyncio.wait_for(board.held.wait(), 5)
+    assert isinstance(await board.state("east"), Probing)  # A's claim is stored
+    b.failed(east, policy, _attempt("east", "rate-limited", retry_after_s=30))
+    await _settled(b)
+    assert isinstance(a.state("east"), Cooling)
+    board.release.set()
+    assert not await asyncio.wait_for(claim, 5)
+    assert a.availability(east) == "cooling"
+    await a.stop()
+    await b.stop()

@@ -34,6 +34,7 @@ from tokenwire.broker import (
     Cooling,
     DeploymentState,
     Healthy,
+    ProbeClaim,
     ProbeDue,
     Probing,
     cancel_task,
@@ -194,14 +195,24 @@ class HealthBook:
                 self._board_failed(f"probe claim of {d.name}", exc)
                 won = True  # the broker is away: this gateway probes on its own
             else:
-                won = claim.won
-                self._floor[d.name] = max(self._floor.get(d.name, 0), claim.state.revision - 1)
-                self.on_state(claim.state)
+                won = self._claimed(state, claim)
         if won:
             self._probes.add(d.name)
             until = self._clock_ns() + int(_probe_bound(policy) * _NS)
             self._states[d.name] = Probing(d.name, self.state(d.name).revision, until)
         return won
+
+    def _claimed(self, asked: DeploymentState, claim: ProbeClaim) -> bool:
+        """Whether this request probes, from the claim's answer (asked at ``asked``): the
+        watch (or this gateway's own cooldown) may have told a newer state while the answer
+        was on its way, and that one stands (the answer would put back a probe over it)."""
+        name, answer = asked.deployment, claim.state
+        held = self.state(name)
+        if held is not asked and (held.revision == 0 or held.revision > answer.revision):
+            return False
+        self._floor[name] = max(self._floor.get(name, 0), answer.revision - 1)
+        self.on_state(answer)
+        return claim.won
 
     # -- outcomes ---------------------------------------------------------------------------
 
