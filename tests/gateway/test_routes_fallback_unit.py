@@ -66,13 +66,18 @@ ENV = {"ANTHROPIC_API_KEY": "sk-ant-SENTINEL-5e6f7a8b"}
 
 def _rig(answers: dict[str, Any], **settings: Any) -> Rig:
     """A gateway whose provider answers by host (``bad``, ``good``, ``claude``)."""
+    return _rig_of(ROUTES, answers, **settings)
+
+
+def _rig_of(routes: bytes, answers: dict[str, Any], **settings: Any) -> Rig:
+    """A gateway with ``routes`` whose provider answers by host."""
 
     def answer(route: Route, body: bytes) -> Any:
         host = route.url.split("//", 1)[1].split(".", 1)[0]
         return answers[host]
 
-    routes = parse_routes(ROUTES, ENV, "routes.toml")
-    return make_rig(answer, routes=routes, routes_env=ENV, **settings)
+    table = parse_routes(routes, ENV, "routes.toml")
+    return make_rig(answer, routes=table, routes_env=ENV, **settings)
 
 
 def _first(rig: Rig) -> ChunkEnvelope:
@@ -329,3 +334,54 @@ async def test_the_call_span_names_the_route_the_deployment_and_each_failed_atte
         "tokenwire.failure": "server-error",
         "http.response.status_code": 503,
     }
+
+
+SPARE = b"""
+[[models]]
+name = "spare"
+  [[models.deployments]]
+  name = "spare-main"
+  provider = "openai"
+  model = "gpt-4o-mini"
+  base_url = "http://spare.invalid/v1"
+"""
+
+
+async def test_a_first_pick_that_cannot_carry_the_request_is_skipped_as_a_fallback_is() -> None:
+    """While the group cools down a request's first pick is a fallback of another dialect; when
+    it cannot carry a field of the request it is recorded ``untranslatable`` and the next
+    fallback serves the step, as when a failure reached it (before: the caller got a 400 for
+    the field although the fallback of its own dialect after it was healthy)."""
+    routes = ROUTES.replace(b'fallbacks = ["claude"]', b'fallbacks = ["claude", "spare"]')
+    limited = ProviderHTTPError(429, "slow down", retryable=True, headers={"retry-after": "30"})
+    rig = _rig_of(
+        routes + SPARE,
+        {
+            "bad": limited,
+            "good": limited,
+            "claude": recording(ANTHROPIC_TEXT),
+            "spare": recording(OPENAI_TEXT),
+        },
+    )
+    client = rig.client(authorization=f"Bearer {GATEWAY_KEY}")
+    hi = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    cooled = await client.post("/v1/chat/completions", json=hi)  # bad and good: 429, 30 s
+    assert cooled.status_code == 200, cooled.text
+    sent = len(rig.upstream.requests)
+    response = await client.post("/v1/chat/completions", json={**hi, "seed": 7})
+    assert response.status_code == 200, response.text
+    assert [r.url for r, _ in rig.upstream.requests[sent:]] == [
+        "http://spare.invalid/v1/chat/completions"
+    ]
+    first = [e for e in rig.envelopes() if e.ordinal == 0][-1]
+    assert isinstance(first, ChunkEnvelope)
+    assert isinstance(first.routed, Routed)
+    assert first.routed.deployment == "spare-main"
+    [skipped] = first.routed.attempts
+    assert (skipped.deployment, skipped.failure) == ("claude-main", "untranslatable")
+    assert "seed" in skipped.message
+    text = (await client.get("/metrics")).text
+    flying = 'tokenwire_gateway_deployment_in_flight{deployment="%s"} 0.0'
+    assert all(flying % d in text for d in ("bad", "good", "claude-main", "spare-main"))
+    calls = 'tokenwire_gateway_deployment_calls_total{deployment="%s",outcome="%s",route="gpt-4o"}'
+    assert calls % ("claude-main", "untranslatable") + " 1.0" in text

@@ -283,14 +283,18 @@ class Gateway:
         routing = await self.routes.routing(req.model, codec.dialect)
         admission: Admission | None = None
         try:
-            route = self.routes.route(req.model, codec.dialect, routing)
-            call = provider_call(codec, req, route, sent)
+            call = await self.routes.first_call(
+                req.model,
+                codec.dialect,
+                routing,
+                lambda route: provider_call(codec, req, route, sent),
+            )
             admission = await admit_call(
                 self.limiter,
                 caller,
                 body=raw,
                 body_bytes=len(body.canonical),
-                targets=_targets(route, routing),
+                targets=_targets(call.route, routing),
                 default_cap=settings.budget_default_max_tokens,
                 at_ns=received_ns,
             )

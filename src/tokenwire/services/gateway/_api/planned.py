@@ -92,7 +92,7 @@ def routed_step(
         forwarded = routed.dialect == r.codec.dialect
         return Attempt(candidate, routed, sent, output(routed), forwarded, call.response_headers)
 
-    return RoutedStep(routing.plan, health, sent, make, metrics)
+    return RoutedStep(routing.plan, health, sent, make, metrics, skipped=routing.skipped)
 
 
 def served_headers(call: ProviderCall, attempts: RoutedStep | None) -> Mapping[str, str]:

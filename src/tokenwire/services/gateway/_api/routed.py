@@ -9,25 +9,30 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from tokenwire.schemas import FailedAttempt
 from tokenwire.services.gateway._api.settings import GatewaySettings
 from tokenwire.services.gateway._dialects import CallerDialect
+from tokenwire.services.gateway._errors import RequestError
 from tokenwire.services.gateway._observe.metrics import GatewayMetrics
+from tokenwire.services.gateway._routing.attempts import untranslatable
 from tokenwire.services.gateway._routing.health import HealthBook
 from tokenwire.services.gateway._routing.plan import Candidate, RoutePlan, plan_route
+from tokenwire.services.gateway._routing.provider_call import ProviderCall
 from tokenwire.services.gateway._routing.routing import Route, resolve
 from tokenwire.services.gateway._routing.table import RouteTable
 from tokenwire.services.gateway._steps.deps import GatewayDeps
 
 
-@dataclass(frozen=True)
+@dataclass
 class Routing:
     """A routed request's plan and its first deployment (counted as sent until the step's
-    attempts take it over)."""
+    attempts take it over), with the picks before it that could not carry the request."""
 
     plan: RoutePlan
     first: Candidate
+    skipped: list[FailedAttempt] = field(default_factory=list)
 
 
 class RoutesDesk:
@@ -99,11 +104,33 @@ class RoutesDesk:
             raise plan.unavailable()
         return Routing(plan, first)
 
-    def route(self, model: str, caller: CallerDialect, routing: Routing | None) -> Route:
-        """The first call's Route: ``provider/model``'s, or the plan's first pick's."""
+    async def first_call(
+        self,
+        model: str,
+        caller: CallerDialect,
+        routing: Routing | None,
+        make: Callable[[Route], ProviderCall],
+    ) -> ProviderCall:
+        """The first call, made by ``make`` for ``provider/model``'s Route or for the plan's
+        first pick. A pick that cannot carry the request (a fallback of another dialect,
+        picked while the group cools down) is recorded ``untranslatable`` and the plan's next
+        is taken, as when a failure reaches it; the last pick's error when none is left."""
         if routing is None:
-            return resolve(model, caller, self.settings.provider_env)
-        return routing.first.route
+            return make(resolve(model, caller, self.settings.provider_env))
+        while True:
+            try:
+                return make(routing.first.route)
+            except RequestError as exc:
+                skipped = untranslatable(routing.first.spec, exc.message)
+                following = await routing.plan.next()
+                if following is None:
+                    raise
+                self._metrics.deployment_call(
+                    routing.plan.name, skipped.deployment, "untranslatable"
+                )
+                self.health.done(routing.first.spec)
+                routing.skipped.append(skipped)
+                routing.first = following
 
     def unsent(self, routing: Routing | None) -> None:
         """The routed request ended before its step took its first call over."""

@@ -67,10 +67,12 @@ class RoutedStep:
         first: Attempt,
         make: MakeAttempt,
         metrics: GatewayMetrics,
+        *,
+        skipped: list[FailedAttempt] | None = None,
     ) -> None:
         self.plan = plan
         self.current = first
-        self.failed: list[FailedAttempt] = []
+        self.failed: list[FailedAttempt] = list(skipped or ())  # first picks not carried
         self._health = health
         self._make = make
         self._metrics = metrics
