@@ -20,6 +20,7 @@ from tokenwire.broker import (
     MemoryCooldowns,
     ProbeDue,
     Probing,
+    RequestFailed,
     Topology,
     ensure_cooldowns_bucket,
     stream_info,
@@ -102,6 +103,28 @@ async def test_a_claim_on_a_stale_revision_loses_and_says_what_holds(board: Cool
     assert not claim.won
     assert isinstance(claim.state, Cooling)
     assert isinstance(await board.state("nowhere"), Healthy)
+
+
+class ReadFails(Cooldowns):
+    """The real board whose reads of a deployment's state get no answer (the broker answered
+    the claim's write, then did not answer the read that follows it)."""
+
+    async def state(self, deployment: str) -> DeploymentState:
+        raise RequestFailed(f"cooldown of {deployment}", "TimeoutError (a read that failed)")
+
+
+async def test_a_lost_claim_stays_lost_when_what_holds_cannot_be_read(
+    nc: Client, topology: Topology
+) -> None:
+    """The broker refused the claim (another's write came first) and the read of what holds
+    failed: the claim is lost (before: the read's error made the gateway take the broker for
+    away and probe on its own, a second probe beside the winner's)."""
+    board = ReadFails(nc, topology.cooldowns_bucket)
+    await board.cool("north", reason="x", seconds=30)
+    claim = await board.claim_probe("north", revision=10_000, seconds=5)
+    assert not claim.won
+    assert claim.state.deployment == "north"
+    assert not isinstance(claim.state, (Healthy, ProbeDue))  # held back: the watch says by what
 
 
 async def test_the_bucket_carries_per_message_ttls(nc: Client, topology: Topology) -> None:

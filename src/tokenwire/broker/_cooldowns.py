@@ -33,7 +33,7 @@ from nats.errors import Error as NatsError
 from nats.js import api
 from nats.js.errors import NotFoundError
 
-from tokenwire.broker._errors import RequestFailed
+from tokenwire.broker._errors import BrokerError, RequestFailed
 from tokenwire.broker._kvwrite import EXPECTED_LAST, put_checked
 from tokenwire.broker._ordered import ordered_subscribe
 from tokenwire.broker._translate import translated
@@ -170,14 +170,20 @@ class Cooldowns:
     async def claim_probe(self, deployment: str, *, revision: int, seconds: float) -> ProbeClaim:
         """Become the deployment's one prober for at most ``seconds``, if its state is still
         the one at ``revision`` (the :class:`ProbeDue` marker; 0: no message); else the state
-        found instead."""
+        found instead (a :class:`Probing` of ``seconds`` when it cannot be read: lost all the
+        same)."""
         value = msgspec.json.encode(_Value("probing", seconds))
         headers = {"Nats-TTL": ttl_header(seconds), EXPECTED_LAST: str(revision)}
         written = await self._write(deployment, value, headers)
+        until_ns = time.time_ns() + int(seconds * _NS)
         if written is not None:
-            until_ns = time.time_ns() + int(seconds * _NS)
             return ProbeClaim(True, Probing(deployment, written, until_ns))
-        return ProbeClaim(False, await self.state(deployment))
+        try:
+            return ProbeClaim(False, await self.state(deployment))
+        except BrokerError:
+            # refused all the same (another's write came first): held back at most as long as
+            # a probe, until the watch tells what holds
+            return ProbeClaim(False, Probing(deployment, revision, until_ns))
 
     async def clear(self, deployment: str) -> None:
         """The deployment is healthy again (its probe was answered)."""
