@@ -125,8 +125,14 @@ class Expiry:
     max_claim_reads: int = MAX_CLAIM_READS
 
     async def run(self, now_ns: int) -> Expired:
-        """Decide every due step (see the module) and apply the decisions to the Assembly."""
-        out = Expired()
+        """Decide every due step (see the module), then apply the decisions to the Assembly.
+
+        Nothing is applied before the pass's last question: a step closed while the pass
+        still awaited the broker would be closed in the Assembly but not yet with the
+        Committer, and a chunk of it arriving meanwhile was settled as a duplicate and
+        acknowledged before the step's commit. Applied at the end, such a chunk finds its
+        step still open (a new one makes it not due any more: ``close_due``)."""
+        decided: list[tuple[DueStep, Verdict]] = []
         views: dict[int, PartitionView | Unanswered] = {}
         reads, answering = 0, True
         for due in self.assembly.due(now_ns):
@@ -140,7 +146,10 @@ class Expiry:
                 reads += 1
                 claim = await self._claim(due)
                 answering = not isinstance(claim, Unanswered)
-            self._apply(due, verdict(due, view, claim, now_ns), now_ns, out)
+            decided.append((due, verdict(due, view, claim, now_ns)))
+        out = Expired()
+        for due, decision in decided:
+            self._apply(due, decision, now_ns, out)
         return out
 
     async def _claim(self, due: DueStep) -> StepRecord | Unanswered | None:

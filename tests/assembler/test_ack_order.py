@@ -1,0 +1,103 @@
+"""Every acknowledgement follows the commit it acknowledges, also while an expiry pass still
+asks the broker: an Assembler over a recording connection (no server: the acks are what is
+checked), a MemoryStore and an expiry whose claim reads a test holds."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from tests.assembler.harness import settings_for
+from tests.assembler.scripts import envelopes, text_step
+from tokenwire.broker import ConsumedMessage, StepRecord, Topology
+from tokenwire.schemas import ChunkEnvelope, ErrorEvent, json_encoder
+from tokenwire.services.assembler import Assembler, AssemblyConfig
+from tokenwire.services.assembler._expiry import Expiry, PartitionView
+from tokenwire.store import MemoryStore
+
+S = 1_000_000_000
+ACK = b"+ACK"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000 * S
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class Connection:
+    """Records what is published (the acks); answers a request with a stored PubAck."""
+
+    is_connected = True
+    is_closed = False
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes]] = []
+
+    async def publish(self, subject: str, payload: bytes = b"", **_: Any) -> None:
+        self.sent.append((subject, payload))
+
+    async def request(self, subject: str, payload: bytes, *_: Any, **__: Any) -> Any:
+        return SimpleNamespace(data=b'{"stream": "EVENTS", "seq": 1}', headers=None)
+
+    def acked(self) -> list[int]:
+        """Stream seqs acknowledged, in order (the reply subjects' seq field)."""
+        return [int(subject.split(".")[5]) for subject, payload in self.sent if payload == ACK]
+
+
+class HeldClaims:
+    """Answers "no claim" at once, except for ``held``'s: that read waits for ``answer``."""
+
+    def __init__(self, held: str) -> None:
+        self.held = held
+        self.asked = asyncio.Event()
+        self.answer = asyncio.Event()
+
+    async def record(self, session: str, turn: int, step: int) -> StepRecord | None:
+        if session == self.held:
+            self.asked.set()
+            await self.answer.wait()
+        return None
+
+
+def delivered(nc: Connection, env: ChunkEnvelope, seq: int, times: int = 1) -> ConsumedMessage:
+    reply = f"$JS.ACK.TOKENWIRE.assembler-p0.{times}.{seq}.{seq}.0.0"
+    subject = f"tokenwire.chunks.0.{env.session}.next"
+    return ConsumedMessage(subject, reply, json_encoder.encode(env), None, None, nc)  # type: ignore[arg-type]  # the recording connection
+
+
+async def test_a_redelivery_during_an_expiry_pass_is_acknowledged_after_the_commit() -> None:
+    """Two quiet steps due; the pass closes ``x`` and then asks for ``y``'s claim; meanwhile
+    the server redelivers a message ``x`` holds (held past ``ack_wait``). It must not be
+    acknowledged before ``x`` is stored (it was: the pass had closed ``x`` in the Assembly
+    but handed it to the Committer only at its end, so the redelivery was settled at once)."""
+    nc, clock, store = Connection(), Clock(), MemoryStore()
+    quick = AssemblyConfig(abandon_timeout_s=10.0, gap_timeout_s=10.0)
+    settings = settings_for("nats://unused", Topology(), "memory://", assembly=quick)
+    assembler = Assembler(settings, nc, store, clock=clock)  # type: ignore[arg-type]  # the recording connection
+    claims = HeldClaims("y")
+
+    async def held_and_caught_up(partition: int) -> PartitionView:
+        return PartitionView(owner=True, caught_up=True)
+
+    assembler.expiry = Expiry(assembler.assembly, held_and_caught_up, claims, lambda s: 0)
+    x = envelopes("x", 0, 0, text_step(["a", "b"]), t0=clock.now)[:2]  # no finish: quiet
+    y = envelopes("y", 0, 0, text_step(["c"]), t0=clock.now)[:1]
+    await assembler.handle_batch([delivered(nc, x[0], 1), delivered(nc, x[1], 2)], 0)
+    await assembler.handle_batch([delivered(nc, y[0], 3)], 0)
+    clock.now += 11 * S  # both due; no claim: the pass closes both
+    expiring = asyncio.create_task(assembler.expire())
+    await asyncio.wait_for(claims.asked.wait(), 5.0)  # x decided, y's claim being read
+    await assembler.handle_batch([delivered(nc, x[0], 1, times=2)], 0)
+    assert await store.step_outcome("x", 0, 0) is None
+    assert nc.acked() == []  # nothing of x is acknowledged before its commit
+    claims.answer.set()
+    await asyncio.wait_for(expiring, 5.0)
+    await assembler.committer.commit_batch()
+    outcome = await store.step_outcome("x", 0, 0)
+    assert isinstance(outcome, ErrorEvent)
+    assert outcome.error.kind == "abandoned"
+    assert sorted(nc.acked()) == [1, 2, 3]
