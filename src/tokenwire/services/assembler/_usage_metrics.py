@@ -58,7 +58,12 @@ class UsageMetrics:
         )
 
     def count(self, line: StepUsage) -> None:
-        """Count one inserted step's line."""
+        """Count one inserted step's line.
+
+        A negative token count (the provider's figures are kept as reported, and nothing
+        bounds them below; the ledger stores the line unpriced) is not counted: a counter
+        only goes up, and its ``inc`` raised ValueError, which ended the commit loop.
+        """
         labels = (
             self.providers.admit(line.provider),
             self.models.admit(line.model),
@@ -66,7 +71,8 @@ class UsageMetrics:
         )
         if line.usage is not None:
             for name, kind in TOKEN_TYPES.items():
-                if n := getattr(line.usage, name):
+                n = getattr(line.usage, name)
+                if n is not None and n > 0:
                     self.tokens.labels(*labels, kind).inc(n)
         if line.cost_usd is None:
             self.unpriced.labels(*labels).inc()
