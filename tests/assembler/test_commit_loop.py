@@ -15,7 +15,7 @@ from tokenwire.services.assembler._assembly import ClosedStep, StepKey
 from tokenwire.services.assembler._committer import CommitPolicy, Committer
 from tokenwire.services.assembler._consume import Delivery
 from tokenwire.services.assembler._metrics import AssemblerMetrics
-from tokenwire.store import CommittedStep, MemoryStore
+from tokenwire.store import CommittedStep, MemoryStore, StepRecord, StoreConfigError
 
 
 class Announced:
@@ -41,6 +41,22 @@ class Announced:
 
 async def _no_dead_letter(tokens: Sequence[Delivery], reason: str, detail: str) -> None:
     raise AssertionError(f"nothing is dead-lettered here: {reason} {detail}")
+
+
+class Unusable(MemoryStore):
+    """A store whose commits fail as unusable (``StoreConfigError``: what the SQLite store
+    raises for a file that is no database, or a folder it cannot create) until ``fixed``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fixed = asyncio.Event()
+        self.refused = asyncio.Event()
+
+    async def commit(self, records: Sequence[StepRecord]) -> list[CommittedStep]:
+        if not self.fixed.is_set():
+            self.refused.set()
+            raise StoreConfigError("sqlite:///store.db", "file is not a database")
+        return await super().commit(records)
 
 
 def _closed(step: int, usage: TokenUsage) -> ClosedStep[Delivery]:
@@ -79,3 +95,30 @@ async def test_a_negative_token_count_does_not_end_the_commit_loop() -> None:
         await asyncio.gather(loop, return_exceptions=True)
     assert announced.keys == [("s", 0, 0), ("s", 0, 1)]
     assert await store.step_outcome("s", 0, 1) is not None
+
+
+async def test_an_unusable_store_is_waited_for_not_the_end_of_the_commit_loop() -> None:
+    """A commit refused as unusable (not unavailable, not a bad record) escaped the loop's
+    retry: the loop ended, with the store gauge still up. It is retried like an outage, the
+    instance not ready meanwhile, and the step is committed once the store is usable."""
+    store, announced = Unusable(), Announced()
+    policy = CommitPolicy(batch_max_s=0.0, backoff_initial_s=0.001, backoff_max_s=0.001)
+    committer = Committer(
+        store, policy, AssemblerMetrics(), announce=announced, dead_letter=_no_dead_letter
+    )
+    loop = asyncio.create_task(committer.run())
+    try:
+        committer.add(_closed(0, TokenUsage(input_tokens=12, output_tokens=1)))
+        refused = asyncio.ensure_future(store.refused.wait())
+        await asyncio.wait({refused, loop}, timeout=5.0, return_when="FIRST_COMPLETED")
+        refused.cancel()
+        assert store.refused.is_set()  # raised in the loop's own step: it has handled it now
+        assert not loop.done(), f"the commit loop ended: {loop.exception()!r}"
+        assert not committer.store_ok
+        store.fixed.set()
+        await announced.wait(("s", 0, 0), loop)
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+    assert committer.store_ok
+    assert await store.step_outcome("s", 0, 0) is not None

@@ -20,7 +20,14 @@ from tokenwire.schemas import Message, RecordedError
 from tokenwire.services.assembler._assembly import ClosedStep, StepKey
 from tokenwire.services.assembler._consume import Delivery, ack_tokens
 from tokenwire.services.assembler._metrics import AssemblerMetrics
-from tokenwire.store import CommittedStep, StepRecord, Store, StoreIntegrityError, StoreUnavailable
+from tokenwire.store import (
+    CommittedStep,
+    StepRecord,
+    Store,
+    StoreError,
+    StoreIntegrityError,
+    StoreUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -205,12 +212,16 @@ class Committer:
             started = time.perf_counter()
             try:
                 results = await self._store.commit(records)
-            except StoreUnavailable as exc:
-                self._store_failed(exc, "unavailable")
             except StoreIntegrityError as exc:
                 self._store_failed(exc, "integrity")
-                self.set_store_ok(True)  # the store answered: it is the input that is wrong
                 return None
+            except StoreError as exc:
+                # Unavailable, or unusable as configured (a file that is no database, a folder
+                # it cannot create: an operator's to fix): waited for like an outage. Let out,
+                # it ended this loop, and nothing was committed again while the instance
+                # still answered ready.
+                label = "unavailable" if isinstance(exc, StoreUnavailable) else "config"
+                self._store_failed(exc, label)
             else:
                 self._metrics.commit_seconds.observe(time.perf_counter() - started)
                 self._metrics.batch_steps.observe(len(records))
@@ -221,7 +232,7 @@ class Committer:
 
     def _store_failed(self, exc: Exception, label: str) -> None:
         self._metrics.store_failures.labels(label).inc()
-        self.set_store_ok(label != "unavailable")
+        self.set_store_ok(label == "integrity")  # it answered: it is the input that is wrong
         log.warning("commit failed (%s): %s", label, exc)
 
     def set_store_ok(self, ok: bool) -> None:
