@@ -1,6 +1,7 @@
 """Every acknowledgement follows the commit it acknowledges, also while an expiry pass still
-asks the broker: an Assembler over a recording connection (no server: the acks are what is
-checked), a MemoryStore and an expiry whose claim reads a test holds."""
+asks the broker, and a redelivery is kept, not handed back, while the store cannot answer
+whether its step is stored: an Assembler over a recording connection (no server: the acks
+and naks are what is checked), a MemoryStore and an expiry whose claim reads a test holds."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from typing import Any
 from tests.assembler.harness import settings_for
 from tests.assembler.scripts import envelopes, text_step
 from tokenwire.broker import ConsumedMessage, StepRecord, Topology
-from tokenwire.schemas import ChunkEnvelope, ErrorEvent, json_encoder
+from tokenwire.schemas import ChunkEnvelope, ErrorEvent, MessageEvent, json_encoder
 from tokenwire.services.assembler import Assembler, AssemblyConfig
 from tokenwire.services.assembler._expiry import Expiry, PartitionView
-from tokenwire.store import MemoryStore
+from tokenwire.store import MemoryStore, StoreConfigError
 
 S = 1_000_000_000
 ACK = b"+ACK"
@@ -46,6 +47,14 @@ class Connection:
     def acked(self) -> list[int]:
         """Stream seqs acknowledged, in order (the reply subjects' seq field)."""
         return [int(subject.split(".")[5]) for subject, payload in self.sent if payload == ACK]
+
+    def naked(self) -> list[int]:
+        """Stream seqs handed back (``-NAK``, with or without a delay), in order."""
+        return [
+            int(subject.split(".")[5])
+            for subject, payload in self.sent
+            if payload.startswith(b"-NAK")
+        ]
 
 
 class HeldClaims:
@@ -101,3 +110,44 @@ async def test_a_redelivery_during_an_expiry_pass_is_acknowledged_after_the_comm
     assert isinstance(outcome, ErrorEvent)
     assert outcome.error.kind == "abandoned"
     assert sorted(nc.acked()) == [1, 2, 3]
+
+
+class UnusableStore(MemoryStore):
+    """Lookups fail as unusable (``StoreConfigError``, as SQLite's "file is not a database")
+    until ``fixed``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fixed = asyncio.Event()
+        self.refused = asyncio.Event()
+
+    async def step_outcome(
+        self, session: str, turn: int, step: int
+    ) -> MessageEvent | ErrorEvent | None:
+        if not self.fixed.is_set():
+            self.refused.set()
+            raise StoreConfigError("sqlite:///store.db", "file is not a database")
+        return await super().step_outcome(session, turn, step)
+
+
+async def test_a_redelivery_waits_for_a_store_that_cannot_say_whether_its_step_is_stored() -> None:
+    """The lookup of a redelivered chunk's step failed as unusable (not unavailable): the
+    message was naked after 0.1 s, again and again, each time one of its ``max_deliver``
+    deliveries; once they are spent the server never delivers it again, and its step can
+    neither be stored nor closed. It waits for the store, as a commit does."""
+    nc, store = Connection(), UnusableStore()
+    settings = settings_for("nats://unused", Topology(), "memory://")
+    assembler = Assembler(settings, nc, store)  # type: ignore[arg-type]  # the recording connection
+    env = envelopes("x", 0, 0, text_step(["a"]))[0]
+    handling = asyncio.create_task(assembler.handle_batch([delivered(nc, env, 1, times=2)], 0))
+    refused = asyncio.ensure_future(store.refused.wait())
+    await asyncio.wait({refused, handling}, timeout=5.0, return_when="FIRST_COMPLETED")
+    refused.cancel()
+    assert store.refused.is_set()
+    assert not handling.done()  # waiting for the store
+    assert nc.naked() == []
+    assert not assembler.committer.store_ok  # not ready meanwhile
+    store.fixed.set()
+    await asyncio.wait_for(handling, 5.0)
+    assert nc.naked() == []
+    assert assembler.assembly.is_open(("x", 0, 0))  # not stored: the chunk opened its step

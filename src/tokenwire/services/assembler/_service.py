@@ -66,7 +66,7 @@ from tokenwire.services.assembler._settings import AssemblerSettings
 from tokenwire.services.assembler._stranded import Stranded
 from tokenwire.services.assembler._takeover import ReadBackCause, partition_state, read_back
 from tokenwire.services.assembler._trace import StepTraces
-from tokenwire.store import CommittedStep, Store, StoreUnavailable
+from tokenwire.store import CommittedStep, Store, StoreConfigError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -409,8 +409,11 @@ class Assembler:
         while True:
             try:
                 result = await call()
-            except StoreUnavailable as exc:
-                self.metrics.store_failures.labels("unavailable").inc()
+            except (StoreUnavailable, StoreConfigError) as exc:
+                # Waited for as the Committer waits: naked instead, the message spent one of
+                # its max_deliver deliveries per back-off, then was never delivered again.
+                label = "unavailable" if isinstance(exc, StoreUnavailable) else "config"
+                self.metrics.store_failures.labels(label).inc()
                 self.committer.set_store_ok(False)
                 log.warning("store lookup failed: %s", exc)
             else:
