@@ -6,6 +6,7 @@ and naks are what is checked), a MemoryStore and an expiry whose claim reads a t
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,7 +16,13 @@ from tokenwire.broker import ConsumedMessage, StepRecord, Topology
 from tokenwire.schemas import ChunkEnvelope, ErrorEvent, MessageEvent, json_encoder
 from tokenwire.services.assembler import Assembler, AssemblyConfig
 from tokenwire.services.assembler._expiry import Expiry, PartitionView
-from tokenwire.store import MemoryStore, StoreConfigError
+from tokenwire.store import (
+    CommittedStep,
+    MemoryStore,
+    StoreConfigError,
+    StoreIntegrityError,
+)
+from tokenwire.store import StepRecord as Record
 
 S = 1_000_000_000
 ACK = b"+ACK"
@@ -29,6 +36,19 @@ class Clock:
         return self.now
 
 
+class DeadLetters:
+    """The DLQ stream's side of a JetStream publish: refused (no answer) until ``up``."""
+
+    def __init__(self) -> None:
+        self.up = False
+        self.copied: list[bytes] = []
+
+    async def publish(self, subject: str, payload: bytes, **_: Any) -> None:
+        if not self.up:
+            raise TimeoutError  # the broker restarting
+        self.copied.append(payload)
+
+
 class Connection:
     """Records what is published (the acks); answers a request with a stored PubAck."""
 
@@ -37,6 +57,10 @@ class Connection:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes]] = []
+        self.dlq = DeadLetters()
+
+    def jetstream(self) -> DeadLetters:
+        return self.dlq
 
     async def publish(self, subject: str, payload: bytes = b"", **_: Any) -> None:
         self.sent.append((subject, payload))
@@ -47,6 +71,14 @@ class Connection:
     def acked(self) -> list[int]:
         """Stream seqs acknowledged, in order (the reply subjects' seq field)."""
         return [int(subject.split(".")[5]) for subject, payload in self.sent if payload == ACK]
+
+    def terminated(self) -> list[int]:
+        """Stream seqs terminated (``+TERM``), in order."""
+        return [
+            int(subject.split(".")[5])
+            for subject, payload in self.sent
+            if payload.startswith(b"+TERM")
+        ]
 
     def naked(self) -> list[int]:
         """Stream seqs handed back (``-NAK``, with or without a delay), in order."""
@@ -151,3 +183,35 @@ async def test_a_redelivery_waits_for_a_store_that_cannot_say_whether_its_step_i
     await asyncio.wait_for(handling, 5.0)
     assert nc.naked() == []
     assert assembler.assembly.is_open(("x", 0, 0))  # not stored: the chunk opened its step
+
+
+class RejectingStore(MemoryStore):
+    """Rejects every step of session ``bad`` (as PostgreSQL rejects a NUL in text)."""
+
+    async def commit(self, records: Sequence[Record]) -> list[CommittedStep]:
+        if any(r.session == "bad" for r in records):
+            raise StoreIntegrityError("unsupported Unicode escape sequence", "bad", 0, 0)
+        return await super().commit(records)
+
+
+async def test_a_rejected_step_not_dead_lettered_is_dead_lettered_on_its_redelivery() -> None:
+    """The store rejects a step and the broker does not take its dead-letter copies (it is
+    restarting): its messages stay unsettled, to be dead-lettered when redelivered. The
+    redeliveries found the step closed here and were acknowledged as duplicates: the step
+    neither stored nor dead-lettered, gone without a trace."""
+    nc, store = Connection(), RejectingStore()
+    settings = settings_for("nats://unused", Topology(), "memory://")
+    assembler = Assembler(settings, nc, store)  # type: ignore[arg-type]  # the recording connection
+    bad = envelopes("bad", 0, 0, text_step(["a"]))
+    await assembler.handle_batch([delivered(nc, e, i + 1) for i, e in enumerate(bad)], 0)
+    await assembler.committer.commit_batch()  # rejected; its dead-lettering failed
+    assert nc.dlq.copied == []
+    assert (nc.acked(), nc.terminated()) == ([], [])
+    nc.dlq.up = True  # after ack_wait the server delivers them again
+    await assembler.handle_batch([delivered(nc, e, i + 1, 2) for i, e in enumerate(bad)], 0)
+    assert nc.acked() == []  # not settled as duplicates of a step that was never stored
+    await assembler.committer.commit_batch()
+    assert nc.acked() == []
+    assert nc.terminated() == [1, 2, 3]
+    assert len(nc.dlq.copied) == 3
+    assert await store.step_outcome("bad", 0, 0) is None

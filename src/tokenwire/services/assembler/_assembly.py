@@ -229,6 +229,11 @@ class Assembly(Generic[T]):
         """Record that the step was closed elsewhere (found in the store): its chunks settle."""
         self._tombstone(key, _Tombstone(None, "complete"))
 
+    def forget_closed(self, key: StepKey) -> None:
+        """Forget that the step was closed here (neither stored nor dead-lettered): its chunks,
+        when delivered again, assemble it again instead of settling as duplicates."""
+        self._closed.pop(key, None)
+
     # -- feeding -------------------------------------------------------------------------
 
     def feed(self, envelope: ChunkEnvelope, token: T) -> Outcome[T] | None:

@@ -35,6 +35,8 @@ DeadLetter = Callable[[Sequence[Delivery], str, str], Awaitable[None]]
 """``(tokens, reason, detail)``: dead-letter and terminate the messages of one step."""
 Announce = Callable[[CommittedStep], Awaitable[None]]
 """Publish the ``StepPersisted`` event of a committed step."""
+Forget = Callable[[StepKey], None]
+"""Forget that a step was closed (``Assembly.forget_closed``)."""
 
 
 @dataclass(slots=True)
@@ -74,9 +76,11 @@ class Committer:
         *,
         announce: Announce,
         dead_letter: DeadLetter,
+        forget: Forget = lambda key: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
+        self._forget = forget
         self._policy = policy
         self._metrics = metrics
         self._announce = announce
@@ -241,16 +245,22 @@ class Committer:
         self._metrics.store_up.set(1 if ok else 0)
 
     async def _commit_one_by_one(self, batch: list[_Waiting]) -> list[CommittedStep | None]:
-        """A batch the store rejected: commit each step alone, dead-letter the bad ones."""
+        """A batch the store rejected: commit each step alone, dead-letter the bad ones.
+
+        A bad step whose messages could not all be dead-lettered (the broker did not take the
+        copies) is forgotten as closed: its messages come back after ``ack_wait`` and must
+        reach the store and the dead-letter subject again, not settle as duplicates of a step
+        that was never stored."""
         results: list[CommittedStep | None] = []
         for waiting in batch:
             single = await self._commit([waiting.closed.record])
             if single is None:
+                tokens = waiting.tokens()
                 await self._dead_letter(
-                    waiting.tokens(),
-                    "store-integrity",
-                    f"the store rejected step {waiting.closed.key}",
+                    tokens, "store-integrity", f"the store rejected step {waiting.closed.key}"
                 )
+                if any(t.message is not None and not t.message.resolved for t in tokens):
+                    self._forget(waiting.closed.key)
                 results.append(None)
             else:
                 results.append(single[0])

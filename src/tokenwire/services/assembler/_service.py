@@ -112,6 +112,7 @@ class Assembler:
             self.metrics,
             announce=self._announce,
             dead_letter=self._dead_letter,
+            forget=self.assembly.forget_closed,
         )
         pull = PullSettings(
             batch=settings.pull_batch,
