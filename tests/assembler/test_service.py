@@ -31,7 +31,7 @@ from tokenwire.schemas import (
     TextDelta,
     json_encoder,
 )
-from tokenwire.services.assembler import Assembler, ProbeServer, run
+from tokenwire.services.assembler import Assembler, AssemblerLoopError, ProbeServer, run
 from tokenwire.services.assembler._metrics import probe_app
 from tokenwire.store import CommittedStep, StepRecord, Store, StoreUnavailable, open_store
 
@@ -187,6 +187,35 @@ async def test_poison_goes_to_the_dead_letter_stream_and_the_rest_continues(
         assert d.headers["Tokenwire-Subject"].startswith(f"{topology.prefix}.chunks.")
         assert int(d.headers["Tokenwire-Stream-Seq"]) > 0
     assert assembler.metrics.dead_lettered.labels("undecodable")._value.get() == 1
+
+
+class BrokenStore(DelegatingStore):
+    """A real store whose commits fail with an error no retry expects (a bug's)."""
+
+    async def commit(self, records: Sequence[StepRecord]) -> list[CommittedStep]:
+        raise RuntimeError("a bug in the store's commit")
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_dead_commit_loop_stops_the_instance_with_the_reason(
+    nc: Client, nats_url: str, topology: Topology, db_url: str, db: Store
+) -> None:
+    """A background loop that ends stops the service with an error (a supervisor restarts
+    it, the operator reads why) instead of leaving it running, and ready, storing nothing."""
+    plan = make_plan(seed=15, sessions=2, turns=1)
+    await publish_plan(nc, topology, plan, seed=15)
+    stop = asyncio.Event()
+    settings = settings_for(nats_url, topology, db_url, burst=False)
+    with pytest.raises(AssemblerLoopError) as raised:
+        await asyncio.wait_for(run(settings, stop, store=BrokenStore(db)), 60)
+    assert not stop.is_set()
+    assert raised.value.loop == "commit"
+    assert "a bug in the store's commit" in str(raised.value)
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    session, steps = next(iter(plan.steps.items()))
+    assert await db.step_outcome(session, steps[0][0], steps[0][1]) is None  # nothing stored
 
 
 class FlakyStore(DelegatingStore):

@@ -33,6 +33,7 @@ from tokenwire.services.assembler._committer import CommitPolicy, Committer
 from tokenwire.services.assembler._consume import Delivery, PartitionSet, ack_tokens, nak_tokens
 from tokenwire.services.assembler._errors import (
     AssemblerError,
+    AssemblerLoopError,
     AssemblerStartError,
     AssemblyFullError,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "YOUNG_THRESHOLD",
     "Assembler",
     "AssemblerError",
+    "AssemblerLoopError",
     "AssemblerMetrics",
     "AssemblerSettings",
     "AssemblerStartError",

@@ -5,6 +5,7 @@
     AssemblerError
     ├── AssemblyFullError(open_steps, limit)   feed() would open a step beyond max_open_steps
     ├── AssemblerStartError(what, reason) the service could not start (broker, store, metrics)
+    ├── AssemblerLoopError(loop, reason)  a background loop ended while the instance ran
     └── ReadBackError(reason)              a read-back from the stream did not complete
 
 Store and broker errors are not re-wrapped while running: ``StoreUnavailable`` is retried
@@ -38,6 +39,17 @@ class AssemblerStartError(AssemblerError):
     def __init__(self, what: str, reason: str) -> None:
         super().__init__(f"assembler cannot start: {what}: {reason}")
         self.what = what
+        self.reason = reason
+
+
+class AssemblerLoopError(AssemblerError):
+    """A background loop (``loop``: the commit, expiry, lag, balance or heartbeat loop) ended
+    while the instance ran, for ``reason``. The instance stops, with this error, instead of
+    running on without it (a commit loop gone meant nothing stored while /readyz said 200)."""
+
+    def __init__(self, loop: str, reason: str) -> None:
+        super().__init__(f"the assembler's {loop} loop ended: {reason}; the instance stops")
+        self.loop = loop
         self.reason = reason
 
 

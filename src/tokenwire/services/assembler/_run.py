@@ -11,7 +11,7 @@ from tokenwire.config import without_userinfo
 from tokenwire.ledger import preload as preload_prices
 from tokenwire.leftovers import LEFTOVERS
 from tokenwire.observability import OtelProviders, otel_from_env
-from tokenwire.services.assembler._errors import AssemblerStartError
+from tokenwire.services.assembler._errors import AssemblerLoopError, AssemblerStartError
 from tokenwire.services.assembler._gc import tune_gc
 from tokenwire.services.assembler._metrics import ProbeServer, probe_app
 from tokenwire.services.assembler._service import Assembler, provision
@@ -58,8 +58,13 @@ async def run(
             await assembler.start()
             try:
                 await _wait(assembler, stop)
-            finally:
+            except AssemblerLoopError:
+                await _close_logged(assembler)  # the loop's end is the error to report
+                raise
+            except BaseException:
                 await assembler.close()
+                raise
+            await assembler.close()
         finally:
             remove()  # what it still left is kept for the stop's report
         return assembler
@@ -148,12 +153,28 @@ def _serve_probes(settings: AssemblerSettings, assembler: Assembler) -> ProbeSer
     return server
 
 
+async def _close_logged(assembler: Assembler) -> None:
+    """Close after a background loop ended; what closing could not do is logged."""
+    try:
+        await assembler.close()
+    except Exception:
+        log.exception("the assembler did not close cleanly after its loop ended")
+
+
 async def _wait(assembler: Assembler, stop: asyncio.Event) -> None:
+    """Until ``stop`` (or a burst's end); raises AssemblerLoopError as soon as one of the
+    instance's background loops ended."""
     if not assembler.settings.burst:
-        await stop.wait()
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait([stopped, *assembler.loops], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        assembler.check_loops()
         return
     idle_rounds = 0
     while not stop.is_set() and idle_rounds < 2:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), BURST_POLL_S)
+        assembler.check_loops()
         idle_rounds = idle_rounds + 1 if await assembler.drained() else 0

@@ -54,7 +54,7 @@ from tokenwire.services.assembler._assembly import (
 )
 from tokenwire.services.assembler._committer import CommitPolicy, Committer
 from tokenwire.services.assembler._consume import Delivery, PartitionSet, nak_tokens
-from tokenwire.services.assembler._errors import ReadBackError
+from tokenwire.services.assembler._errors import AssemblerLoopError, ReadBackError
 from tokenwire.services.assembler._expiry import Expiry, PartitionView, Unanswered, partition_view
 from tokenwire.services.assembler._lag import LagPoll
 from tokenwire.services.assembler._members import MemberBoard, member_name
@@ -232,12 +232,12 @@ class Assembler:
 
     async def start(self) -> Assembler:
         """Start the commit, expiry and lag loops, then the partition consumers."""
-        loops: list[Callable[[], Coroutine[Any, Any, None]]] = [
-            self.committer.run,
-            self._expire_forever,
-            self._poll_lag_forever,
-        ]
-        self._tasks = [asyncio.create_task(loop(), name=loop.__name__) for loop in loops]
+        loops: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {
+            "commit": self.committer.run,
+            "expiry": self._expire_forever,
+            "lag": self._poll_lag_forever,
+        }
+        self._tasks = [asyncio.create_task(loop(), name=name) for name, loop in loops.items()]
         await self.partitions.start(offering=False)
         await self.rebalancer.beat()
         await self.rebalancer.round()
@@ -247,6 +247,20 @@ class Assembler:
         self.started = True
         self.assess()
         return self
+
+    @property
+    def loops(self) -> list[asyncio.Task[None]]:
+        """The background loops, which run until :meth:`close`."""
+        return [t for t in (*self._tasks, self._balancing, self._beating) if t is not None]
+
+    def check_loops(self) -> None:
+        """Raise :class:`AssemblerLoopError` when a background loop ended before
+        :meth:`close` (an error it let out, or any end: they run until then)."""
+        for task in self.loops if not self._closing else ():
+            if task.done():
+                exc = None if task.cancelled() else task.exception()
+                reason = "cancelled" if task.cancelled() else repr(exc) if exc else "returned"
+                raise AssemblerLoopError(task.get_name(), reason) from exc
 
     async def close(self, flush_timeout_s: float = 10.0) -> None:
         """Stop pulling, commit what closed (bounded), hand back what is open, release pins.
