@@ -386,6 +386,40 @@ async def test_a_key_first_seen_while_the_tokens_are_written_stops_no_flush() ->
     assert board.pools_by_key[f"tpm.key.a.{minute}"].used == 22
 
 
+class FailingOnce(MemoryAllowances):
+    """The memory twin whose first change raises an error no flush expects (a bug's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed, self.written = asyncio.Event(), asyncio.Event()
+
+    async def update(self, key: str, change: Any, *, ttl_s: float) -> Any:
+        if not self.failed.is_set():
+            self.failed.set()
+            raise RuntimeError("a bug in a flush")
+        pool = await super().update(key, change, ttl_s=ttl_s)
+        self.written.set()
+        return pool
+
+
+async def test_the_background_flush_outlives_an_error_it_did_not_expect() -> None:
+    board = FailingOnce()
+    now = [1_700_000_050 * 10**9]
+    limiter = Limiter(board, clock_ns=lambda: now[0], hold_ttl_s=15.0)
+    text = f'[[keys]]\nname = "a"\nsha256 = "{"0" * 64}"\nlimits = {{ tpm = 100 }}\n'
+    [caller] = (named.caller for named in parse_keys(text.encode()))
+    async with limiter.running():
+        (await limiter.admit(caller, None)).end(tokens=22, cost_pusd=None)
+        limiter.kick()
+        await asyncio.wait_for(board.failed.wait(), 10)
+        (await limiter.admit(caller, None)).end(tokens=5, cost_pusd=None)
+        now[0] += 2 * 10**9  # the tokens are due again a second after the last try
+        limiter.kick()
+        await asyncio.wait_for(board.written.wait(), 10)  # the loop went on
+    minute = now[0] // 10**9 // 60
+    assert board.pools_by_key[f"tpm.key.a.{minute}"].used == 27
+
+
 def test_periods_and_durations() -> None:
     assert budget_period("day", 1_700_000_050)[0] == "2023-11-14"
     key, resets = budget_period("month", 1_700_000_050)

@@ -160,6 +160,39 @@ async def test_a_bucket_that_does_not_answer_keeps_the_last_ring_and_says_so() -
         await live.stop()
 
 
+class BuggyKeys(MemoryKeys):
+    """A bucket twin whose reads fail with an error no check expects while ``buggy``."""
+
+    buggy = False
+
+    async def last_revision(self) -> int:
+        if self.buggy:
+            raise RuntimeError("a bug in a check")
+        return await super().last_revision()
+
+
+async def test_a_check_that_fails_unexpectedly_says_stale_and_the_checks_go_on() -> None:
+    """Ended by the error, the checks would stop: a revoke would never apply."""
+    book = BuggyKeys()
+    await book.write("key", "b", record("b", KEY_B), expected=0)
+    applied = Applied()
+    live = LiveKeys(Bootstrap(), book, apply=applied, keyed=True, check_s=0.01)
+    await live.start()
+    try:
+        await until(lambda: applied.last.match(KEY_B) is not None, "b accepted")
+        book.buggy = True
+        await until(lambda: live.stale() is not None, "stale said")
+        assert "a bug in a check" in (live.stale() or "")
+        book.buggy = False
+        held = await book.entry("key", "b")
+        assert held is not None
+        await book.write("key", "b", None, expected=held.revision)
+        await until(lambda: applied.last.match(KEY_B) is None, "b refused after its revoke")
+        await until(lambda: live.stale() is None, "fresh again")
+    finally:
+        await live.stop()
+
+
 class ReadOnlyKeys(MemoryKeys):
     """A bucket this gateway may read but not write (an older deploy's permissions)."""
 

@@ -174,7 +174,12 @@ class LiveKeys:
     async def _keep_checking(self) -> None:
         while True:
             await asyncio.sleep(self._check_s)
-            await self._check()
+            try:
+                await self._check()
+            except Exception as exc:  # a bug's: ended, a revoked key would stay accepted
+                log.exception("gateway keys: the check failed (tried again at the next)")
+                self._went_stale(f"the check failed ({exc!r})")
+                await self._unwatch()  # the next check watches again, as after a broker error
 
     async def _check(self) -> None:
         """One check: the bucket's last revision against the watch's (see the module)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from tokenwire.services.gateway._routing.provider_call import ProviderCall
 from tokenwire.services.gateway._routing.routing import Route, resolve
 from tokenwire.services.gateway._routing.table import RouteTable
 from tokenwire.services.gateway._steps.deps import GatewayDeps
+
+log = logging.getLogger("tokenwire.gateway")
 
 
 @dataclass
@@ -79,8 +82,11 @@ class RoutesDesk:
     async def _reload(self) -> None:
         while True:
             await asyncio.sleep(self.settings.routes_reload_s)
-            if self.table.reload_if_changed() and self.table.config is not None:
-                self._on_reload(self.table.config.secrets())
+            try:
+                if self.table.reload_if_changed() and self.table.config is not None:
+                    self._on_reload(self.table.config.secrets())
+            except Exception:  # a bug's: ended, no later edit of the file would apply
+                log.exception("routes: the reload failed (tried again at the next)")
 
     async def routing(self, model: str, caller: CallerDialect) -> Routing | None:
         """A public name's plan and its first deployment (counted as sent), None for any

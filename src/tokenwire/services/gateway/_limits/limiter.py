@@ -303,13 +303,18 @@ class Limiter:
             await self.close()
 
     async def run(self) -> None:
-        """Flush every :data:`FLUSH_S` or when kicked, until cancelled."""
+        """Flush every :data:`FLUSH_S` or when kicked, until cancelled. An error a flush lets
+        out is logged and the next flush tries again: ended, this loop would stop writing
+        tokens, spend and give backs, and renewing holds that other gateways then clear."""
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(FLUSH_S):
                     await self._wake.wait()
             self._wake.clear()
-            await self.flush()
+            try:
+                await self.flush()
+            except Exception:
+                log.exception("limits: the flush failed (tried again at the next)")
 
     async def flush(self) -> None:
         """Write spend and tokens, give back surplus, renew holds; a broker error is logged
