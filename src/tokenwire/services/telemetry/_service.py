@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 PUBLISH_TIMEOUT_S = 5.0
 RETRY_DELAY_S = 1.0
 LAG_POLL_S = 2.0
+UNANSWERED_MAX = 10_000
+"""Signals whose publish failed, remembered until their redelivery (the oldest forgotten)."""
 
 
 @dataclass
@@ -87,6 +89,7 @@ class TelemetryConsumer:
     _answered_at: float | None = None
     _waited_s: float = 0.0
     _missing: set[str] = field(default_factory=set)
+    _unanswered: dict[str, None] = field(default_factory=dict)
     _restorer: Restorer | None = None
     _readiness: Readiness = NOT_STARTED
 
@@ -127,25 +130,35 @@ class TelemetryConsumer:
         payload = json_encoder.encode(signal)
         msg_id = f"started:{signal.session}:{signal.turn}:{signal.step}"
         if msg.num_delivered > 1 and await self._signaled_before(signal.session, msg_id):
-            self.metrics.duplicates.inc()  # published before a crash, after the window
-            return
+            duplicate = True  # published before a crash (after the window), or unanswered
+        else:
+            duplicate = await self._publish(signal.session, payload, msg_id)
+            if self.after_publish is not None:
+                await self.after_publish(msg)  # the fault-injection seam: published, not acked
+        if duplicate and msg_id not in self._unanswered:
+            self.metrics.duplicates.inc()
+        else:
+            self._unanswered.pop(msg_id, None)
+            await self._record(signal, payload)
+
+    async def _publish(self, session: str, payload: bytes, msg_id: str) -> bool:
+        """Publish the signal; True when the stream already had it. A failed publish may have
+        been stored all the same (its PubAck lost): its msg id is remembered, so the
+        redelivery that finds it stored counts it instead of taking it for a duplicate."""
         try:
-            duplicate = await publish_acked(
+            return await publish_acked(
                 self.nc,
-                self.topology.event_subject(signal.session, "started"),
+                self.topology.event_subject(session, "started"),
                 payload,
                 headers={"Nats-Msg-Id": msg_id},
                 timeout_s=self.publish_timeout_s,
             )
         except BrokerError as exc:
+            self._unanswered[msg_id] = None
+            if len(self._unanswered) > UNANSWERED_MAX:
+                del self._unanswered[next(iter(self._unanswered))]
             log.warning("telemetry publish failed, will retry: %s", exc)
             raise Retry(RETRY_DELAY_S) from exc
-        if self.after_publish is not None:
-            await self.after_publish(msg)  # the fault-injection seam: published, not acked
-        if duplicate:
-            self.metrics.duplicates.inc()
-        else:
-            await self._record(signal, payload)
 
     def _record_failure(
         self, envelope: ChunkEnvelope, error: StepError, headers: dict[str, str]
