@@ -315,6 +315,12 @@ class PullConsumer:
         return bool(self._tasks) and not any(t.done() for t in self._tasks)
 
     @property
+    def loops(self) -> list[asyncio.Task[None]]:
+        """The pull and worker loops (named ``pull-<consumer>``, ``work-<consumer>``), which
+        run from :meth:`start` to :meth:`stop`."""
+        return list(self._tasks)
+
+    @property
     def paused(self) -> bool:
         return self._paused
 

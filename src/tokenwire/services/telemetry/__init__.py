@@ -1,5 +1,6 @@
 """The telemetry consumer: stream-started signals at a cost that grows with steps, not tokens."""
 
+from tokenwire.services.telemetry._errors import TelemetryError, TelemetryLoopError
 from tokenwire.services.telemetry._otel import (
     FAILED_SPAN,
     SEMCONV_SCHEMA_URL,
@@ -17,6 +18,8 @@ __all__ = [
     "STARTED_SPAN",
     "OtelSignals",
     "TelemetryConsumer",
+    "TelemetryError",
+    "TelemetryLoopError",
     "TelemetryMetrics",
     "TelemetrySettings",
     "failed_call",

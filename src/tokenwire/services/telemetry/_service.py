@@ -51,6 +51,7 @@ from tokenwire.schemas import (
     chunk_envelopes,
     json_encoder,
 )
+from tokenwire.services.telemetry._errors import TelemetryLoopError
 from tokenwire.services.telemetry._otel import OtelSignals
 from tokenwire.services.telemetry._prometheus import TelemetryMetrics
 from tokenwire.services.telemetry._ready import NOT_STARTED, REASONS, Facts, Readiness, assess
@@ -212,6 +213,7 @@ class TelemetryConsumer:
             for consumer in consumers:
                 await consumer.start()
             while not stop.is_set():
+                _check_loops(consumers)
                 pending = await self._pending()
                 self.assess()
                 if pending is not None:
@@ -256,3 +258,13 @@ class TelemetryConsumer:
         if restored == "restored":
             self.metrics.restored.inc()
         return restored in ("restored", "present")
+
+
+def _check_loops(consumers: list[PullConsumer]) -> None:
+    """Raise :class:`TelemetryLoopError` when a consumer's pull or worker loop ended (they run
+    until the consumer's stop: an end is an error they let out)."""
+    for task in (t for c in consumers for t in c.loops):
+        if task.done():
+            exc = None if task.cancelled() else task.exception()
+            reason = "cancelled" if task.cancelled() else repr(exc) if exc else "returned"
+            raise TelemetryLoopError(task.get_name(), reason) from exc
