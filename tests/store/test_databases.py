@@ -174,3 +174,19 @@ async def test_many_steps_in_one_batch(db_url: str) -> None:
             assert ends == running
     finally:
         await store.close()
+
+
+async def test_a_routed_column_altered_into_bad_json_is_an_integrity_error(db_url: str) -> None:
+    """A replay reading the store's part of a session (``replay._history``) handles store
+    errors; a msgspec error let out of the store ended its reader task instead, and the
+    client's events response then sent keepalives for ever."""
+    store = opened(db_url)
+    try:
+        await store.commit([message_record("s", 0, 0, 2)])
+        run_sql(db_url, "UPDATE steps SET routed = %s WHERE session = %s", ("{not json", "s"))
+        with pytest.raises(StoreIntegrityError, match="damaged routed"):
+            await store.messages("s")
+        with pytest.raises(StoreIntegrityError, match="damaged routed"):
+            await store.step_outcome("s", 0, 0)
+    finally:
+        await store.close()

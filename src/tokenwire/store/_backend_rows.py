@@ -20,6 +20,7 @@ from tokenwire.schemas import (
     Routed,
     SessionEvent,
 )
+from tokenwire.store._errors import StoreIntegrityError
 from tokenwire.store._packing import decode_outcome, unpack_chunks
 from tokenwire.store._records import CommittedStep, OutcomeKind, SessionSummary
 
@@ -163,7 +164,7 @@ def outcome_event(row: StepRow) -> MessageEvent | ErrorEvent:
     """The MessageEvent or ErrorEvent of a row, citing its chunk range."""
     outcome = decode_outcome(row.outcome_kind, row.outcome)
     cite = (row.session, row.turn, row.step, row.seq_start, row.seq_end, row.provider, row.model)
-    routed = _routed_decoder.decode(row.routed) if row.routed else msgspec.UNSET
+    routed = _routed(row.routed) if row.routed else msgspec.UNSET
     match outcome:
         case Message():
             return MessageEvent(*cite, message=outcome, routed=routed)
@@ -174,6 +175,15 @@ def outcome_event(row: StepRow) -> MessageEvent | ErrorEvent:
 
 
 _routed_decoder = msgspec.json.Decoder(Routed)
+
+
+def _routed(text: str) -> Routed:
+    """Decode a ``routed`` column (JSON, editable with plain SQL); damage is a
+    StoreIntegrityError, like a damaged outcome's."""
+    try:
+        return _routed_decoder.decode(text)
+    except msgspec.DecodeError as exc:
+        raise StoreIntegrityError(f"damaged routed: {exc}") from exc
 
 
 def row_events(row: StepRow, from_seq: int, to_seq: int) -> Iterator[SessionEvent]:
