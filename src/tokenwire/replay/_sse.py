@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ from tokenwire.store import StoreError
 
 NcProvider = Callable[[], Connection]
 """Returns the gateway's connected NATS client (raise if there is none yet)."""
+
+log = logging.getLogger(__name__)
 
 Position = tuple[int, int]
 """Where a read starts: (stream seq of a message, index of a chunk in it)."""
@@ -310,6 +313,9 @@ async def produce(
             read_from = emit_from = held.next_position
     except (BrokerError, ReplayError, StoreError) as exc:
         queue.end(exc)
+    except Exception as exc:  # ended here, the client's response would idle for ever
+        log.exception("the events read of %s failed", session)
+        queue.end(ReplayError(f"the read failed: {type(exc).__name__}"))
 
 
 async def _read_until_full(
