@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from tokenwire.broker import _deferred  # noqa: F401  (before nats-py: see its docstring)
 from tokenwire.broker._allowances import Allowances, Hold, MemoryAllowances, Pool
-from tokenwire.broker._api import Connection, cancel_task, connect
+from tokenwire.broker._api import Connection, cancel_task, connect, ended
 from tokenwire.broker._batches import (
     READ_IDLE_TIMEOUT_S,
     READ_MAX_BATCH,
@@ -266,6 +266,7 @@ __all__ = [
     "consumer_state",
     "dead_letter",
     "dead_letter_headers",
+    "ended",
     "ensure_cooldowns_bucket",
     "ensure_keys_bucket",
     "ensure_limits_bucket",

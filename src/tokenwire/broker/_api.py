@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import urllib.parse
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, TypeAlias
 
 import msgspec
@@ -170,6 +170,19 @@ async def cancel_task(task: asyncio.Future[Any], attempts: int = 20) -> None:
             return
         task.cancel()
         await asyncio.wait({task}, timeout=0.1)
+
+
+def ended(tasks: Iterable[asyncio.Task[Any]]) -> tuple[str, str, BaseException | None] | None:
+    """The first of ``tasks`` (loops meant to run until they are stopped) that ended: its
+    name, why (the error it let out, "cancelled" or "returned") and the error; None while
+    every one runs."""
+    for task in tasks:
+        if task.done():
+            if task.cancelled():
+                return task.get_name(), "cancelled", None
+            exc = task.exception()
+            return task.get_name(), repr(exc) if exc else "returned", exc
+    return None
 
 
 def _cause(nc: Client, exc: BaseException, bound: float) -> str:

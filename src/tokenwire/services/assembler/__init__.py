@@ -39,8 +39,9 @@ from tokenwire.services.assembler._errors import (
 )
 from tokenwire.services.assembler._gc import YOUNG_THRESHOLD, tune_gc
 from tokenwire.services.assembler._metrics import AssemblerMetrics, ProbeServer
+from tokenwire.services.assembler._provision import provision
 from tokenwire.services.assembler._run import run
-from tokenwire.services.assembler._service import DLQ_CONSUMER, Assembler, provision
+from tokenwire.services.assembler._service import DLQ_CONSUMER, Assembler
 from tokenwire.services.assembler._settings import AssemblerSettings
 
 __all__ = [

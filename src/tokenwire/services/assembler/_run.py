@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 
-from tokenwire.broker import BrokerError, Connection, check_layout, connect
+from tokenwire.broker import BrokerError, Connection, check_layout, connect, ended
 from tokenwire.config import without_userinfo
 from tokenwire.ledger import preload as preload_prices
 from tokenwire.leftovers import LEFTOVERS
@@ -14,7 +14,8 @@ from tokenwire.observability import OtelProviders, otel_from_env
 from tokenwire.services.assembler._errors import AssemblerLoopError, AssemblerStartError
 from tokenwire.services.assembler._gc import tune_gc
 from tokenwire.services.assembler._metrics import ProbeServer, probe_app
-from tokenwire.services.assembler._service import Assembler, provision
+from tokenwire.services.assembler._provision import provision
+from tokenwire.services.assembler._service import Assembler
 from tokenwire.services.assembler._settings import AssemblerSettings
 from tokenwire.store import Store, StoreError, StoreUnavailable, open_store
 
@@ -153,6 +154,14 @@ def _serve_probes(settings: AssemblerSettings, assembler: Assembler) -> ProbeSer
     return server
 
 
+def _check_loops(assembler: Assembler) -> None:
+    """Raise AssemblerLoopError when a background loop of the instance ended (they run until
+    it closes: an end is an error they let out, or a bug)."""
+    if (end := ended(assembler.loops)) is not None:
+        name, reason, exc = end
+        raise AssemblerLoopError(name, reason) from exc
+
+
 async def _close_logged(assembler: Assembler) -> None:
     """Close after a background loop ended; what closing could not do is logged."""
     try:
@@ -170,11 +179,11 @@ async def _wait(assembler: Assembler, stop: asyncio.Event) -> None:
             await asyncio.wait([stopped, *assembler.loops], return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopped.cancel()
-        assembler.check_loops()
+        _check_loops(assembler)
         return
     idle_rounds = 0
     while not stop.is_set() and idle_rounds < 2:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), BURST_POLL_S)
-        assembler.check_loops()
+        _check_loops(assembler)
         idle_rounds = idle_rounds + 1 if await assembler.drained() else 0

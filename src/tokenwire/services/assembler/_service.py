@@ -29,7 +29,6 @@ from tokenwire.broker import (
     StepClaims,
     Topology,
     dead_letter,
-    ensure_topology,
     nak_many,
     parse_stored_subject,
     partition_of,
@@ -54,11 +53,12 @@ from tokenwire.services.assembler._assembly import (
 )
 from tokenwire.services.assembler._committer import CommitPolicy, Committer
 from tokenwire.services.assembler._consume import Delivery, PartitionSet, nak_tokens
-from tokenwire.services.assembler._errors import AssemblerLoopError, ReadBackError
+from tokenwire.services.assembler._errors import ReadBackError
 from tokenwire.services.assembler._expiry import Expiry, PartitionView, Unanswered, partition_view
 from tokenwire.services.assembler._lag import LagPoll
 from tokenwire.services.assembler._members import MemberBoard, member_name
 from tokenwire.services.assembler._metrics import AssemblerMetrics
+from tokenwire.services.assembler._provision import provision
 from tokenwire.services.assembler._ready import NOT_STARTED, REASONS, Facts, Readiness, assess
 from tokenwire.services.assembler._rebalance import Rebalancer
 from tokenwire.services.assembler._restoring import Restoring
@@ -252,15 +252,6 @@ class Assembler:
     def loops(self) -> list[asyncio.Task[None]]:
         """The background loops, which run until :meth:`close`."""
         return [t for t in (*self._tasks, self._balancing, self._beating) if t is not None]
-
-    def check_loops(self) -> None:
-        """Raise :class:`AssemblerLoopError` when a background loop ended before
-        :meth:`close` (an error it let out, or any end: they run until then)."""
-        for task in self.loops if not self._closing else ():
-            if task.done():
-                exc = None if task.cancelled() else task.exception()
-                reason = "cancelled" if task.cancelled() else repr(exc) if exc else "returned"
-                raise AssemblerLoopError(task.get_name(), reason) from exc
 
     async def close(self, flush_timeout_s: float = 10.0) -> None:
         """Stop pulling, commit what closed (bounded), hand back what is open, release pins.
@@ -793,18 +784,6 @@ def _persisted_from_event(event: MessageEvent | ErrorEvent) -> StepPersisted:
         outcome="message" if isinstance(event, MessageEvent) else "error",
         seq_start=event.seq_start,
         seq_end=event.seq_end,
-    )
-
-
-async def provision(nc: Connection, settings: AssemblerSettings) -> None:
-    """Create or update the streams and consumers (idempotent; every process may call it)."""
-    await ensure_topology(
-        nc,
-        settings.topology,
-        ack_wait_s=settings.ack_wait_s,
-        max_deliver=settings.max_deliver,
-        priority_timeout_s=settings.priority_timeout_s,
-        member_ttl_s=settings.member_ttl_s,
     )
 
 

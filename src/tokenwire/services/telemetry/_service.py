@@ -39,6 +39,7 @@ from tokenwire.broker import (
     Retry,
     Topology,
     consumer_state,
+    ended,
     missing,
     publish_acked,
     stored_with_msg_id,
@@ -263,8 +264,6 @@ class TelemetryConsumer:
 def _check_loops(consumers: list[PullConsumer]) -> None:
     """Raise :class:`TelemetryLoopError` when a consumer's pull or worker loop ended (they run
     until the consumer's stop: an end is an error they let out)."""
-    for task in (t for c in consumers for t in c.loops):
-        if task.done():
-            exc = None if task.cancelled() else task.exception()
-            reason = "cancelled" if task.cancelled() else repr(exc) if exc else "returned"
-            raise TelemetryLoopError(task.get_name(), reason) from exc
+    if (end := ended(t for c in consumers for t in c.loops)) is not None:
+        name, reason, exc = end
+        raise TelemetryLoopError(name, reason) from exc
