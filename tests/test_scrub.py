@@ -22,6 +22,10 @@ PASSWORD = "pw-SENTINEL-0c1d"
         ('{"x-api-key": "sk-ant-abcdefghijkl"}', f'{{"x-api-key": "{REDACTED}"}}'),
         ("key sk-proj-0123456789abcdef echoed", f"key {REDACTED} echoed"),
         ("AIzaSyA0123456789abcdefghijklmnop", REDACTED),
+        ("provided: sk-4o7Xd*****************2nNR.", f"provided: {REDACTED}."),
+        ("provided: sk-proj-************2nNR. See", f"provided: {REDACTED}. See"),
+        ("sk-ant-api03-****wxyz", REDACTED),
+        ("a **bold** word and 2*3***4", "a **bold** word and 2*3***4"),
         ("sqlite:///var/x.db nothing secret", "sqlite:///var/x.db nothing secret"),
     ],
 )

@@ -3,7 +3,8 @@ answer, a forwarded provider event) carries no credential.
 
 - URLs lose their userinfo: ``nats://gateway:pw@h:4222`` -> ``nats://h:4222``;
 - ``Authorization``/``x-api-key``/``x-goog-api-key`` values and ``Bearer`` tokens are redacted;
-- strings shaped like provider keys (``sk-...``, ``sk-ant-...``, ``AIza...``) are redacted;
+- strings shaped like provider keys (``sk-...``, ``sk-ant-...``, ``AIza...``) are redacted, and so
+  are such keys masked with ``*`` (OpenAI's 401 echoes ``sk-abcde****...wxyz``: a part of it);
 - every secret the process knows (its gateway keys, provider keys, the passwords of its own
   URLs; see :func:`register`) is redacted wherever it appears, and the caller may add more.
 
@@ -29,7 +30,10 @@ _HEADER = re.compile(
     re.IGNORECASE,
 )
 _BEARER = re.compile(r"(?P<name>\bbearer\s+)[A-Za-z0-9._~+/=-]{4,}", re.IGNORECASE)
-_KEY_SHAPES = re.compile(r"\b(?:sk-[A-Za-z0-9_-]{8,}|AIza[0-9A-Za-z_-]{20,})")
+_KEY_SHAPES = re.compile(
+    r"\b(?:(?:sk-|AIza)[A-Za-z0-9_-]*\*{3,}[A-Za-z0-9_-]*"  # masked: a part of a key
+    r"|sk-[A-Za-z0-9_-]{8,}|AIza[0-9A-Za-z_-]{20,})"
+)
 
 _known: set[str] = set()
 _lock = threading.Lock()

@@ -6,6 +6,7 @@ The expected error shapes are the dialects' documented error objects.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -308,3 +309,30 @@ async def test_no_route_ever_answers_500():
             ).status_code,
         ]
     assert all(400 <= s < 500 for s in statuses), statuses
+
+
+# OpenAI's 401 echoes the key it refused, masked: the legacy form keeps the first five
+# characters after ``sk-`` and the last four, a project key's form its prefix and last four.
+MASKED_ECHOES = [
+    f"Incorrect API key provided: {OPENAI_KEY[:8]}{'*' * 39}{OPENAI_KEY[-4:]}. You can find "
+    "your API key at https://platform.openai.com/account/api-keys.",
+    f"Incorrect API key provided: sk-proj-{'*' * 140}{OPENAI_KEY[-4:]}.",
+]
+
+
+@pytest.mark.parametrize("echo", MASKED_ECHOES)
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+async def test_a_provider_401_echoing_the_masked_key_answers_and_logs_no_part_of_it(
+    dialect: str, echo: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = make_rig(ProviderHTTPError(401, echo, retryable=False, code="invalid_api_key"))
+    path, ok = ENDPOINTS[dialect]
+    with caplog.at_level(logging.DEBUG):
+        async with rig.client(**AUTH) as client:
+            response = await client.post(path, json=ok)
+    assert_dialect_error(dialect, response, 502)
+    assert "Incorrect API key provided" in response.text  # the provider's words stay
+    [published] = rig.sink.messages
+    for seen in (response.text, caplog.text, published.raw.decode()):
+        assert OPENAI_KEY[-4:] not in seen
+        assert OPENAI_KEY[:8] not in seen
