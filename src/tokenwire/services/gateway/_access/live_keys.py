@@ -178,7 +178,7 @@ class LiveKeys:
                 await self._check()
             except Exception as exc:  # a bug's: ended, a revoked key would stay accepted
                 log.exception("gateway keys: the check failed (tried again at the next)")
-                self._went_stale(f"the check failed ({exc!r})")
+                self._went_stale(f"the check failed ({type(exc).__name__})")
                 await self._unwatch()  # the next check watches again, as after a broker error
 
     async def _check(self) -> None:
@@ -190,7 +190,7 @@ class LiveKeys:
                 await self._rewatch(last)
             self._checked, self._seen_at_check = last, self._seen
         except BrokerError as exc:
-            self._went_stale(f"the keys bucket did not answer ({exc})")
+            self._went_stale(f"the keys bucket did not answer ({type(exc).__name__})", exc)
             await self._unwatch()
             return
         await self._write_file_entries()
@@ -248,9 +248,12 @@ class LiveKeys:
         self._stale = None
         self._rebuild()
 
-    def _went_stale(self, why: str) -> None:
+    def _went_stale(self, why: str, exc: Exception | None = None) -> None:
+        """Stale for ``why``: what the unauthenticated ``/readyz`` tells, so the error's kind
+        and never its text (a broker's address, a key's name); the log has ``exc`` whole."""
         if self._stale != why:
-            log.warning("gateway keys: %s; the %d keys in force stay", why, self._ring_size)
+            said = f"{why}: {exc}" if exc is not None else why
+            log.warning("gateway keys: %s; the %d keys in force stay", said, self._ring_size)
         self._stale = why
 
     # -- the ring ---------------------------------------------------------------------------
