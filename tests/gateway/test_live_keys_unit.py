@@ -366,7 +366,6 @@ async def test_readyz_says_keys_stale_while_the_bucket_does_not_answer() -> None
         await gw.live_keys.stop()
 
 
-@pytest.mark.parametrize("key", [KEY_A, GATEWAY_KEY])
 class LeakyKeys(MemoryKeys):
     """A bucket twin whose check fails with text an outsider must not read: a broker's
     internal address, or (a bug's error) a key's name, as ``fails`` says."""
@@ -406,6 +405,7 @@ async def test_readyz_says_keys_stale_without_the_errors_text(
         await gw.live_keys.stop()
 
 
+@pytest.mark.parametrize("key", [KEY_A, GATEWAY_KEY])
 async def test_a_gateway_without_a_bucket_keeps_the_file_and_flat_keys(key: str) -> None:
     filed = (named_key(record("a", KEY_A, scope="operator"), {}),)
     rig = make_rig(TEXT, named_keys=filed)
