@@ -266,7 +266,7 @@ async def test_a_step_the_broker_refused_fails_the_demo_checks_and_is_in_the_sum
         f for f in result.failures if (f.session, f.turn, f.step) == (plan.session_id(1), 0, 0)
     )
     assert (first.status, first.error) == (503, "InternalServerError")
-    assert first.message.startswith("the broker did not accept the step: NATS unavailable")
+    assert first.message == "the broker did not accept the step"  # not where it lives
 
     expected = expected_totals(plan)
     as_planned = Observed(

@@ -18,7 +18,7 @@ from tests.gateway._helpers import (
     make_rig,
     recording,
 )
-from tokenwire.broker import MemoryPublisher
+from tokenwire.broker import BrokerUnavailable, MemoryPublisher
 from tokenwire.providers import ProviderHTTPError
 from tokenwire.schemas import Finish
 from tokenwire.services.gateway import FramePolicy
@@ -336,3 +336,39 @@ async def test_a_provider_401_echoing_the_masked_key_answers_and_logs_no_part_of
     for seen in (response.text, caplog.text, published.raw.decode()):
         assert OPENAI_KEY[-4:] not in seen
         assert OPENAI_KEY[:8] not in seen
+
+
+BROKER_AT = "nats://broker-SENTINEL.internal:4222"
+
+
+class FarPublisher(MemoryPublisher):
+    """A publisher whose broker went away: its error names the broker's internal address,
+    as the real one's does (``BrokerUnavailable``)."""
+
+    async def publish(self, *args: Any, **kwargs: Any) -> Any:
+        if self.fail_after is not None and len(self.frames) >= self.fail_after:
+            raise BrokerUnavailable(BROKER_AT, "connection closed")
+        return await super().publish(*args, **kwargs)
+
+
+@pytest.mark.parametrize(("fail_after", "stream"), [(0, False), (0, True), (3, True)])
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+async def test_a_broker_away_is_told_to_the_caller_without_its_address(
+    dialect: str, fail_after: int, stream: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before the first chunk (the 503) and mid-stream (the error event): the caller learns
+    the broker is away, not where it lives; the log has the address."""
+    rig = make_rig(
+        recording("openai/chat-text-include-usage.sse"),
+        sink=FarPublisher(fail_after=fail_after),
+        framing=FramePolicy(linger_ms=0),
+    )
+    path, ok = ENDPOINTS[dialect]
+    with caplog.at_level(logging.DEBUG):
+        async with rig.client(**AUTH) as client:
+            body = {**ok, "model": "openai/gpt-4o", "stream": stream}
+            response = await client.post(path, json=body)
+    assert response.status_code == (200 if fail_after else 503)
+    assert "the broker" in response.text
+    assert "SENTINEL" not in response.text
+    assert BROKER_AT in caplog.text

@@ -34,17 +34,20 @@ GatewayError                        status, code, message, param
 ```
 
 Messages never contain credentials: they are built from fixed text and caller-supplied values,
-never from outgoing request headers.
+never from outgoing request headers; a broker's or store's words (its address) go only to the
+log, as ``detail``.
 """
 
 from __future__ import annotations
 
 
 class GatewayError(Exception):
-    """Base of the gateway's errors; ``status`` is the HTTP status the caller receives."""
+    """Base of the gateway's errors; ``status`` is the HTTP status the caller receives,
+    ``message`` what it is told and ``detail`` what only the log is told."""
 
     status: int = 500
     code: str = "internal_error"
+    detail: str = ""
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
@@ -237,10 +240,17 @@ class StepFailureError(GatewayError):
 
 
 class BrokerUnavailableError(StepFailureError):
-    """The broker did not acknowledge: the step is not captured, so it is not answered."""
+    """The broker did not acknowledge: the step is not captured, so it is not answered.
+
+    The message says what did not answer; the broker's (or store's) own words, which name
+    where it lives, are the ``detail``: logged, never told to the caller."""
 
     status = 503
     code = "overloaded_error"
+
+    def __init__(self, message: str, *, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 class StepLimitError(StepFailureError):

@@ -284,4 +284,4 @@ def _wanted(held: KeyBinding, keyed: KeyedRequest) -> KeyBinding:
 
 
 def _unavailable(exc: BrokerError) -> BrokerUnavailableError:
-    return BrokerUnavailableError(f"the step registry is unavailable: {exc}")
+    return BrokerUnavailableError("the step registry is unavailable", detail=str(exc))

@@ -104,7 +104,9 @@ class SessionGuard:
             if owner is None and adopt is not None:
                 owner = await self._owners.adopt(session, adopt)
         except BrokerError as exc:
-            raise BrokerUnavailableError(f"the session owner lookup failed: {exc}") from exc
+            raise BrokerUnavailableError(
+                "the session owner lookup failed", detail=str(exc)
+            ) from exc
         return owner
 
     def _recalled(self, session: str) -> tuple[str | None] | None:

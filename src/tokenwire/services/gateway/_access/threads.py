@@ -233,7 +233,7 @@ async def find(steps: StepAllocator, key: ThreadKey) -> ThreadMark | None:
     try:
         mark = await steps.thread_mark(key.hash)
     except BrokerError as exc:
-        raise BrokerUnavailableError(f"the step registry is unavailable: {exc}") from exc
+        raise BrokerUnavailableError("the step registry is unavailable", detail=str(exc)) from exc
     if mark is None or mark.ambiguous:
         return None
     if mark.pointer is not None:

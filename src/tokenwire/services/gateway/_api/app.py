@@ -564,7 +564,8 @@ class Gateway:
         self, codec: CallerCodec[R], exc: GatewayError, identity: StepIdentity | None
     ) -> Response:
         if exc.status >= 500:
-            log.warning("step failed: %s", scrub(exc.message, self._secrets))
+            told = f"{exc.message} ({exc.detail})" if exc.detail else exc.message
+            log.warning("step failed: %s", scrub(told, self._secrets))
         headers = error_headers(exc, identity)
         body = scrub(codec.error_body(exc).decode(), self._secrets).encode()  # no credentials out
         return Response(body, exc.status, headers, media_type="application/json")

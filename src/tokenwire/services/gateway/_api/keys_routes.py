@@ -66,7 +66,9 @@ def keys_routes(
                     raise BrokerUnavailableError("keys live in the broker: this gateway has none")
                 return await handler(request, book)
             except BrokerError as exc:
-                return _error(BrokerUnavailableError(f"the keys bucket did not answer: {exc}"))
+                return _error(
+                    BrokerUnavailableError("the keys bucket did not answer", detail=str(exc))
+                )
             except GatewayError as exc:
                 return _error(exc)
 

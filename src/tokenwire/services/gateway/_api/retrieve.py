@@ -62,7 +62,7 @@ async def retrieve_target(
         probe = triple or (_NO_SESSION + response_alias(response_id)[:32], 0, 0)
         record = await steps.record(*probe)
     except BrokerError as exc:
-        raise BrokerUnavailableError(f"the step registry is unavailable: {exc}") from exc
+        raise BrokerUnavailableError("the step registry is unavailable", detail=str(exc)) from exc
     if triple is None or record is None:
         return None, probe[0]
     return ResumeTarget(StepIdentity(*triple, explicit=True), record), triple[0]

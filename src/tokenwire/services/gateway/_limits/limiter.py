@@ -208,7 +208,9 @@ class Limiter:
         try:
             return await take
         except BrokerError as exc:
-            raise BrokerUnavailableError(f"the limits could not be checked: {exc}") from exc
+            raise BrokerUnavailableError(
+                "the limits could not be checked", detail=str(exc)
+            ) from exc
         finally:
             self._on_trip((self.ctx.clock_ns() - started) / 1e9)
 

@@ -102,7 +102,7 @@ class BrokerStepSource:
         try:
             start = await self._start(triple, since_ns)
         except BrokerError as exc:
-            raise BrokerUnavailableError(f"the broker did not answer: {exc}") from exc
+            raise BrokerUnavailableError("the broker did not answer", detail=str(exc)) from exc
         found, from_seq = start
         if not found and (stored := await self._stored(triple)):
             yield stored
@@ -128,7 +128,7 @@ class BrokerStepSource:
                 return None
             events = await store.session_events(triple[0], outcome.seq_start, outcome.seq_end)
         except StoreError as exc:
-            raise BrokerUnavailableError(f"the store did not answer: {exc}") from exc
+            raise BrokerUnavailableError("the store did not answer", detail=str(exc)) from exc
         return FromStore(e.envelope for e in events if isinstance(e, ChunkEvent)) or None
 
     async def _start(self, triple: Triple, since_ns: int) -> tuple[bool, int]:
@@ -180,7 +180,7 @@ async def _followed(
         except TimeoutError:
             raise _abandoned(triple, idle_s) from None
         except BrokerError as exc:
-            raise BrokerUnavailableError(f"the broker did not answer: {exc}") from exc
+            raise BrokerUnavailableError("the broker did not answer", detail=str(exc)) from exc
         mine = [e for _, p in batch for e in chunk_envelopes(p) if (e.turn, e.step) == (turn, step)]
         if ready := order.add(mine):
             progress = clock()

@@ -213,6 +213,8 @@ class StepRun:
             await self._settle()
         except GatewayError as exc:
             self.error = exc
+            if exc.detail:  # the caller is told what failed, the log also how
+                log.warning("step failed while streaming: %s (%s)", exc.message, exc.detail)
             await self.outbox.put(self.output.failure(exc.message))
         except asyncio.CancelledError:
             await self._abort()
@@ -628,7 +630,9 @@ class StepRun:
                 headers=self.plan.trace_headers if ordinal == 0 else None,
             )
         except BrokerError as exc:  # PayloadTooLarge included: the framer counted every byte
-            raise BrokerUnavailableError(f"the broker did not accept the step: {exc}") from exc
+            raise BrokerUnavailableError(
+                "the broker did not accept the step", detail=str(exc)
+            ) from exc
 
     def _encode(self, ident: StepIdentity, chunk: StreamChunk) -> bytes:
         self._last_ns = self._deps.clock_ns()
@@ -649,7 +653,9 @@ class StepRun:
         except PayloadTooLarge:
             raise
         except BrokerError as exc:
-            raise BrokerUnavailableError(f"the broker did not accept the step: {exc}") from exc
+            raise BrokerUnavailableError(
+                "the broker did not accept the step", detail=str(exc)
+            ) from exc
         self._counted()
 
     async def _publish_fitted(self, ident: StepIdentity, chunk: StreamChunk, room: int) -> None:
@@ -753,7 +759,9 @@ class StepRun:
         try:
             await self._deps.sink.wait_acked(*self._key, timeout_s=self._ack_timeout)
         except BrokerError as exc:
-            raise BrokerUnavailableError(f"the broker did not acknowledge the step: {exc}") from exc
+            raise BrokerUnavailableError(
+                "the broker did not acknowledge the step", detail=str(exc)
+            ) from exc
 
     async def _abort(self) -> None:
         """Cancelled (the caller left and the step may stop): record ``finish {aborted}``."""
