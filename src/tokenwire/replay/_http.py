@@ -12,6 +12,7 @@ events endpoint".
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from typing import Protocol
@@ -48,6 +49,8 @@ _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DEFAULT_MAX_READERS = GATEWAY_MAX_READERS.value
 """Event responses open at once per app (each one broker read): see docs/gateway.md."""
 READERS_RETRY_AFTER_S = 1
+
+log = logging.getLogger("tokenwire.replay")
 
 
 class Reader(Protocol):
@@ -140,7 +143,7 @@ class _Routes:
         try:
             nc = self._nc()
         except Exception as exc:
-            return _error(503, "unavailable", f"broker not available: {exc}")
+            return _unavailable("broker", exc)
         if self._stats.clients >= self._max_readers:
             return self._refused()
         # The slot is taken before the first await (the owner lookup): a burst of readers
@@ -180,7 +183,7 @@ class _Routes:
         try:
             tenant = await self._tenant(nc, session, history)
         except (BrokerError, StoreError) as exc:
-            return _error(503, "unavailable", f"broker not available: {exc}")
+            return _unavailable("broker", exc)
         if tenant != scope:
             return _not_found(session)
         return None
@@ -222,7 +225,7 @@ class _Routes:
                 limit=limit, offset=offset, tenant=read_scope(request)
             )
         except StoreError as exc:
-            return _error(503, "unavailable", f"store not available: {exc}")
+            return _unavailable("store", exc)
         return _json({"sessions": found, "limit": limit, "offset": offset})
 
     async def messages(self, request: Request) -> Response:
@@ -233,7 +236,7 @@ class _Routes:
         try:
             found = await self._stored_messages(session, read_scope(request))
         except StoreError as exc:
-            return _error(503, "unavailable", f"store not available: {exc}")
+            return _unavailable("store", exc)
         if not found:
             return _error(404, "not_found", f"session {session!r} has no stored messages")
         return _json({"session": session, "messages": found})
@@ -256,7 +259,7 @@ class _Routes:
         try:
             lines = await self._stored_usage(session, read_scope(request))
         except StoreError as exc:
-            return _error(503, "unavailable", f"store not available: {exc}")
+            return _unavailable("store", exc)
         if not lines:
             return _error(404, "not_found", f"session {session!r} has no usage lines")
         return _json(session_report(session, lines))
@@ -389,6 +392,13 @@ def _json(body: object, status: int = 200) -> Response:
 def _not_found(session: str) -> Response:
     """A session the reader may not read, or that no one wrote."""
     return _error(404, "not_found", f"session {session!r} not found")
+
+
+def _unavailable(what: str, exc: Exception) -> Response:
+    """503: the broker or the store is away. The reader is told which, never its words
+    (they name where it lives, and a tenant's reader is an outsider); the log has them."""
+    log.warning("session routes: %s not available: %s", what, exc)
+    return _error(503, "unavailable", f"{what} not available")
 
 
 def _error(status: int, kind: str, message: str) -> Response:

@@ -51,6 +51,8 @@ Position = tuple[int, int]
 """Where a read starts: (stream seq of a message, index of a chunk in it)."""
 
 
+log = logging.getLogger("tokenwire.replay")
+
 EVENTS_READ_WINDOW = ReadWindow(messages=256, bytes=256 * 1024)
 """What one client's broker read has in flight at most (requested, not yet rendered)."""
 
@@ -254,13 +256,17 @@ def lagged_frame(position: Position) -> bytes:
 
 
 def error_frame(error: Exception) -> bytes:
-    """``event: error``: the broker read failed; the response ends.
+    """``event: error``: the broker read failed; the response ends. A broker's or store's
+    error is told by its source alone (its text, which names where it lives, is logged).
 
     For a payload that is not a chunk the frame carries its seq as ``id`` (and in ``seq``):
     a client reconnecting with that ``Last-Event-ID`` (an EventSource does so by itself)
     continues after it, instead of meeting it again on every reconnect.
     """
     message = scrub(str(error))
+    if not isinstance(error, ReplayError):  # the broker's or store's words name where it lives
+        log.warning("session events: the read failed: %s", message)
+        message = f"the {'store' if isinstance(error, StoreError) else 'broker'} read failed"
     if isinstance(error, UndecodableChunk):
         body = json_encoder.encode({"message": message, "seq": error.seq})
         return b"id: %d\nevent: error\ndata: %s\n\n" % (error.seq, body)
