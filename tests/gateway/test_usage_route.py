@@ -7,6 +7,7 @@ rows are that fleet's lines summed here. Callers are the gateway's own named key
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from tokenwire.services.gateway import (
 )
 from tokenwire.services.gateway._access.keys import Caller, NamedKey, key_digest
 from tokenwire.services.gateway._api.usage import usage_scope
-from tokenwire.store import Store, open_store
+from tokenwire.store import Store, StoreError, open_store
 
 AUTH = {"Authorization": f"Bearer {GATEWAY_KEY}"}
 
@@ -177,3 +178,19 @@ async def test_a_sessions_usage_route_lists_its_steps(store: Store) -> None:
     assert as_totals(doc["total"]) == totals(expected)
     assert (await _get(app, "/v1/sessions/nobody/usage")).status_code == 404
     assert (await _get(app, "/v1/sessions/bad%20id/usage")).status_code == 400
+
+
+class FarStore:
+    """A store away whose error names where it lives, as the real stores' do."""
+
+    async def usage(self, *args: Any) -> Any:
+        raise StoreError("cannot reach postgresql://tw:***@db-SENTINEL.internal:5432/tokenwire")
+
+
+async def test_a_store_away_is_503_without_its_address(caplog: pytest.LogCaptureFixture) -> None:
+    app = create_app(GatewaySettings(keys=frozenset({GATEWAY_KEY})), _deps(FarStore()))  # type: ignore[arg-type]  # a store twin with the one method the route calls
+    with caplog.at_level(logging.DEBUG):
+        response = await _get(app, "/v1/usage")
+    assert response.status_code == 503
+    assert response.json()["error"]["message"] == "store not available"
+    assert "db-SENTINEL" in caplog.text  # the log has it

@@ -10,6 +10,7 @@ OpenAI's error shape; a store that does not answer is a 503.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 
@@ -23,6 +24,8 @@ from tokenwire.services.gateway._access.keys import ANONYMOUS, Caller, visible_t
 from tokenwire.store import Store, StoreError
 
 StoreProvider = Callable[[], Store]
+
+log = logging.getLogger("tokenwire.gateway")
 
 
 def usage_scope(request: Request) -> str | None:
@@ -61,8 +64,9 @@ def usage_route(
         tenant = wanted if scope is None else scope
         try:
             groups = await store().usage(by, since, tenant)
-        except StoreError as exc:
-            return _error(503, "unavailable", f"store not available: {exc}")
+        except StoreError as exc:  # its words name where it lives: for the log alone
+            log.warning("usage: store not available: %s", exc)
+            return _error(503, "unavailable", "store not available")
         return JSONResponse(usage_report(by, groups, since, tenant))
 
     return Route("/v1/usage", usage, methods=["GET"])
