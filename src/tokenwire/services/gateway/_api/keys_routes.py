@@ -16,6 +16,7 @@ bucket (no broker) or a broker that does not answer is a 503.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -47,6 +48,7 @@ from tokenwire.services.gateway._errors import (
     InvalidRequestError,
 )
 
+log = logging.getLogger("tokenwire.gateway")
 S = TypeVar("S", bound=msgspec.Struct)
 Handler = Callable[[Request, KeyBook], Awaitable[Response]]
 
@@ -135,5 +137,7 @@ def _operator_only(request: Request) -> None:
 
 
 def _error(exc: GatewayError) -> Response:
+    if exc.detail:
+        log.warning("keys API: %s (%s)", exc.message, exc.detail)
     body: Any = OPENAI_CHAT.error_body(exc)
     return Response(scrub(body.decode()), exc.status, media_type="application/json")
