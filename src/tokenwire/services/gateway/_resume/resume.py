@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import re
 from collections import Counter
 from collections.abc import AsyncGenerator, Callable
@@ -43,6 +44,8 @@ from tokenwire.services.gateway._errors import (
 )
 from tokenwire.services.gateway._output.caller import EncodingOutput, Outbox, StepStream
 from tokenwire.services.gateway._resume.step_source import FromStore, StepSource
+
+log = logging.getLogger("tokenwire.gateway")
 
 RESUMED_HEADER = "x-tokenwire-resumed"
 SOURCE_HEADER = "x-tokenwire-source"
@@ -308,6 +311,8 @@ async def _pump(
         async for batch in chunks:
             await outbox.put(_rendered(output, batch))
     except GatewayError as exc:
+        if exc.detail:  # the caller is told what failed, the log also how
+            log.warning("resumed step failed while streaming: %s (%s)", exc.message, exc.detail)
         await outbox.put(output.failure(exc.message))
     finally:
         outbox.close()
