@@ -266,12 +266,20 @@ class LosingBoard(MemoryAllowances):
         return pool
 
 
-async def test_a_take_while_a_write_is_on_its_way_never_passes_the_budget() -> None:
-    board = PausingBoard()
+async def holding_600_of_1000(board: MemoryAllowances) -> tuple[list[LeaseContext], list[Held]]:
+    """Two gateways on one budget of 1,000; the first took 300 twice: near the limit, it
+    holds exactly the 600 in use."""
     ctxs = contexts(board, 2, [10**18])
     leases = [Held("usd.key.a.2026-12-07", 1000, charge_expired=True) for _ in ctxs]
     assert await leases[0].take(ctxs[0], 300)
-    assert await leases[0].take(ctxs[0], 300)  # near the limit: it holds exactly 600
+    assert await leases[0].take(ctxs[0], 300)
+    assert leases[0].hold == 600
+    return ctxs, leases
+
+
+async def test_a_take_while_a_write_is_on_its_way_never_passes_the_budget() -> None:
+    board = PausingBoard()
+    ctxs, leases = await holding_600_of_1000(board)
     leases[0].give_back(300)  # a call that failed before any chunk: its 300 go back
     board.pause_next = "write"
     flush = asyncio.create_task(leases[0].flush(ctxs[0]))  # the hold becomes 300
@@ -292,10 +300,7 @@ async def test_spend_given_back_while_a_write_reads_the_pool_stays_inside_the_ho
     conflict): a call settled meanwhile is neither in the ``used`` that write adds nor in the
     hold it leaves, and another gateway could take that budget."""
     board = PausingBoard()
-    ctxs = contexts(board, 2, [10**18])
-    leases = [Held("usd.key.a.2026-12-07", 1000, charge_expired=True) for _ in ctxs]
-    assert await leases[0].take(ctxs[0], 300)
-    assert await leases[0].take(ctxs[0], 300)  # near the limit: it holds exactly 600
+    ctxs, leases = await holding_600_of_1000(board)
     leases[0].give_back(300)  # a call that failed before any chunk: its 300 go back
     board.pause_next = "read"
     flush = asyncio.create_task(leases[0].flush(ctxs[0]))  # its read on its way
@@ -315,10 +320,7 @@ async def test_a_write_that_applied_but_failed_leaves_no_take_outside_the_hold()
     """A write whose answer was lost (timed out, and its retries failed) may have applied:
     the hold the others see may be the smaller one it wrote, so no take may count on more."""
     board = LosingBoard()
-    ctxs = contexts(board, 2, [10**18])
-    leases = [Held("usd.key.a.2026-12-07", 1000, charge_expired=True) for _ in ctxs]
-    assert await leases[0].take(ctxs[0], 300)
-    assert await leases[0].take(ctxs[0], 300)  # near the limit: it holds exactly 600
+    ctxs, leases = await holding_600_of_1000(board)
     leases[0].give_back(300)  # a call that failed before any chunk: its 300 go back
     board.lose_next = True
     with pytest.raises(RequestFailed):
