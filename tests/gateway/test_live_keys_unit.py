@@ -7,8 +7,9 @@ dialect, and the operator keys API. hashlib is the oracle of every digest."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -140,14 +141,23 @@ async def test_the_file_seeds_the_bucket_and_a_revoke_applies_without_a_restart(
         await live.stop()
 
 
-async def test_a_bucket_that_does_not_answer_keeps_the_last_ring_and_says_so() -> None:
-    book = MemoryKeys()
+@contextlib.asynccontextmanager
+async def checking_with_b(book: MemoryKeys) -> AsyncIterator[tuple[LiveKeys, Applied]]:
+    """A gateway's live keys over ``book`` (checked every 10 ms), once key b is accepted."""
     await book.write("key", "b", record("b", KEY_B), expected=0)
     applied = Applied()
     live = LiveKeys(Bootstrap(), book, apply=applied, keyed=True, check_s=0.01)
     await live.start()
     try:
         await until(lambda: applied.last.match(KEY_B) is not None, "b accepted")
+        yield live, applied
+    finally:
+        await live.stop()
+
+
+async def test_a_bucket_that_does_not_answer_keeps_the_last_ring_and_says_so() -> None:
+    book = MemoryKeys()
+    async with checking_with_b(book) as (live, applied):
         book.down = True
         await until(lambda: live.stale() is not None, "stale said")
         assert "did not answer" in (live.stale() or "")
@@ -156,8 +166,6 @@ async def test_a_bucket_that_does_not_answer_keeps_the_last_ring_and_says_so() -
         await book.write("key", "a", record("a", KEY_A), expected=0)
         await until(lambda: live.stale() is None, "fresh again")
         await until(lambda: applied.last.match(KEY_A) is not None, "a accepted after")
-    finally:
-        await live.stop()
 
 
 class BuggyKeys(MemoryKeys):
@@ -174,12 +182,7 @@ class BuggyKeys(MemoryKeys):
 async def test_a_check_that_fails_unexpectedly_says_stale_and_the_checks_go_on() -> None:
     """Ended by the error, the checks would stop: a revoke would never apply."""
     book = BuggyKeys()
-    await book.write("key", "b", record("b", KEY_B), expected=0)
-    applied = Applied()
-    live = LiveKeys(Bootstrap(), book, apply=applied, keyed=True, check_s=0.01)
-    await live.start()
-    try:
-        await until(lambda: applied.last.match(KEY_B) is not None, "b accepted")
+    async with checking_with_b(book) as (live, applied):
         book.buggy = True
         await until(lambda: live.stale() is not None, "stale said")
         assert live.stale() == "the check failed (RuntimeError)"  # /readyz: the kind, no text
@@ -189,8 +192,6 @@ async def test_a_check_that_fails_unexpectedly_says_stale_and_the_checks_go_on()
         await book.write("key", "b", None, expected=held.revision)
         await until(lambda: applied.last.match(KEY_B) is None, "b refused after its revoke")
         await until(lambda: live.stale() is None, "fresh again")
-    finally:
-        await live.stop()
 
 
 class ReadOnlyKeys(MemoryKeys):
